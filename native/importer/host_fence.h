@@ -1,0 +1,39 @@
+// Host timeline fences (docs/fences.md) over a shared page held by a HostMemory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "host_memory.h"
+
+namespace fl {
+
+class HostFence {
+ public:
+  // Importer side: validates magic and version.
+  static std::shared_ptr<HostFence> open_shm(const std::string &name);
+  static std::shared_ptr<HostFence> from_fd(int fd);  // takes ownership of fd
+  // Signaller side: creates and initialises the page at value 0.
+  static std::shared_ptr<HostFence> create_shm(const std::string &name);
+  static std::shared_ptr<HostFence> create_memfd(const std::string &name);
+
+  std::uint64_t value() const;
+  std::uint32_t status() const;
+  // Throws Conflict when v is not above the current value.
+  void signal(std::uint64_t v);
+  void set_status(std::uint32_t status);
+  // 0 reached, 1 timed out, 2 abandoned, 3 errored (fl_htl_wait_result). The caller releases
+  // the GIL; the page stays mapped for the whole wait even if close() runs meanwhile.
+  int wait(std::uint64_t target, std::int64_t timeout_ns, std::int64_t spin_ns) const;
+
+  HostMemory &memory() { return *memory_; }
+  void close() { memory_->close(); }
+
+ private:
+  explicit HostFence(std::shared_ptr<HostMemory> m);
+  void *page() const { return memory_->mapping()->data(); }
+  std::shared_ptr<HostMemory> memory_;
+};
+
+}  // namespace fl

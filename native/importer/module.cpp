@@ -1,0 +1,151 @@
+// fenceline._native: the importer. Owns every OS handle the service maps; Python sees typed
+// objects whose lifetimes are tied to the mappings (docs/ownership.md).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <unistd.h>
+
+#include "../common/host_timeline.h"
+#include "errors.h"
+#include "host_fence.h"
+#include "host_memory.h"
+#include "seqpacket.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// The one place where C++ errors become fenceline.errors classes.
+void translate(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const fl::Error &e) {
+    const char *cls = "FencelineError";
+    switch (e.code()) {
+      case fl::Code::InvalidArgument: cls = "InvalidArgument"; break;
+      case fl::Code::NotFound: cls = "NotFound"; break;
+      case fl::Code::Conflict: cls = "Conflict"; break;
+      case fl::Code::Unsupported: cls = "Unsupported"; break;
+      case fl::Code::ResourceExhausted: cls = "ResourceExhausted"; break;
+      case fl::Code::OsError: cls = "FencelineError"; break;
+    }
+    py::object type = py::module_::import("fenceline.errors").attr(cls);
+    PyErr_SetString(type.ptr(), e.what());
+  }
+}
+
+// Handle kinds this build can import. An unknown or unsupported kind is a plain false.
+bool can_import_memory(const std::string &kind) { return kind == "host_shm" || kind == "host_fd"; }
+bool can_import_fence(const std::string &kind) { return kind == "host_timeline"; }
+
+// A numpy array over [offset, offset + nbytes) of a mapping that holds the mapping alive.
+py::array array_over(const std::shared_ptr<fl::Mapping> &m, std::uint64_t offset,
+                     const py::dtype &dtype, std::vector<std::int64_t> shape) {
+  const auto itemsize = static_cast<std::uint64_t>(dtype.itemsize());
+  if (shape.empty()) {
+    if (offset > m->size()) fl::check_range(offset, 0, m->size(), "array");
+    shape.push_back(static_cast<std::int64_t>((m->size() - offset) / itemsize));
+  }
+  fl::check_range(offset, fl::tensor_nbytes(shape, itemsize), m->size(), "array");
+  auto *hold = new std::shared_ptr<fl::Mapping>(m);
+  py::capsule base(hold, [](void *p) { delete static_cast<std::shared_ptr<fl::Mapping> *>(p); });
+  py::array a(dtype, shape, m->data() + offset, base);
+  if (!m->writable()) a.attr("flags").attr("writeable") = false;
+  return a;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, mod) {
+  mod.doc() = "fenceline's native importer: host memory, host timeline fences, IPC receive.";
+  py::register_exception_translator(&translate);
+
+  mod.def("can_import_memory", &can_import_memory, py::arg("kind"));
+  mod.def("can_import_fence", &can_import_fence, py::arg("kind"));
+  mod.attr("FENCE_PAGE_SIZE") = FL_HTL_PAGE_SIZE;
+  mod.attr("WAIT_REACHED") = static_cast<int>(FL_HTL_REACHED);
+  mod.attr("WAIT_TIMED_OUT") = static_cast<int>(FL_HTL_TIMED_OUT);
+  mod.attr("WAIT_ABANDONED") = static_cast<int>(FL_HTL_ABANDONED);
+  mod.attr("WAIT_ERRORED") = static_cast<int>(FL_HTL_ERRORED);
+
+  py::class_<fl::HostMemory, std::shared_ptr<fl::HostMemory>>(mod, "HostMemory")
+      .def_static("open_shm", &fl::HostMemory::open_shm, py::arg("name"), py::arg("offset") = 0,
+                  py::arg("size") = 0, py::arg("writable") = true)
+      .def_static("from_fd", &fl::HostMemory::from_fd, py::arg("fd"), py::arg("offset") = 0,
+                  py::arg("size") = 0, py::arg("writable") = true,
+                  "Takes ownership of fd, also when it raises.")
+      .def_static("create_shm", &fl::HostMemory::create_shm, py::arg("name"), py::arg("size"))
+      .def_static("create_memfd", &fl::HostMemory::create_memfd, py::arg("name"),
+                  py::arg("size"))
+      .def_property_readonly("size", [](const fl::HostMemory &h) { return h.mapping()->size(); })
+      .def_property_readonly("writable",
+                             [](const fl::HostMemory &h) { return h.mapping()->writable(); })
+      .def_property_readonly("fd", [](const fl::HostMemory &h) { return h.mapping()->fd(); })
+      .def_property_readonly("address",
+                             [](const fl::HostMemory &h) {
+                               return reinterpret_cast<std::uintptr_t>(h.mapping()->data());
+                             })
+      .def_property_readonly("name", &fl::HostMemory::name)
+      .def_property_readonly("closed", &fl::HostMemory::closed)
+      .def(
+          "array",
+          [](const fl::HostMemory &h, const py::dtype &dtype, std::vector<std::int64_t> shape,
+             std::uint64_t offset) { return array_over(h.mapping(), offset, dtype, shape); },
+          py::arg("dtype"), py::arg("shape") = std::vector<std::int64_t>{},
+          py::arg("offset") = 0, "A numpy array over the mapping; it keeps the mapping alive.")
+      .def("unlink", &fl::HostMemory::unlink)
+      .def("close", &fl::HostMemory::close);
+
+  py::class_<fl::TensorView, std::shared_ptr<fl::TensorView>>(mod, "TensorView")
+      .def(py::init([](const fl::HostMemory &h, std::uint64_t offset, std::uint64_t element_size,
+                       std::vector<std::int64_t> shape, bool need_write) {
+             return std::make_shared<fl::TensorView>(h.mapping(), offset, element_size,
+                                                     std::move(shape), need_write);
+           }),
+           py::arg("memory"), py::arg("offset"), py::arg("element_size"), py::arg("shape"),
+           py::arg("need_write") = false)
+      .def_property_readonly("address", &fl::TensorView::address)
+      .def_property_readonly("offset", &fl::TensorView::offset)
+      .def_property_readonly("nbytes", &fl::TensorView::nbytes)
+      .def_property_readonly("shape", &fl::TensorView::shape)
+      .def(
+          "array",
+          [](const fl::TensorView &v, const py::dtype &dtype) {
+            return array_over(v.mapping(), v.offset(), dtype, v.shape());
+          },
+          py::arg("dtype"));
+
+  py::class_<fl::HostFence, std::shared_ptr<fl::HostFence>>(mod, "HostFence")
+      .def_static("open_shm", &fl::HostFence::open_shm, py::arg("name"))
+      .def_static("from_fd", &fl::HostFence::from_fd, py::arg("fd"),
+                  "Takes ownership of fd, also when it raises.")
+      .def_static("create_shm", &fl::HostFence::create_shm, py::arg("name"))
+      .def_static("create_memfd", &fl::HostFence::create_memfd, py::arg("name"))
+      .def_property_readonly("value", &fl::HostFence::value)
+      .def_property_readonly("status", &fl::HostFence::status)
+      .def_property_readonly("fd", [](fl::HostFence &f) { return f.memory().mapping()->fd(); })
+      .def_property_readonly("name", [](fl::HostFence &f) { return f.memory().name(); })
+      .def_property_readonly("closed", [](fl::HostFence &f) { return f.memory().closed(); })
+      .def("signal", &fl::HostFence::signal, py::arg("value"))
+      .def("set_status", &fl::HostFence::set_status, py::arg("status"))
+      .def("wait", &fl::HostFence::wait, py::arg("value"), py::arg("timeout_ns") = -1,
+           py::arg("spin_ns") = 0, py::call_guard<py::gil_scoped_release>(),
+           "Waits with the GIL released. Returns one of the WAIT_* constants.")
+      .def("unlink", [](fl::HostFence &f) { f.memory().unlink(); })
+      .def("close", &fl::HostFence::close);
+
+  mod.def(
+      "recv_message",
+      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns) {
+        fl::Message m;
+        {
+          py::gil_scoped_release release;
+          m = fl::recv_message(fd, max_bytes, max_fds, spin_ns);
+        }
+        if (m.eof) return py::tuple(py::make_tuple(py::none(), py::list()));
+        return py::tuple(py::make_tuple(py::bytes(m.data), py::cast(m.fds)));
+      },
+      py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
+      "Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at "
+      "EOF. Spins up to spin_ns with the GIL released, then blocks.");
+}

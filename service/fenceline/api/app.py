@@ -1,0 +1,31 @@
+"""The FastAPI application: routes, error handlers and /metrics over one runtime."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from fenceline import __version__
+from fenceline.api import errors, interop, kserve
+from fenceline.runtime.service import Runtime
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    app = FastAPI(
+        title="fenceline",
+        version=__version__,
+        summary="Zero-copy inference for renderers: shared frames, timeline fences, ONNX Runtime.",
+    )
+    app.state.runtime = runtime
+    app.state.ready = True
+    errors.install(app, runtime.metrics)
+    app.include_router(kserve.router)
+    app.include_router(interop.router)
+
+    registry = runtime.metrics.registry
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,108 @@
+"""``/v2/interop/...``: capabilities, memory and fence imports, sessions and runs.
+
+Blocking work (fence waits, model runs, imports) runs in the threadpool: these handlers are plain
+``def`` so they never block the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from fenceline.api.schemas import (
+    FenceImportRequest,
+    MemoryImportRequest,
+    RunRequest,
+    RunResponse,
+    SessionCreateRequest,
+)
+from fenceline.errors import InvalidArgument
+from fenceline.runtime.service import Runtime, ViewSpec
+
+OWNER = "http"
+
+router = APIRouter(prefix="/v2/interop", tags=["interop"])
+
+
+def runtime(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+@router.get("/capabilities")
+def get_capabilities(request: Request) -> dict[str, Any]:
+    return runtime(request).capabilities()
+
+
+@router.post("/memory", status_code=201)
+def post_memory(body: MemoryImportRequest, request: Request) -> dict[str, Any]:
+    if body.handle_type in ("host_fd", "opaque_fd"):
+        raise InvalidArgument(
+            f"{body.handle_type} memory is an fd: send it over the IPC socket (docs/ipc.md)"
+        )
+    return runtime(request).import_memory(
+        OWNER, body.handle_type, name=body.name, size_bytes=body.size_bytes,
+        offset_bytes=body.offset_bytes, access=body.access,
+    )
+
+
+@router.get("/memory/{id}")
+def get_memory(id: str, request: Request) -> dict[str, Any]:
+    return runtime(request).describe_memory(OWNER, id)
+
+
+@router.delete("/memory/{id}", status_code=204)
+def delete_memory(id: str, request: Request) -> Response:
+    runtime(request).release_memory(OWNER, id)
+    return Response(status_code=204)
+
+
+@router.post("/fences", status_code=201)
+def post_fence(body: FenceImportRequest, request: Request) -> dict[str, Any]:
+    return runtime(request).import_fence(OWNER, body.fence_type, name=body.name)
+
+
+@router.get("/fences/{id}")
+def get_fence(id: str, request: Request) -> dict[str, Any]:
+    return runtime(request).describe_fence(OWNER, id)
+
+
+@router.delete("/fences/{id}", status_code=204)
+def delete_fence(id: str, request: Request) -> Response:
+    runtime(request).release_fence(OWNER, id)
+    return Response(status_code=204)
+
+
+def view_specs(views: dict[str, Any]) -> dict[str, ViewSpec]:
+    return {
+        name: ViewSpec(v.memory, v.offset_bytes, v.datatype, list(v.shape))
+        for name, v in views.items()
+    }
+
+
+@router.post("/sessions", status_code=201)
+def post_session(body: SessionCreateRequest, request: Request) -> dict[str, Any]:
+    return runtime(request).create_session(
+        OWNER, body.model, view_specs(body.inputs), view_specs(body.outputs), body.wait_fence,
+        body.signal_fence,
+    )
+
+
+@router.get("/sessions/{id}")
+def get_session(id: str, request: Request) -> dict[str, Any]:
+    return runtime(request).describe_session(OWNER, id)
+
+
+@router.delete("/sessions/{id}", status_code=204)
+def delete_session(id: str, request: Request) -> Response:
+    runtime(request).release_session(OWNER, id)
+    return Response(status_code=204)
+
+
+@router.post("/sessions/{id}/run")
+def post_run(id: str, body: RunRequest, request: Request) -> RunResponse:
+    result = runtime(request).run(
+        OWNER, id, body.wait_value, body.signal_value, body.timeout_ms, transport="http"
+    )
+    return RunResponse(signal_value=result.signal_value, timings_us=result.timings_us())

@@ -1,0 +1,52 @@
+"""Request and response bodies of the interop API (the IPC control messages use the same)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+U64 = Field(ge=0, lt=2**64)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryImportRequest(Strict):
+    handle_type: str = Field(description="host_shm over HTTP; host_fd over IPC; see capabilities")
+    name: str | None = Field(None, description="shared-memory object name, e.g. /game-frame0")
+    size_bytes: int = Field(0, ge=0, lt=2**64, description="0 maps to the end of the object")
+    offset_bytes: int = Field(0, ge=0, lt=2**64)
+    access: Literal["read_only", "read_write"] = "read_write"
+
+
+class FenceImportRequest(Strict):
+    fence_type: str = Field(description="host_timeline; see capabilities")
+    name: str | None = None
+
+
+class ViewRequest(Strict):
+    memory: str = Field(description="id of an imported memory")
+    offset_bytes: int = Field(0, ge=0, lt=2**64, description="offset inside the import")
+    datatype: str = Field(description="KServe datatype name: FP32, FP16, UINT8, INT64, ...")
+    shape: list[int] = Field(max_length=16)
+
+
+class SessionCreateRequest(Strict):
+    model: str
+    inputs: dict[str, ViewRequest] = Field(max_length=256)
+    outputs: dict[str, ViewRequest] = Field(max_length=256)
+    wait_fence: str
+    signal_fence: str
+
+
+class RunRequest(Strict):
+    wait_value: int = U64
+    signal_value: int | None = Field(None, gt=0, lt=2**64, description="defaults to wait_value")
+    timeout_ms: int | None = Field(None, ge=0)
+
+
+class RunResponse(BaseModel):
+    signal_value: int
+    timings_us: dict[str, float]

@@ -1,0 +1,105 @@
+"""What a renderer creates and shares: frame buffers in shared memory and host fences.
+
+The creator of a named object unlinks it on ``close()``; the service never unlinks what it
+imports. Both are context managers and ``close()`` is safe twice; arrays returned by
+``array()`` keep the mapping alive after ``close()``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import Any
+
+import numpy as np
+
+from fenceline import _native
+from fenceline.waiting import AdaptiveSpin
+
+
+def _fresh_name(prefix: str) -> str:
+    return f"/{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+class SharedFrame:
+    """A shared-memory buffer: named (``/dev/shm``) when ``name`` or ``named=True`` is given,
+    else an anonymous memfd that travels as an fd over the IPC socket."""
+
+    def __init__(self, size: int, *, name: str | None = None, named: bool = False) -> None:
+        if name is not None or named:
+            self.name: str | None = name or _fresh_name("fenceline-frame")
+            self.handle = _native.HostMemory.create_shm(self.name, size)
+        else:
+            self.name = None
+            self.handle = _native.HostMemory.create_memfd("fenceline-frame", size)
+        self.size = size
+
+    @property
+    def fd(self) -> int:
+        return int(self.handle.fd)
+
+    def array(self, dtype: Any, shape: list[int] | tuple[int, ...], offset: int = 0) -> np.ndarray:
+        return self.handle.array(np.dtype(dtype), list(shape), offset)
+
+    def close(self) -> None:
+        if self.handle.closed:
+            return
+        if self.name is not None:
+            self.handle.unlink()
+        self.handle.close()
+
+    def __enter__(self) -> SharedFrame:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Fence:
+    """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex."""
+
+    def __init__(self, *, name: str | None = None, named: bool = False, max_spin_ns: int = 100_000) -> None:
+        if name is not None or named:
+            self.name: str | None = name or _fresh_name("fenceline-fence")
+            self.handle = _native.HostFence.create_shm(self.name)
+        else:
+            self.name = None
+            self.handle = _native.HostFence.create_memfd("fenceline-fence")
+        self._spin = AdaptiveSpin(max_spin_ns)
+
+    @property
+    def fd(self) -> int:
+        return int(self.handle.fd)
+
+    @property
+    def value(self) -> int:
+        return int(self.handle.value)
+
+    @property
+    def status(self) -> int:
+        return int(self.handle.status)
+
+    def signal(self, value: int) -> None:
+        self.handle.signal(value)
+
+    def wait(self, value: int, timeout_s: float | None = None) -> bool:
+        """True once the fence reaches ``value``; False on timeout, abandonment or error."""
+        t0 = time.perf_counter_ns()
+        timeout_ns = -1 if timeout_s is None else int(timeout_s * 1e9)
+        r = self.handle.wait(value, timeout_ns, self._spin.budget_ns())
+        self._spin.observe(time.perf_counter_ns() - t0)
+        return bool(r == _native.WAIT_REACHED)
+
+    def close(self) -> None:
+        if self.handle.closed:
+            return
+        if self.name is not None:
+            self.handle.unlink()
+        self.handle.close()
+
+    def __enter__(self) -> Fence:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

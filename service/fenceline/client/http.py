@@ -1,0 +1,98 @@
+"""The HTTP client for the control and run API (named shared memory only: HTTP carries no fds).
+``close()`` is safe twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from fenceline.client.errors import ClientError, ServiceError
+from fenceline.client.ipc import View
+
+
+class HttpClient:
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            r = self._http.request(method, path, json=body)
+        except httpx.HTTPError as e:
+            raise ClientError(f"cannot reach {self.url}: {e}") from None
+        if r.status_code >= 400:
+            try:
+                info = r.json()
+            except ValueError:
+                info = {"error": r.text, "code": "http_error"}
+            raise ServiceError(str(info.get("error")), str(info.get("code")), r.status_code)
+        return r.json() if r.content else None
+
+    def capabilities(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/v2/interop/capabilities"))
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/v2/health/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def import_memory(
+        self, name: str, *, size_bytes: int = 0, offset_bytes: int = 0, access: str = "read_write"
+    ) -> str:
+        body = {
+            "handle_type": "host_shm", "name": name, "size_bytes": size_bytes,
+            "offset_bytes": offset_bytes, "access": access,
+        }
+        return str(self._request("POST", "/v2/interop/memory", body)["id"])
+
+    def import_fence(self, name: str) -> str:
+        body = {"fence_type": "host_timeline", "name": name}
+        return str(self._request("POST", "/v2/interop/fences", body)["id"])
+
+    def create_session(
+        self, model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
+        signal_fence: str,
+    ) -> dict[str, Any]:
+        body = {
+            "model": model,
+            "inputs": {k: v.body() for k, v in inputs.items()},
+            "outputs": {k: v.body() for k, v in outputs.items()},
+            "wait_fence": wait_fence,
+            "signal_fence": signal_fence,
+        }
+        return dict(self._request("POST", "/v2/interop/sessions", body))
+
+    def run(
+        self, session_id: str, wait_value: int, signal_value: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"wait_value": wait_value}
+        if signal_value is not None:
+            body["signal_value"] = signal_value
+        if timeout_ms is not None:
+            body["timeout_ms"] = timeout_ms
+        return dict(self._request("POST", f"/v2/interop/sessions/{session_id}/run", body))
+
+    def describe(self, kind: str, id: str) -> dict[str, Any]:
+        path = {"memory": "memory", "fence": "fences", "session": "sessions"}[kind]
+        return dict(self._request("GET", f"/v2/interop/{path}/{id}"))
+
+    def release_memory(self, id: str) -> None:
+        self._request("DELETE", f"/v2/interop/memory/{id}")
+
+    def release_fence(self, id: str) -> None:
+        self._request("DELETE", f"/v2/interop/fences/{id}")
+
+    def release_session(self, id: str) -> None:
+        self._request("DELETE", f"/v2/interop/sessions/{id}")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HttpClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,183 @@
+"""The IPC client: the per-frame fast path (docs/ipc.md).
+
+One request in flight per client; share a client between threads only under your own lock, or
+open one per thread. ``close()`` is safe twice; the service then releases everything this
+client created.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fenceline import _native
+from fenceline.client.errors import ClientError, ServiceError
+from fenceline.client.frames import Fence, SharedFrame
+from fenceline.errors import FencelineError
+from fenceline.ipc import codec
+from fenceline.ipc.codec import Kind
+from fenceline.waiting import AdaptiveSpin
+
+
+@dataclass(frozen=True)
+class View:
+    """Where a tensor lives: an imported memory id, an offset inside it, datatype and shape."""
+
+    memory: str
+    datatype: str
+    shape: list[int]
+    offset_bytes: int = 0
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "memory": self.memory,
+            "offset_bytes": self.offset_bytes,
+            "datatype": self.datatype,
+            "shape": list(self.shape),
+        }
+
+
+class IpcClient:
+    def __init__(
+        self, path: str | Path | None = None, *, max_spin_ns: int = 100_000, name: str = "python"
+    ) -> None:
+        from fenceline.ipc.server import default_socket_path
+
+        self.path = Path(path) if path is not None else default_socket_path()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._sock.connect(str(self.path))
+        except OSError as e:
+            self._sock.close()
+            raise ClientError(f"cannot connect to the fenceline socket {self.path}: {e}") from None
+        self._ids = itertools.count(1)
+        self._spin = AdaptiveSpin(max_spin_ns)
+        self._closed = False
+        self.server = self._call(Kind.HELLO, {"client": name})
+
+    # -- transport ------------------------------------------------------------------------
+
+    def _exchange(self, frame: bytes, request_id: int, fds: list[int] | None = None) -> codec.Frame:
+        if self._closed:
+            raise ClientError("the client is closed")
+        try:
+            if fds:
+                socket.send_fds(self._sock, [frame], fds)
+            else:
+                self._sock.send(frame)
+            t0 = time.perf_counter_ns()
+            data, got_fds = _native.recv_message(
+                self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, self._spin.budget_ns()
+            )
+            self._spin.observe(time.perf_counter_ns() - t0)
+        except (OSError, FencelineError) as e:
+            raise ClientError(f"IPC transport failed: {e}") from None
+        for f in got_fds:
+            os.close(f)
+        if data is None:
+            raise ClientError("the service closed the connection")
+        try:
+            reply = codec.decode(data)
+        except FencelineError as e:
+            raise ClientError(f"bad reply from the service: {e}") from None
+        if reply.request_id != request_id:
+            raise ClientError(f"reply {reply.request_id} does not answer request {request_id}")
+        if reply.kind == Kind.ERROR:
+            err = codec.decode_error(reply.body)
+            raise ServiceError(err.message, err.code)
+        return reply
+
+    def _call(self, kind: Kind, body: dict[str, Any], fds: list[int] | None = None) -> Any:
+        rid = next(self._ids)
+        reply = self._exchange(codec.encode_json(kind, rid, body), rid, fds)
+        return codec.decode_json(reply.body)
+
+    # -- objects --------------------------------------------------------------------------
+
+    def import_memory(
+        self,
+        frame: SharedFrame | None = None,
+        *,
+        name: str | None = None,
+        size_bytes: int = 0,
+        offset_bytes: int = 0,
+        access: str = "read_write",
+    ) -> str:
+        """Registers a frame (by fd, or by name when it has one) or a named object; returns its id."""
+        body: dict[str, Any] = {"size_bytes": size_bytes, "offset_bytes": offset_bytes, "access": access}
+        fds: list[int] = []
+        if frame is not None and frame.name is None:
+            body["handle_type"] = "host_fd"
+            fds = [frame.fd]
+        else:
+            body["handle_type"] = "host_shm"
+            body["name"] = name if frame is None else frame.name
+        return str(self._call(Kind.IMPORT_MEMORY, body, fds)["id"])
+
+    def import_fence(self, fence: Fence | None = None, *, name: str | None = None) -> str:
+        body: dict[str, Any] = {"fence_type": "host_timeline"}
+        fds: list[int] = []
+        if fence is not None and fence.name is None:
+            fds = [fence.fd]
+        else:
+            body["name"] = name if fence is None else fence.name
+        return str(self._call(Kind.IMPORT_FENCE, body, fds)["id"])
+
+    def create_session(
+        self,
+        model: str,
+        inputs: dict[str, View],
+        outputs: dict[str, View],
+        wait_fence: str,
+        signal_fence: str,
+    ) -> dict[str, Any]:
+        body = {
+            "model": model,
+            "inputs": {k: v.body() for k, v in inputs.items()},
+            "outputs": {k: v.body() for k, v in outputs.items()},
+            "wait_fence": wait_fence,
+            "signal_fence": signal_fence,
+        }
+        return dict(self._call(Kind.CREATE_SESSION, body))
+
+    def run(
+        self,
+        session_id: str,
+        wait_value: int,
+        signal_value: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> codec.RunReply:
+        """Waits for the input fence, runs, signals; returns what the service signalled."""
+        rid = next(self._ids)
+        frame = codec.encode_run(
+            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
+        )
+        return codec.decode_run_reply(self._exchange(frame, rid).body)
+
+    def describe(self, kind: str, id: str) -> dict[str, Any]:
+        return dict(self._call(Kind.DESCRIBE, {"kind": kind, "id": id}))
+
+    def release_memory(self, id: str) -> None:
+        self._call(Kind.RELEASE_MEMORY, {"id": id})
+
+    def release_fence(self, id: str) -> None:
+        self._call(Kind.RELEASE_FENCE, {"id": id})
+
+    def release_session(self, id: str) -> None:
+        self._call(Kind.RELEASE_SESSION, {"id": id})
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._sock.close()
+
+    def __enter__(self) -> IpcClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

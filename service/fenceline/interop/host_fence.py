@@ -1,0 +1,68 @@
+"""Host timeline fences (docs/fences.md): a shared page with a 64-bit value and a futex."""
+
+from __future__ import annotations
+
+import os
+
+from fenceline import _native
+from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unsupported
+from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
+
+
+class FenceImport:
+    """An imported timeline fence. ``close()`` unmaps it once no wait holds it."""
+
+    def __init__(self, kind: str, handle: _native.HostFence, name: str) -> None:
+        self.kind = kind
+        self.handle = handle
+        self.name = name
+
+    @property
+    def value(self) -> int:
+        return int(self.handle.value)
+
+    @property
+    def status(self) -> int:
+        return int(self.handle.status)
+
+    def wait(self, value: int, timeout_ns: int, spin_ns: int) -> None:
+        """Returns once the fence reaches ``value``; raises TimedOut or DeviceLost."""
+        r = self.handle.wait(value, timeout_ns, spin_ns)
+        if r == _native.WAIT_REACHED:
+            return
+        if r == _native.WAIT_TIMED_OUT:
+            raise TimedOut(
+                f"fence did not reach {value} within {timeout_ns / 1e6:g} ms "
+                f"(it is at {self.value})"
+            )
+        if r == _native.WAIT_ABANDONED:
+            raise DeviceLost("the input fence was abandoned by its signaller")
+        raise DeviceLost(f"the input fence reports an error at value {self.value}")
+
+    def signal(self, value: int) -> None:
+        self.handle.signal(value)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def import_fence(kind: str, *, name: str | None = None, fd: int | None = None) -> FenceImport:
+    """Opens a renderer's fence. A received ``fd`` is owned from here on, also when this raises."""
+    try:
+        if kind not in FENCE_TYPES:
+            raise InvalidArgument(
+                f"unknown fence_type {kind!r}; use one of {', '.join(FENCE_TYPES)}"
+            )
+        if not can_import_fence(kind):
+            raise Unsupported(f"fence_type {kind!r} cannot be imported on this machine")
+        if fd is not None:
+            owned, fd = fd, None
+            return FenceImport(kind, _native.HostFence.from_fd(owned), name or "")
+        if not name:
+            raise InvalidArgument(
+                "a host_timeline fence needs its shared-memory name, or an fd over the IPC socket"
+            )
+        return FenceImport(kind, _native.HostFence.open_shm(name), name)
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -1,0 +1,303 @@
+"""The IPC server: one thread per connection, so a per-frame RUN goes from socket to model and
+back without the event loop. Each connection owns what it creates; closing it (or the renderer
+dying) releases everything."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fenceline import __version__, _native
+from fenceline.api.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
+from fenceline.errors import FencelineError, InvalidRequest
+from fenceline.ipc import codec
+from fenceline.ipc.codec import Kind
+from fenceline.runtime.service import Runtime, ViewSpec
+from fenceline.runtime.session import Session
+from fenceline.waiting import AdaptiveSpin
+
+log = logging.getLogger("fenceline.ipc")
+
+
+def default_socket_path() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/fenceline-{os.getuid()}"
+    return Path(base) / "fenceline" / "fenceline.sock"
+
+
+def _parse(model: type[BaseModel], body: bytes) -> Any:
+    try:
+        return model.model_validate(codec.decode_json(body))
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        raise InvalidRequest(f"invalid request: {loc or 'body'}: {first.get('msg')}") from None
+
+
+class Connection:
+    def __init__(self, server: IpcServer, sock: socket.socket, number: int) -> None:
+        self.server = server
+        self.sock = sock
+        self.owner = f"ipc:{number}"
+        self.runtime = server.runtime
+        # RUN looks sessions up by their raw id; the cache holds only this owner's sessions.
+        self._sessions: dict[bytes, Session] = {}
+        self._spin = AdaptiveSpin(server.spin_ns)
+        self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
+        self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
+            Kind.HELLO: self._hello,
+            Kind.IMPORT_MEMORY: self._import_memory,
+            Kind.RELEASE_MEMORY: lambda b, f: self.runtime.release_memory(self.owner, self._id(b)),
+            Kind.IMPORT_FENCE: self._import_fence,
+            Kind.RELEASE_FENCE: lambda b, f: self.runtime.release_fence(self.owner, self._id(b)),
+            Kind.CREATE_SESSION: self._create_session,
+            Kind.RELEASE_SESSION: self._release_session,
+            Kind.DESCRIBE: self._describe,
+        }
+
+    # -- loop -----------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        fd = self.sock.fileno()
+        metrics = self.runtime.metrics
+        try:
+            while True:
+                budget = self._spin.budget_ns()
+                t0 = time.perf_counter_ns()
+                try:
+                    data, fds = _native.recv_message(fd, codec.MAX_FRAME, codec.MAX_FDS, budget)
+                except FencelineError as e:  # oversized frame or too many fds: consumed
+                    self._send(codec.encode_error(0, e))
+                    continue
+                except OSError:
+                    break
+                self._spin.observe(time.perf_counter_ns() - t0)
+                if data is None:
+                    break
+                request_id = 0
+                try:
+                    frame = codec.decode(data)
+                    request_id = frame.request_id
+                    if frame.kind == Kind.RUN:
+                        self._close_fds(fds)
+                        if fds:
+                            raise InvalidRequest("RUN carries no fds")
+                        reply = self._run(frame)
+                    else:
+                        reply = self._control(frame, fds)
+                except FencelineError as e:
+                    metrics.errors.labels("ipc", e.code).inc()
+                    reply = codec.encode_error(request_id, e)
+                except Exception:
+                    log.exception("unexpected error on %s", self.owner)
+                    metrics.errors.labels("ipc", "internal").inc()
+                    reply = codec.encode_error(request_id, FencelineError("internal error; see the service log"))
+                if not self._send(reply):
+                    break
+        finally:
+            self.close()
+
+    def _send(self, data: bytes) -> bool:
+        try:
+            self.sock.send(data)
+            return True
+        except OSError:
+            return False
+
+    @staticmethod
+    def _close_fds(fds: list[int]) -> None:
+        for f in fds:
+            with contextlib.suppress(OSError):
+                os.close(f)
+
+    def _control(self, frame: codec.Frame, fds: list[int]) -> bytes:
+        handler = self._handlers.get(frame.kind)
+        try:
+            if handler is None:
+                raise InvalidRequest(f"unknown message kind 0x{frame.kind:04x}")
+            result = handler(frame.body, fds)
+            fds = []  # the handler took them
+        finally:
+            self._close_fds(fds)
+        return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
+
+    def _run(self, frame: codec.Frame) -> bytes:
+        run = codec.decode_run(frame.body)
+        session = self._sessions.get(run.session_id)
+        if session is None:
+            session = self.runtime.session(self.owner, run.session_id.hex())
+            self._sessions[run.session_id] = session
+        r = self.runtime.run_session(
+            session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc"
+        )
+        return codec.encode_run_reply(
+            frame.request_id,
+            codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000, r.total_ns // 1000),
+        )
+
+    # -- control handlers -----------------------------------------------------------------
+
+    @staticmethod
+    def _id(body: bytes) -> str:
+        obj = codec.decode_json(body)
+        if not isinstance(obj.get("id"), str):
+            raise InvalidRequest("this message needs {\"id\": \"...\"}")
+        return str(obj["id"])
+
+    @staticmethod
+    def _one_fd(fds: list[int], what: str) -> int | None:
+        if len(fds) > 1:
+            raise InvalidRequest(f"{what} takes at most one fd, got {len(fds)}")
+        return fds.pop() if fds else None
+
+    def _hello(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        hello = codec.decode_json(body)
+        log.info("%s: hello from %s", self.owner, str(hello.get("client", "?"))[:64])
+        return {
+            "server": "fenceline",
+            "version": __version__,
+            "protocol": codec.VERSION,
+            "capabilities": self.runtime.capabilities(),
+        }
+
+    def _import_memory(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        req = _parse(MemoryImportRequest, body)
+        fd = self._one_fd(fds, "IMPORT_MEMORY")
+        if fd is not None and req.handle_type == "host_shm":
+            os.close(fd)
+            raise InvalidRequest("host_shm memory is opened by name; send no fd")
+        return self.runtime.import_memory(
+            self.owner, req.handle_type, name=req.name, fd=fd, size_bytes=req.size_bytes,
+            offset_bytes=req.offset_bytes, access=req.access,
+        )
+
+    def _import_fence(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        req = _parse(FenceImportRequest, body)
+        fd = self._one_fd(fds, "IMPORT_FENCE")
+        return self.runtime.import_fence(self.owner, req.fence_type, name=req.name, fd=fd)
+
+    def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        req = _parse(SessionCreateRequest, body)
+
+        def specs(views: dict[str, Any]) -> dict[str, ViewSpec]:
+            return {n: ViewSpec(v.memory, v.offset_bytes, v.datatype, list(v.shape)) for n, v in views.items()}
+
+        return self.runtime.create_session(
+            self.owner, req.model, specs(req.inputs), specs(req.outputs), req.wait_fence,
+            req.signal_fence,
+        )
+
+    def _release_session(self, body: bytes, fds: list[int]) -> None:
+        sid = self._id(body)
+        self.runtime.release_session(self.owner, sid)
+        with contextlib.suppress(ValueError):
+            self._sessions.pop(bytes.fromhex(sid), None)
+
+    def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        obj = codec.decode_json(body)
+        kind, id_ = obj.get("kind"), self._id(body)
+        describe = {
+            "memory": self.runtime.describe_memory,
+            "fence": self.runtime.describe_fence,
+            "session": self.runtime.describe_session,
+        }.get(str(kind))
+        if describe is None:
+            raise InvalidRequest("DESCRIBE kind is memory, fence or session")
+        return describe(self.owner, id_)
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.server.forget(self):
+            self._sessions.clear()
+            try:
+                self.runtime.release_owner(self.owner)
+            finally:
+                with contextlib.suppress(OSError):
+                    self.sock.close()
+                self.runtime.metrics.ipc_connections.dec()
+
+
+class IpcServer:
+    def __init__(self, runtime: Runtime, path: Path | None = None, spin_ns: int = 100_000) -> None:
+        self.runtime = runtime
+        self.path = Path(path) if path is not None else default_socket_path()
+        self.spin_ns = spin_ns
+        self._sock: socket.socket | None = None
+        self._connections: set[Connection] = set()
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.path.exists() or self.path.is_symlink():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                probe.connect(str(self.path))
+            except OSError:
+                self.path.unlink()  # a stale socket left by a service that died
+            else:
+                raise FencelineError(f"another service is listening on {self.path}")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        sock.listen(64)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
+        self._thread.start()
+        log.info("IPC socket listening on %s", self.path)
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            c = Connection(self, conn, next(self._numbers))
+            with self._lock:
+                self._connections.add(c)
+            self.runtime.metrics.ipc_connections.inc()
+            self.runtime.metrics.ipc_connections_total.inc()
+            c.thread.start()
+
+    def forget(self, c: Connection) -> bool:
+        with self._lock:
+            if c in self._connections:
+                self._connections.remove(c)
+                return True
+            return False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.close()
+            self._sock = None
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            conns = list(self._connections)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.sock.shutdown(socket.SHUT_RDWR)
+        for c in conns:
+            c.thread.join(timeout)

@@ -1,0 +1,70 @@
+"""Every Prometheus metric of the service, in one place.
+
+Names follow ``fenceline_<subsystem>_<name>_<unit>``; labels are bounded (model names, handle
+kinds, transports, error codes; never object ids). The registry is injected, so each test and
+each service gets its own.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# 5 us .. 5 s: small frames over IPC take tens of microseconds, 4K frames milliseconds.
+LATENCY_BUCKETS = (
+    5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+    1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 5.0,
+)  # fmt: skip
+
+TRANSPORTS = ("http", "ipc", "kserve")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.runs = Counter(
+            "fenceline_session_runs_total", "Session runs that completed.", ["model", "transport"],
+            registry=r,
+        )
+        self.run_seconds = Histogram(
+            "fenceline_session_run_duration_seconds",
+            "Wait + infer + signal time of a run, inside the service.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.wait_seconds = Histogram(
+            "fenceline_session_wait_duration_seconds",
+            "Time a run waited for its input fence.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.infer_seconds = Histogram(
+            "fenceline_session_infer_duration_seconds",
+            "onnxruntime run time of a run.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.sessions = Gauge(
+            "fenceline_session_active", "Sessions that exist now.", ["model"], registry=r
+        )
+        self.imported_bytes = Gauge(
+            "fenceline_interop_imported_bytes", "Bytes of renderer memory mapped now.",
+            ["kind"], registry=r,
+        )
+        self.imported_handles = Gauge(
+            "fenceline_interop_imported_handles", "Memory and fence handles imported now.",
+            ["kind"], registry=r,
+        )
+        self.ipc_connections = Gauge(
+            "fenceline_ipc_open_connections", "IPC connections open now.", registry=r
+        )
+        self.ipc_connections_total = Counter(
+            "fenceline_ipc_connections_total", "IPC connections accepted.", registry=r
+        )
+        self.errors = Counter(
+            "fenceline_api_errors_total", "Requests that ended in an error, by code.",
+            ["transport", "code"], registry=r,
+        )
+
+    def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
+        self.runs.labels(model, transport).inc()
+        self.run_seconds.labels(model).observe(run_s)
+        self.wait_seconds.labels(model).observe(wait_s)
+        self.infer_seconds.labels(model).observe(infer_s)

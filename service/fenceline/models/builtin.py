@@ -1,0 +1,92 @@
+"""Small real models, written as ONNX graphs with the onnx helper.
+
+- ``add_<h>x<w>``: y = x + 1 over 1x3xHxW FP32, the synthetic frame model of the benchmarks.
+- ``image_filter``: a real image operation for the demo: a depthwise 3x3 sharpen convolution,
+  then exposure and Reinhard tone mapping with display gamma, over 1x3x720x1280 FP32.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8  # readable by every onnxruntime since 1.10
+
+
+def _model(graph: onnx.GraphProto) -> bytes:
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = IR_VERSION
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+def add_model(shape: list[int], datatype: int = TensorProto.FLOAT) -> bytes:
+    x = helper.make_tensor_value_info("x", datatype, shape)
+    y = helper.make_tensor_value_info("y", datatype, shape)
+    np_type = helper.tensor_dtype_to_np_dtype(datatype)
+    one = numpy_helper.from_array(np.ones([1], dtype=np_type), "one")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "add", [x], [y], [one])
+    return _model(graph)
+
+
+def image_filter_model(height: int = 720, width: int = 1280, exposure: float = 1.6) -> bytes:
+    shape = [1, 3, height, width]
+    sharpen = np.array([[0, -1, 0], [-1, 5, -1], [0, -1, 0]], dtype=np.float32)
+    weights = np.stack([sharpen[None]] * 3)  # 3x1x3x3, one kernel per channel
+    inits = [
+        numpy_helper.from_array(weights, "sharpen"),
+        numpy_helper.from_array(np.array([exposure], dtype=np.float32), "exposure"),
+        numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one"),
+        numpy_helper.from_array(np.array([1 / 2.2], dtype=np.float32), "inv_gamma"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "sharpen"], ["sharp"], group=3, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["sharp"], ["positive"]),
+        helper.make_node("Mul", ["positive", "exposure"], ["exposed"]),
+        helper.make_node("Add", ["exposed", "one"], ["denominator"]),
+        helper.make_node("Div", ["exposed", "denominator"], ["mapped"]),
+        helper.make_node("Pow", ["mapped", "inv_gamma"], ["display"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "image_filter",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("display", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return _model(graph)
+
+
+BUILTIN: dict[str, Callable[[], bytes]] = {
+    "add_64x64": lambda: add_model([1, 3, 64, 64]),
+    "add_720p": lambda: add_model([1, 3, 720, 1280]),
+    "add_1080p": lambda: add_model([1, 3, 1080, 1920]),
+    "add_4k": lambda: add_model([1, 3, 2160, 3840]),
+    "add_64x64_fp16": lambda: add_model([1, 3, 64, 64], TensorProto.FLOAT16),
+    "image_filter": lambda: image_filter_model(),
+}
+
+
+def build_repository(root: Path, names: list[str] | None = None) -> Path:
+    """Writes ``root/<name>/1/model.onnx`` for each builtin model not already there."""
+    for name in names if names is not None else list(BUILTIN):
+        path = root / name / "1" / "model.onnx"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(BUILTIN[name]())
+            tmp.replace(path)
+    return root
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("FENCELINE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fenceline"
+    )
+    return Path(base) / "models"

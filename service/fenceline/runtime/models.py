@@ -1,0 +1,174 @@
+"""The model repository: Triton's layout ``DIR/<name>/<version>/model.onnx`` plus explicit
+``NAME=PATH`` models, each loaded once into an onnxruntime session.
+
+A model directory may hold ``config.json`` with per-model settings::
+
+    {"execution_provider": "cpu", "intra_op_threads": 0}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import onnxruntime as ort
+
+from fenceline.errors import InvalidArgument, NotFound, Unsupported
+from fenceline.interop.datatypes import Datatype, from_ort
+
+log = logging.getLogger("fenceline.runtime")
+
+ExecutionProvider = Literal["cpu", "cuda"]
+PROVIDERS: dict[str, str] = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: Datatype
+    shape: list[int]  # -1 for a dimension the model leaves free
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype.name, "shape": self.shape}
+
+    def check(self, dt: Datatype, shape: list[int], role: str) -> None:
+        if dt != self.datatype:
+            raise InvalidArgument(
+                f"{role} {self.name!r} is {self.datatype.name} in the model, not {dt.name}"
+            )
+        if len(shape) != len(self.shape) or any(
+            want not in (-1, got) for want, got in zip(self.shape, shape, strict=True)
+        ):
+            raise InvalidArgument(
+                f"{role} {self.name!r} has shape {self.shape} in the model, not {shape}"
+            )
+        if any(d <= 0 for d in shape):
+            raise InvalidArgument(f"{role} {self.name!r}: every dimension must be positive")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    execution_provider: ExecutionProvider = "cpu"
+    intra_op_threads: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> ModelSettings:
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidArgument(f"cannot read model settings {path}: {e}") from None
+        unknown = set(raw) - {"execution_provider", "intra_op_threads"}
+        if unknown:
+            raise InvalidArgument(f"{path}: unknown settings {sorted(unknown)}")
+        ep = raw.get("execution_provider", "cpu")
+        if ep not in PROVIDERS:
+            raise InvalidArgument(f"{path}: execution_provider is one of {sorted(PROVIDERS)}")
+        return cls(ep, int(raw.get("intra_op_threads", 0)))
+
+
+def _spec(arg: Any) -> TensorSpec:
+    dt = from_ort(arg.type)
+    if dt is None:
+        raise Unsupported(f"model tensor {arg.name!r} has unsupported type {arg.type}")
+    shape = [d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or [])]
+    return TensorSpec(arg.name, dt, shape)
+
+
+@dataclass
+class Model:
+    name: str
+    version: str
+    path: Path
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    session: ort.InferenceSession | None = None
+    inputs: dict[str, TensorSpec] = field(default_factory=dict)
+    outputs: dict[str, TensorSpec] = field(default_factory=dict)
+
+    def load(self) -> None:
+        provider = PROVIDERS[self.settings.execution_provider]
+        if provider not in ort.get_available_providers():
+            raise Unsupported(
+                f"model {self.name!r} asks for {provider}, which this onnxruntime lacks"
+            )
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.settings.intra_op_threads
+        # Idle intra-op threads would otherwise spin after each run and take the cores that
+        # renderers and fence waiters need on small machines.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
+        except Exception as e:  # onnxruntime raises its own types for a bad file
+            raise InvalidArgument(f"model {self.name!r} at {self.path} does not load: {e}") from e
+        self.inputs = {a.name: _spec(a) for a in self.session.get_inputs()}
+        self.outputs = {a.name: _spec(a) for a in self.session.get_outputs()}
+
+    @property
+    def device(self) -> str:
+        return self.settings.execution_provider
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": "onnxruntime_onnx",
+            "inputs": [s.metadata() for s in self.inputs.values()],
+            "outputs": [s.metadata() for s in self.outputs.values()],
+        }
+
+
+class ModelRepository:
+    def __init__(self) -> None:
+        self._models: dict[str, Model] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_sources(
+        cls, repository: Path | None = None, models: dict[str, Path] | None = None
+    ) -> ModelRepository:
+        repo = cls()
+        if repository is not None:
+            repo.scan(repository)
+        for name, path in (models or {}).items():
+            repo.add(Model(name, "1", Path(path)))
+        return repo
+
+    def scan(self, root: Path) -> None:
+        if not root.is_dir():
+            raise InvalidArgument(f"model repository {root} is not a directory")
+        for model_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            versions = sorted(
+                (v for v in model_dir.iterdir() if v.name.isdigit() and (v / "model.onnx").is_file()),
+                key=lambda v: int(v.name),
+            )
+            if not versions:
+                log.warning("skipping %s: no <version>/model.onnx inside", model_dir)
+                continue
+            settings_path = model_dir / "config.json"
+            settings = ModelSettings.load(settings_path) if settings_path.is_file() else ModelSettings()
+            latest = versions[-1]
+            self.add(Model(model_dir.name, latest.name, latest / "model.onnx", settings))
+
+    def add(self, model: Model) -> None:
+        if not model.path.is_file():
+            raise InvalidArgument(f"model {model.name!r}: no file at {model.path}")
+        model.load()
+        with self._lock:
+            self._models[model.name] = model
+        log.info("loaded model %s version %s from %s", model.name, model.version, model.path)
+
+    def get(self, name: str, version: str | None = None) -> Model:
+        model = self._models.get(name)
+        if model is None or (version not in (None, "", model.version)):
+            suffix = f" version {version}" if version else ""
+            raise NotFound(f"no model named {name!r}{suffix}")
+        return model
+
+    def names(self) -> list[str]:
+        return sorted(self._models)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._models.values()))

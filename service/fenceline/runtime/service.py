@@ -1,0 +1,344 @@
+"""The runtime: one object table of imports and sessions, owned by clients, driven by every
+transport. HTTP requests act as owner ``"http"``; each IPC connection is its own owner, and
+everything it created is released when it closes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from fenceline.interop.capabilities import capabilities
+from fenceline.interop.datatypes import datatype
+from fenceline.interop.host_fence import FenceImport, import_fence
+from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, import_memory
+from fenceline.metrics import Metrics
+from fenceline.runtime.models import ModelRepository
+from fenceline.runtime.session import RunResult, Session
+
+log = logging.getLogger("fenceline.runtime")
+
+T = TypeVar("T")
+
+
+@dataclass
+class Entry(Generic[T]):
+    id: str
+    owner: str
+    obj: T
+    users: set[str] = field(default_factory=set)  # ids of sessions that use it
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    memory: str
+    offset_bytes: int
+    datatype: str
+    shape: list[int]
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    default_timeout_ms: int = 10_000
+    max_timeout_ms: int = 600_000
+    spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
+    max_sessions_per_owner: int = 256
+    max_imports_per_owner: int = 1024
+
+
+class Table(Generic[T]):
+    """Objects by unguessable id. An id of another owner is reported as not found."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.entries: dict[str, Entry[T]] = {}
+
+    def add(self, owner: str, obj: T) -> Entry[T]:
+        entry = Entry(secrets.token_hex(16), owner, obj)
+        self.entries[entry.id] = entry
+        return entry
+
+    def get(self, owner: str, id: str) -> Entry[T]:
+        entry = self.entries.get(id)
+        if entry is None or entry.owner != owner:
+            raise NotFound(f"no {self.kind} with id {id!r}")
+        return entry
+
+    def owned_by(self, owner: str) -> list[Entry[T]]:
+        return [e for e in self.entries.values() if e.owner == owner]
+
+
+class Runtime:
+    def __init__(
+        self,
+        models: ModelRepository,
+        metrics: Metrics | None = None,
+        settings: RuntimeSettings | None = None,
+    ) -> None:
+        self.models = models
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.settings = settings or RuntimeSettings()
+        self.memory: Table[MemoryImport] = Table("memory")
+        self.fences: Table[FenceImport] = Table("fence")
+        self.sessions: Table[Session] = Table("session")
+        self._lock = threading.RLock()
+
+    # -- capabilities ---------------------------------------------------------------------
+
+    def capabilities(self) -> dict[str, Any]:
+        return capabilities()
+
+    # -- memory ---------------------------------------------------------------------------
+
+    def _check_import_quota(self, owner: str) -> None:
+        n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
+        if n >= self.settings.max_imports_per_owner:
+            raise ResourceExhausted(
+                f"at most {self.settings.max_imports_per_owner} imports per client"
+            )
+
+    def import_memory(
+        self,
+        owner: str,
+        handle_type: str,
+        *,
+        name: str | None = None,
+        fd: int | None = None,
+        size_bytes: int = 0,
+        offset_bytes: int = 0,
+        access: Access = "read_write",
+    ) -> dict[str, Any]:
+        try:
+            with self._lock:
+                self._check_import_quota(owner)
+        except Exception:
+            if fd is not None:
+                os.close(fd)
+            raise
+        mem = import_memory(
+            handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+            access=access,
+        )
+        with self._lock:
+            entry = self.memory.add(owner, mem)
+        self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
+        self.metrics.imported_handles.labels(mem.kind).inc()
+        return self._memory_info(entry)
+
+    def _memory_info(self, e: Entry[MemoryImport]) -> dict[str, Any]:
+        m = e.obj
+        return {
+            "id": e.id,
+            "handle_type": m.kind,
+            "name": m.name,
+            "size_bytes": m.size_bytes,
+            "offset_bytes": m.offset_bytes,
+            "access": m.access,
+            "device": m.device,
+            "sessions": len(e.users),
+        }
+
+    def describe_memory(self, owner: str, id: str) -> dict[str, Any]:
+        with self._lock:
+            return self._memory_info(self.memory.get(owner, id))
+
+    def release_memory(self, owner: str, id: str) -> None:
+        with self._lock:
+            entry = self.memory.get(owner, id)
+            if entry.users:
+                raise Conflict(f"memory {id} is in use by {len(entry.users)} session(s)")
+            del self.memory.entries[id]
+        self._close_memory(entry.obj)
+
+    def _close_memory(self, mem: MemoryImport) -> None:
+        mem.close()
+        self.metrics.imported_bytes.labels(mem.kind).dec(mem.size_bytes)
+        self.metrics.imported_handles.labels(mem.kind).dec()
+
+    # -- fences ---------------------------------------------------------------------------
+
+    def import_fence(
+        self, owner: str, fence_type: str, *, name: str | None = None, fd: int | None = None
+    ) -> dict[str, Any]:
+        try:
+            with self._lock:
+                self._check_import_quota(owner)
+        except Exception:
+            if fd is not None:
+                os.close(fd)
+            raise
+        fence = import_fence(fence_type, name=name, fd=fd)
+        with self._lock:
+            entry = self.fences.add(owner, fence)
+        self.metrics.imported_handles.labels(fence.kind).inc()
+        return self._fence_info(entry)
+
+    def _fence_info(self, e: Entry[FenceImport]) -> dict[str, Any]:
+        f = e.obj
+        return {
+            "id": e.id,
+            "fence_type": f.kind,
+            "name": f.name,
+            "value": f.value,
+            "status": f.status,
+            "sessions": len(e.users),
+        }
+
+    def describe_fence(self, owner: str, id: str) -> dict[str, Any]:
+        with self._lock:
+            return self._fence_info(self.fences.get(owner, id))
+
+    def release_fence(self, owner: str, id: str) -> None:
+        with self._lock:
+            entry = self.fences.get(owner, id)
+            if entry.users:
+                raise Conflict(f"fence {id} is in use by {len(entry.users)} session(s)")
+            del self.fences.entries[id]
+        self._close_fence(entry.obj)
+
+    def _close_fence(self, fence: FenceImport) -> None:
+        fence.close()
+        self.metrics.imported_handles.labels(fence.kind).dec()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        owner: str,
+        model: str,
+        inputs: dict[str, ViewSpec],
+        outputs: dict[str, ViewSpec],
+        wait_fence: str,
+        signal_fence: str,
+    ) -> dict[str, Any]:
+        m = self.models.get(model)
+        with self._lock:
+            if len(self.sessions.owned_by(owner)) >= self.settings.max_sessions_per_owner:
+                raise ResourceExhausted(
+                    f"at most {self.settings.max_sessions_per_owner} sessions per client"
+                )
+            wait = self.fences.get(owner, wait_fence)
+            signal = self.fences.get(owner, signal_fence)
+            used: list[Entry[MemoryImport]] = []
+            bound: list[dict[str, TensorBinding]] = []
+            for role, specs in (("input", inputs), ("output", outputs)):
+                views: dict[str, TensorBinding] = {}
+                for tensor, spec in specs.items():
+                    mem_entry = self.memory.get(owner, spec.memory)
+                    try:
+                        views[tensor] = mem_entry.obj.view(
+                            spec.offset_bytes, datatype(spec.datatype), list(spec.shape),
+                            need_write=role == "output",
+                        )
+                    except InvalidArgument as e:
+                        raise InvalidArgument(f"{role} {tensor!r}: {e.message}") from None
+                    used.append(mem_entry)
+                bound.append(views)
+            session = Session(m, bound[0], bound[1], wait.obj, signal.obj)
+            entry = self.sessions.add(owner, session)
+            for e in (*used, wait, signal):
+                e.users.add(entry.id)
+        self.metrics.sessions.labels(m.name).inc()
+        return self._session_info(entry)
+
+    def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
+        info = {"id": e.id, **e.obj.describe()}
+        ids = {id(m.obj): m.id for m in self.memory.owned_by(e.owner)}
+        for role in ("inputs", "outputs"):
+            for name, binding in getattr(e.obj, role).items():
+                info[role][name]["memory"] = ids.get(id(binding.memory), "")
+        fence_ids = {id(f.obj): f.id for f in self.fences.owned_by(e.owner)}
+        info["wait_fence"] = fence_ids.get(id(e.obj.wait_fence), "")
+        info["signal_fence"] = fence_ids.get(id(e.obj.signal_fence), "")
+        return info
+
+    def describe_session(self, owner: str, id: str) -> dict[str, Any]:
+        with self._lock:
+            return self._session_info(self.sessions.get(owner, id))
+
+    def release_session(self, owner: str, id: str) -> None:
+        with self._lock:
+            entry = self.sessions.get(owner, id)
+            del self.sessions.entries[id]
+        entry.obj.close()  # waits for a run in flight, outside the table lock
+        with self._lock:
+            for table in (self.memory, self.fences):
+                for e in table.entries.values():  # type: ignore[attr-defined]
+                    e.users.discard(id)
+        self.metrics.sessions.labels(entry.obj.model.name).dec()
+
+    def session(self, owner: str, id: str) -> Session:
+        with self._lock:
+            return self.sessions.get(owner, id).obj
+
+    def run(
+        self,
+        owner: str,
+        session_id: str,
+        wait_value: int,
+        signal_value: int | None = None,
+        timeout_ms: int | None = None,
+        *,
+        transport: str = "http",
+    ) -> RunResult:
+        session = self.session(owner, session_id)
+        return self.run_session(session, wait_value, signal_value, timeout_ms, transport=transport)
+
+    def run_session(
+        self,
+        session: Session,
+        wait_value: int,
+        signal_value: int | None,
+        timeout_ms: int | None,
+        *,
+        transport: str,
+    ) -> RunResult:
+        s = self.settings
+        if timeout_ms is None:
+            timeout_ms = s.default_timeout_ms
+        if not 0 <= timeout_ms <= s.max_timeout_ms:
+            raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
+        if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
+            raise InvalidArgument("fence values are unsigned 64-bit integers")
+        result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+        self.metrics.observe_run(
+            session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
+            result.infer_ns / 1e9,
+        )
+        return result
+
+    # -- owners ---------------------------------------------------------------------------
+
+    def release_owner(self, owner: str) -> int:
+        """Releases everything `owner` created: sessions, then memory and fences."""
+        with self._lock:
+            session_ids = [e.id for e in self.sessions.owned_by(owner)]
+        for sid in session_ids:
+            self.release_session(owner, sid)
+        with self._lock:
+            mems = self.memory.owned_by(owner)
+            fences = self.fences.owned_by(owner)
+            for e in mems:
+                del self.memory.entries[e.id]
+            for f in fences:
+                del self.fences.entries[f.id]
+        for e in mems:
+            self._close_memory(e.obj)
+        for f in fences:
+            self._close_fence(f.obj)
+        n = len(session_ids) + len(mems) + len(fences)
+        if n:
+            log.info("released %d objects of %s", n, owner)
+        return n
+
+    def owners(self) -> set[str]:
+        with self._lock:
+            return {e.owner for t in (self.memory, self.fences, self.sessions) for e in t.entries.values()}  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        for owner in self.owners():
+            self.release_owner(owner)
