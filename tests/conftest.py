@@ -3,6 +3,7 @@ process's fds and mappings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -47,10 +48,8 @@ class Service:
         """What the service's open fds point at."""
         out = []
         for fd in os.listdir(f"/proc/{self.pid}/fd"):
-            try:
+            with contextlib.suppress(OSError):  # closed between listdir and readlink
                 out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
-            except OSError:
-                pass
         return out
 
     def settled_fds(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> list[str]:
