@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,6 +17,17 @@ class Row:
     samples_s: list[float] = field(repr=False)
     note: str = ""
     cpu_per_frame_us: float | None = None
+    datatype: str = "FP32"
+    renderers: int = 1
+    mode: str = "sync"  # or "pipelined": two frames in flight per renderer
+    model: str = ""
+    throughput_fps: float | None = None
+    check: str = ""  # "equal": outputs equal to a direct onnxruntime run; "differs"; "" unchecked
+
+    @property
+    def group(self) -> tuple[str, str, int, str]:
+        """Rows of one group ran the same scenario; ratios compare within a group."""
+        return (self.size, self.datatype, self.renderers, self.mode)
 
     @property
     def p50_us(self) -> float:
@@ -46,25 +59,6 @@ def fmt_us(us: float) -> str:
     return f"{us / 1e3:8.2f} ms" if us >= 10_000 else f"{us:8.1f} us"
 
 
-def table(rows: list[Row], floors: dict[str, Row]) -> str:
-    """One line per row; `x floor` is p50 over the in-process p50 of the same size."""
-    head = (
-        f"{'size':<10} {'transport':<28} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} "
-        f"{'x floor':>8}  {'cpu/frame':>10}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        floor = floors.get(r.size)
-        ratio = f"{r.p50_us / floor.p50_us:7.2f}x" if floor and floor.p50_us > 0 else "       -"
-        cpu = f"{r.cpu_per_frame_us:8.1f}us" if r.cpu_per_frame_us is not None else ""
-        lines.append(
-            f"{r.size:<10} {r.transport:<28} {len(r.samples_s):>6} {fmt_us(r.p50_us):>11} "
-            f"{fmt_us(r.p99_us):>11} {fmt_us(r.mean_us):>11} {ratio:>8}  {cpu:>10}"
-            + (f"  {r.note}" if r.note else "")
-        )
-    return "\n".join(lines)
-
-
 class Progress:
     """A one-line progress bar on stderr."""
 
@@ -72,20 +66,31 @@ class Progress:
         self.total = max(total, 1)
         self.done = 0
         self.tty = sys.stderr.isatty()
+        self.start = time.monotonic()
+        self.width = max(60, min(shutil.get_terminal_size((100, 20)).columns - 1, 140))
 
     def step(self, label: str, n: int = 1) -> None:
+        """Shows that ``label`` starts now (the bar counts the rows before it as done)."""
+        bar_width = 24
+        filled = int(bar_width * self.done / self.total)
+        bar = "#" * filled + "." * (bar_width - filled)
+        elapsed = time.monotonic() - self.start
+        text = f"[{bar}] {self.done + 1}/{self.total} {elapsed:4.0f}s {label}"
         self.done += n
-        width = 30
-        filled = int(width * self.done / self.total)
-        bar = "#" * filled + "." * (width - filled)
-        text = f"[{bar}] {self.done}/{self.total} {label}"
         if self.tty:
-            sys.stderr.write("\r" + text.ljust(90))
+            sys.stderr.write("\r" + text[: self.width].ljust(self.width))
         else:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
+    def note(self, text: str) -> None:
+        """A line that stays, printed above the bar."""
+        if self.tty:
+            sys.stderr.write("\r" + " " * self.width + "\r")
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
     def close(self) -> None:
         if self.tty:
-            sys.stderr.write("\r" + " " * 90 + "\r")
+            sys.stderr.write("\r" + " " * self.width + "\r")
             sys.stderr.flush()

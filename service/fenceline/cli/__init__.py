@@ -24,6 +24,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info")
 
 
+def _names(text: str) -> list[str]:
+    """A comma-separated list; ``none`` is the empty one."""
+    return [] if text.strip() == "none" else [t.strip() for t in text.split(",") if t.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fenceline", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
@@ -37,9 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--out", type=Path, default=Path("fenceline-demo.png"),
                       help="where the before/after picture goes")
 
-    bench = sub.add_parser("bench", help="latency of IPC, HTTP and in-process runs")
-    bench.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
+    bench = sub.add_parser("bench", help="latency of every transport beside the floor and Triton")
+    bench.add_argument("--quick", action="store_true",
+                       help="a tiny configuration: two sizes, few frames (smoke test)")
     bench.add_argument("--json", type=Path, help="also write the results as JSON here")
+    bench.add_argument("--plot", type=Path, help="also draw the latency distributions as PNG here")
+    bench.add_argument("--peers", action="store_true",
+                       help="also start a real Triton (nvidia-pytriton) on loopback and measure it")
+    bench.add_argument("--sizes", type=_names, help="comma-separated: 64x64,720p,1080p,4K (none: real models only)")
+    bench.add_argument("--transports", type=_names,
+                       help="comma-separated: in-process,ipc,http,kserve-binary,system-shm,"
+                       "triton-binary,triton-shm,...")
+    bench.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
+                       help="also bench this ONNX model (free H and W of a 1x3xHxW input: 736x1280)")
+    bench.add_argument("--no-real-model", dest="real_model", action="store_false",
+                       help="leave out the packaged PP-OCRv4 text detector")
+    bench.add_argument("--seconds", type=float, help="time budget of each row (default per size)")
+    bench.add_argument("--gpu", action="store_true",
+                       help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
 
     args = parser.parse_args(argv)
     try:
@@ -51,9 +71,22 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.gpu:
+            try:
+                from fenceline.bench.gpu import run_gpu_bench
+            except ImportError:
+                print("fenceline: this build has no GPU bench", file=sys.stderr)
+                return 2
+            return int(run_gpu_bench(quick=args.quick, json_path=args.json))
         from fenceline.bench import run_bench
+        from fenceline.config import parse_model_arg
 
-        return run_bench(quick=args.quick, json_path=args.json)
+        return run_bench(
+            quick=args.quick, json_path=args.json, plot_path=args.plot, peers=args.peers,
+            sizes=args.sizes, transports=args.transports,
+            models=dict(parse_model_arg(m) for m in args.model), real_model=args.real_model,
+            seconds=args.seconds,
+        )
     except FencelineError as e:
         print(f"fenceline: {e.message}", file=sys.stderr)
         return 2

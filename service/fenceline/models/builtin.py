@@ -1,6 +1,7 @@
 """Small real models, written as ONNX graphs with the onnx helper.
 
-- ``add_<h>x<w>``: y = x + 1 over 1x3xHxW FP32, the synthetic frame model of the benchmarks.
+- ``add_<size>``: y = x + 1 over 1x3xHxW FP32 (``_fp16``: FP16), the synthetic frame model of
+  the benchmarks.
 - ``image_filter``: a real image operation for the demo: a depthwise 3x3 sharpen convolution,
   then exposure and Reinhard tone mapping with display gamma, over 1x3x720x1280 FP32.
 """
@@ -69,6 +70,9 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_1080p": lambda: add_model([1, 3, 1080, 1920]),
     "add_4k": lambda: add_model([1, 3, 2160, 3840]),
     "add_64x64_fp16": lambda: add_model([1, 3, 64, 64], TensorProto.FLOAT16),
+    "add_720p_fp16": lambda: add_model([1, 3, 720, 1280], TensorProto.FLOAT16),
+    "add_1080p_fp16": lambda: add_model([1, 3, 1080, 1920], TensorProto.FLOAT16),
+    "add_4k_fp16": lambda: add_model([1, 3, 2160, 3840], TensorProto.FLOAT16),
     "image_filter": lambda: image_filter_model(),
 }
 

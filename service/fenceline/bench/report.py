@@ -1,0 +1,167 @@
+"""What a run prints and writes: the table (grouped by scenario, with ratios against the floor
+and against Triton's system shared memory in the same scenario), the goals, and the JSON
+document."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from importlib import metadata
+from typing import Any
+
+from fenceline.bench.stats import Row, fmt_us, percentile
+
+FLOOR = "in-process"
+TRITON = "triton-shm"
+
+
+def _by_group(rows: list[Row]) -> dict[tuple[str, str, int, str], dict[str, Row]]:
+    out: dict[tuple[str, str, int, str], dict[str, Row]] = {}
+    for r in rows:
+        out.setdefault(r.group, {})[r.transport] = r
+    return out
+
+
+def ratios(rows: list[Row]) -> dict[int, dict[str, float | None]]:
+    """Per row (by id): p50 over the floor's p50, and Triton system-shm's p50 over the row's
+    (how many times faster than Triton) in the same scenario."""
+    groups = _by_group(rows)
+    out = {}
+    for r in rows:
+        g = groups[r.group]
+        floor, triton = g.get(FLOOR), g.get(TRITON)
+        out[id(r)] = {
+            "x_floor": r.p50_us / floor.p50_us if floor and floor.p50_us > 0 else None,
+            "x_triton_shm": triton.p50_us / r.p50_us if triton and r.p50_us > 0 else None,
+        }
+    return out
+
+
+def _group_label(g: tuple[str, str, int, str]) -> str:
+    size, dt, renderers, mode = g
+    who = "1 renderer" if renderers == 1 else f"{renderers} renderers"
+    return f"{size} {dt}, {who}, {mode}"
+
+
+def table(rows: list[Row]) -> str:
+    rs = ratios(rows)
+    head = (f"  {'transport':<14} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} {'frames/s':>9} "
+            f"{'x floor':>8} {'vs triton':>9} {'cpu/frame':>11} {'outputs':>8}")
+    lines: list[str] = []
+    for g, members in _by_group(rows).items():
+        lines += ["", _group_label(g), head, "  " + "-" * (len(head) - 2)]
+        for r in members.values():
+            x = rs[id(r)]
+            floor = f"{x['x_floor']:7.2f}x" if x["x_floor"] is not None else "-"
+            triton = f"{x['x_triton_shm']:8.1f}x" if x["x_triton_shm"] is not None else "-"
+            fps = f"{r.throughput_fps:9.0f}" if r.throughput_fps else "-"
+            cpu = fmt_us(r.cpu_per_frame_us) if r.cpu_per_frame_us is not None else "-"
+            lines.append(
+                f"  {r.transport:<14} {len(r.samples_s):>6} {fmt_us(r.p50_us):>11} "
+                f"{fmt_us(r.p99_us):>11} {fmt_us(r.mean_us):>11} {fps:>9} {floor:>8} "
+                f"{triton:>9} {cpu:>11} {r.check or '-':>8}" + (f"  {r.note}" if r.note else "")
+            )
+    lines += ["", "x floor: p50 over the in-process p50 of the same scenario (1.00x is the floor); "
+              "vs triton: Triton system-shm p50 over this p50 (times faster than Triton).",
+              "cpu/frame: user+sys of renderer and server processes per frame; outputs: equal "
+              "to a direct onnxruntime run."]
+    return "\n".join(lines)
+
+
+def _find(rows: list[Row], group: tuple[str, str, int, str], transport: str) -> Row | None:
+    return _by_group(rows).get(group, {}).get(transport)
+
+
+def goals(rows: list[Row], real_size: str | None = None) -> list[dict[str, Any]]:
+    """The issue's goals, as ratios of figures measured in this run. ``met`` is None when a
+    row it needs was not measured (``missing`` says which)."""
+    one = ("FP32", 1, "sync")
+    out: list[dict[str, Any]] = []
+
+    def goal(text: str, size: str, a: str, b: str, kind: str, target: float) -> None:
+        ra, rb = _find(rows, (size, *one), a), _find(rows, (size, *one), b)
+        entry: dict[str, Any] = {"goal": text, "target": target}
+        if ra is None or rb is None or ra.p50_us <= 0 or rb.p50_us <= 0:
+            entry.update(value=None, met=None,
+                         missing=[f"{size} {t}" for t, r in ((a, ra), (b, rb)) if r is None])
+        elif kind == "within":
+            v = ra.p50_us / rb.p50_us
+            entry.update(value=round(v, 3), met=v <= target)
+        elif kind == "ahead":
+            v = rb.p50_us / ra.p50_us
+            entry.update(value=round(v, 1), met=v >= target)
+        else:  # "within_us"
+            v = ra.p50_us - rb.p50_us
+            entry.update(value=round(v, 1), met=v <= target)
+        out.append(entry)
+
+    goal("IPC 1080p within 1.2x of the in-process floor", "1080p", "ipc", FLOOR, "within", 1.2)
+    goal("IPC 64x64 within 40 us of the in-process floor", "64x64", "ipc", FLOOR, "within_us",
+         40.0)
+    goal("IPC 1080p at least 10x ahead of Triton system shm", "1080p", "ipc", TRITON, "ahead",
+         10.0)
+    goal("IPC 64x64 at least 50x ahead of Triton system shm", "64x64", "ipc", TRITON, "ahead",
+         50.0)
+    if real_size is not None:
+        goal(f"real model ({real_size}) through IPC within 1.05x of the floor", real_size, "ipc",
+             FLOOR, "within", 1.05)
+    return out
+
+
+def format_goals(results: list[dict[str, Any]]) -> str:
+    lines = ["goals (ratios of p50 in this run):"]
+    for g in results:
+        if g["met"] is None:
+            lines.append(f"  {'-':>6}  {g['goal']}: not measured ({', '.join(g['missing'])})")
+        else:
+            lines.append(f"  {'met' if g['met'] else 'MISSED':>6}  {g['goal']}: {g['value']}")
+    return "\n".join(lines)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "arch": platform.machine(), "cpu": model, "cpus": os.cpu_count(),
+        "system": platform.platform(), "python": platform.python_version(),
+        "loadavg": [round(v, 2) for v in os.getloadavg()],
+    }
+
+
+def document(rows: list[Row], goal_results: list[dict[str, Any]], **extra: Any
+             ) -> dict[str, Any]:
+    rs = ratios(rows)
+    out_rows = []
+    for r in rows:
+        d = r.summary()
+        d.update(
+            {k: (round(v, 4) if v is not None else None) for k, v in rs[id(r)].items()},
+            p90_us=percentile(r.samples_s, 0.90) * 1e6, p1_us=percentile(r.samples_s, 0.01) * 1e6,
+            scenario=_group_label(r.group),
+        )
+        out_rows.append(d)
+    return {
+        "schema": 1,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "versions": {d: _version(d) for d in ("fenceline", "onnxruntime", "numpy", "tritonclient",
+                                              "nvidia-pytriton")},
+        **extra,
+        "rows": out_rows,
+        "goals": goal_results,
+    }

@@ -1,0 +1,102 @@
+"""The scenario matrix: frame sizes, datatypes, concurrent renderers, sync or pipelined, and
+which transports each scenario runs, with the budget of every row.
+
+Not the full cross product: the sweep over sizes runs every transport; datatypes, concurrency
+and pipelining run on the sizes and transports where they say something, so the default run
+stays within a few minutes on two cores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fenceline.bench.buffers import Signature
+from fenceline.bench.engine import Budget
+
+SIZES: dict[str, tuple[int, int]] = {
+    "64x64": (64, 64), "720p": (720, 1280), "1080p": (1080, 1920), "4K": (2160, 3840),
+}
+MODELS: dict[tuple[str, str], str] = {  # (size, datatype) -> builtin model
+    ("64x64", "FP32"): "add_64x64", ("720p", "FP32"): "add_720p",
+    ("1080p", "FP32"): "add_1080p", ("4K", "FP32"): "add_4k",
+    ("64x64", "FP16"): "add_64x64_fp16", ("720p", "FP16"): "add_720p_fp16",
+    ("1080p", "FP16"): "add_1080p_fp16", ("4K", "FP16"): "add_4k_fp16",
+}
+BUDGETS: dict[str, Budget] = {
+    "64x64": Budget(5000, 200, 1.5),
+    "720p": Budget(600, 10, 1.5),
+    "1080p": Budget(300, 6, 2.0),
+    "4K": Budget(80, 3, 2.5),
+    "real": Budget(60, 2, 4.0),
+}
+QUICK_BUDGETS: dict[str, Budget] = {
+    "64x64": Budget(100, 10, 0.2), "720p": Budget(8, 2, 0.2), "1080p": Budget(5, 1, 0.2),
+    "4K": Budget(3, 1, 0.2), "real": Budget(3, 1, 0.5),
+}
+
+# Every transport that a single renderer can use, in table order.
+SINGLE = ("in-process", "ipc", "http", "kserve-binary", "system-shm", "c-client", "streaming",
+          "triton-binary", "triton-shm")
+CONCURRENT = ("in-process", "ipc", "http", "triton-shm")
+PIPELINED = ("in-process", "ipc", "triton-shm")
+REAL = ("in-process", "ipc", "http", "kserve-binary", "system-shm", "triton-binary",
+        "triton-shm")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model: str  # the name fenceline and Triton serve it under
+    size: str
+    datatype: str
+    renderers: int
+    mode: str  # "sync": one frame in flight per renderer; "pipelined": two (double buffering)
+    transports: tuple[str, ...]
+    budget: Budget
+    sig: Signature | None = None  # filled in once the model is built
+    fill: str = "random"
+
+    @property
+    def depth(self) -> int:
+        return 2 if self.mode == "pipelined" else 1
+
+    @property
+    def label(self) -> str:
+        who = "1 renderer" if self.renderers == 1 else f"{self.renderers} renderers"
+        return f"{self.size} {self.datatype}, {who}, {self.mode}"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    path: Path
+    image: tuple[int, int]
+    fill: str = "text-frame"
+
+
+def plan(*, quick: bool = False, sizes: list[str] | None = None,
+         real: RealModel | None = None, seconds: float | None = None) -> list[Scenario]:
+    budgets = QUICK_BUDGETS if quick else BUDGETS
+    if seconds is not None:
+        budgets = {k: replace(b, seconds=seconds) for k, b in budgets.items()}
+    chosen = [s for s in SIZES if sizes is None or s in sizes]
+    out: list[Scenario] = []
+
+    def add(size: str, dt: str, renderers: int, mode: str, transports: tuple[str, ...]) -> None:
+        if size in chosen:
+            out.append(Scenario(MODELS[(size, dt)], size, dt, renderers, mode, transports,
+                                budgets[size]))
+
+    big = "720p" if quick else "1080p"
+    for size in SIZES:
+        add(size, "FP32", 1, "sync", SINGLE)
+    for size in ("64x64",) if quick else ("64x64", "1080p"):
+        add(size, "FP16", 1, "sync", ("in-process", "ipc", "triton-shm"))
+    for size in ("64x64", big):
+        add(size, "FP32", 1, "pipelined", PIPELINED)
+        add(size, "FP32", 4, "sync", CONCURRENT)
+    if not quick:
+        add("1080p", "FP32", 4, "pipelined", PIPELINED)
+    if real is not None:
+        out.append(Scenario(real.name, f"{real.name} {real.image[0]}x{real.image[1]}", "FP32", 1,
+                            "sync", REAL, budgets["real"], fill=real.fill))
+    return out

@@ -1,0 +1,187 @@
+"""The bench's run: plan the scenarios, start the service (and the Triton peer), measure
+every row, then print the table and goals and write the JSON and the plot."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fenceline.bench import realmodel, registry, report, scenarios
+from fenceline.bench.buffers import digest, direct_outputs, signature
+from fenceline.bench.engine import LaneError
+from fenceline.bench.scenarios import RealModel, Scenario
+from fenceline.bench.stats import Progress, Row
+from fenceline.cli.process import start_service, stop_service
+from fenceline.errors import FencelineError, InvalidArgument, Unsupported
+from fenceline.models.builtin import BUILTIN, build_repository, cache_dir
+
+QUICK_SIZES = ["64x64", "720p"]
+
+
+def _probe_kserve(url: str, model: str) -> tuple[bool, bool]:
+    """Whether the service answers KServe v2 inference, and Triton's system-shm routes."""
+    body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [0.0]}]}
+    try:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            # A wrong shape answers 400 where inference exists, 404/405 where it does not.
+            infer = http.post(f"/v2/models/{model}/infer", json=body).status_code in (200, 400)
+            shm = http.get("/v2/systemsharedmemory/status").status_code == 200
+    except httpx.HTTPError:
+        return False, False
+    return infer, infer and shm
+
+
+def _real_models(use_packaged: bool, extra: dict[str, Path]) -> list[RealModel]:
+    out = []
+    if use_packaged:
+        path = realmodel.find_model()
+        if path is not None:
+            out.append(RealModel(realmodel.NAME, path, realmodel.IMAGE))
+    for name, path in extra.items():
+        if name in BUILTIN or name == realmodel.NAME:
+            raise InvalidArgument(f"--model {name}: the name is taken by a bundled model")
+        if not path.is_file():
+            raise InvalidArgument(f"--model {name}: no file at {path}")
+        out.append(RealModel(name, path, realmodel.IMAGE))
+    return out
+
+
+def run_bench(*, quick: bool = False, json_path: Path | None = None,
+              plot_path: Path | None = None, peers: bool = False,
+              sizes: list[str] | None = None, transports: list[str] | None = None,
+              models: dict[str, Path] | None = None, real_model: bool = True,
+              seconds: float | None = None) -> int:
+    """Runs the suite; returns 0, or 1 when a row failed or gave outputs that differ from a
+    direct onnxruntime run. Speed goals are reported, never turned into the exit status."""
+    t_start = time.monotonic()
+    registry.load_plugins()
+    for name in transports or []:
+        if name not in registry.REGISTRY:
+            raise InvalidArgument(f"unknown transport {name!r}; use some of "
+                                  f"{', '.join(registry.REGISTRY)}")
+    for size in sizes or []:
+        if size not in scenarios.SIZES:
+            raise InvalidArgument(f"unknown size {size!r}; use some of {', '.join(scenarios.SIZES)}")
+    if peers:
+        from fenceline.bench import triton
+
+        why = triton.available()
+        if why is not None:
+            raise Unsupported(f"--peers needs a Triton peer: {why}")
+    reals = _real_models(real_model, models or {})
+    plan = scenarios.plan(quick=quick, sizes=sizes if sizes is not None else (QUICK_SIZES if quick else None),
+                          real=reals[0] if reals else None, seconds=seconds)
+    for extra in reals[1:]:
+        plan += scenarios.plan(quick=quick, sizes=[], real=extra, seconds=seconds)
+
+    def wanted(t: str) -> bool:
+        known = t in registry.REGISTRY
+        return known and (transports is None or t in transports) and (
+            peers or not registry.REGISTRY[t].peer)
+
+    plan = [s for s in (Scenario(**{**s.__dict__, "transports": tuple(
+        t for t in s.transports if wanted(t))}) for s in plan) if s.transports]
+    loadavg = [round(v, 2) for v in os.getloadavg()]
+    print(f"fenceline bench: {len(plan)} scenarios on {report.machine()['cpu'] or 'this CPU'}, "
+          f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
+          f"{' with a Triton peer' if peers else ''}", flush=True)
+
+    repo = cache_dir()
+    builtin = sorted({s.model for s in plan if s.model in BUILTIN})
+    build_repository(repo, builtin)
+    paths = {m: repo / m / "1" / "model.onnx" for m in builtin}
+    paths.update({r.name: r.path for r in reals})
+    images = {r.name: r.image for r in reals}
+    sigs = {m: signature(p, images.get(m)) for m, p in paths.items()}
+    plan = [Scenario(**{**s.__dict__, "sig": sigs[s.model]}) for s in plan]
+
+    rows: list[Row] = []
+    failures: list[dict[str, str]] = []
+    real_checks: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fenceline-bench-") as tmp, \
+            contextlib.ExitStack() as stack:
+        extra: list[str] = []
+        for r in reals:
+            extra += ["--model", f"{r.name}={r.path}"]
+        proc, url, sock = start_service(builtin, Path(tmp), extra=tuple(extra))
+        stack.callback(stop_service, proc)
+        kserve, shm = _probe_kserve(url, builtin[0] if builtin else reals[0].name)
+        ctx = registry.Context(url, sock, proc.pid, paths, fenceline_kserve=kserve,
+                               fenceline_shm=shm)
+        for s in plan:
+            key = registry.expected_key(s)
+            if key not in ctx.expected:
+                assert s.sig is not None
+                outs = direct_outputs(paths[s.model], s.sig, s.fill)
+                ctx.expected[key] = digest(outs)
+                if s.model in images:
+                    real_checks[s.model] = {"image": list(images[s.model]),
+                                            "path": str(paths[s.model]),
+                                            "text_fraction": realmodel.text_fraction(outs[0])}
+        if peers:
+            from fenceline.bench.triton import TritonPeer
+
+            served = {s.model: paths[s.model] for s in plan
+                      if any(t.startswith("triton") for t in s.transports)}
+            print(f"starting Triton (pytriton) with {len(served)} models ...", flush=True)
+            ctx.triton = stack.enter_context(TritonPeer(served, Path(tmp)))
+            print(f"Triton {ctx.triton.version} ready on {ctx.triton.url}", flush=True)
+        progress = Progress(sum(len(s.transports) for s in plan))
+        stack.callback(progress.close)
+        for s in plan:
+            for t in s.transports:
+                progress.step(f"{s.label}: {t}")
+                try:
+                    row = registry.REGISTRY[t].measure(ctx, s)
+                except (LaneError, FencelineError, OSError, RuntimeError, ValueError) as e:
+                    failures.append({"scenario": s.label, "transport": t, "error": str(e)})
+                    progress.note(f"{s.label}: {t} failed: {str(e).splitlines()[0][:200]}")
+                    continue
+                if row is not None:
+                    rows.append(row)
+        versions = {"tritonserver": ctx.triton.version if ctx.triton is not None else None}
+        skipped = dict(ctx.skipped)
+
+    real_size = None
+    for s in plan:
+        if s.model in real_checks:
+            real_size = real_size or s.size
+            real_checks[s.model]["rows"] = {r.transport: r.check for r in rows if r.model == s.model}
+    results = report.goals(rows, real_size)
+    print(report.table(rows))
+    print()
+    print(report.format_goals(results))
+    if skipped:
+        print("not measured: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
+    differs = [f"{r.size} {r.transport}" for r in rows if r.check == "differs"]
+    if differs:
+        print("OUTPUTS DIFFER from a direct onnxruntime run: " + ", ".join(differs))
+    for f in failures:
+        print(f"FAILED {f['scenario']}: {f['transport']}: {f['error'].splitlines()[0][:300]}")
+    duration = time.monotonic() - t_start
+    print(f"bench took {duration:.0f} s")
+    doc = report.document(
+        rows, results, quick=quick, peers=peers, duration_s=round(duration, 1),
+        loadavg_start=loadavg, scenarios=[s.label for s in plan], servers=versions,
+        real_models=real_checks, skipped=skipped, failures=failures,
+    )
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=2))
+        print(f"results written to {json_path}")
+    if plot_path is not None:
+        from fenceline.bench.plot import plot
+
+        m = doc["machine"]
+        title = (f"fenceline bench, {doc['date'][:16].replace('T', ' ')} UTC, {m['cpu']} "
+                 f"({m['cpus']} CPUs, load {loadavg[0]})")
+        plot(rows, plot_path, title)
+        print(f"plot written to {plot_path}")
+    return 1 if failures or differs else 0

@@ -1,0 +1,146 @@
+"""The bench runs, in a tiny configuration, and writes well-formed results. Never its speed:
+figures are the bench's output, not something a test asserts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fenceline.bench import goals
+from fenceline.bench.stats import Row
+
+TIMEOUT_S = 300
+
+
+def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, FENCELINE_CACHE=str(tmp_path / "cache"))
+    return subprocess.run(
+        [sys.executable, "-m", "fenceline", "bench", *args], capture_output=True, text=True,
+        timeout=TIMEOUT_S, env=env, cwd=tmp_path,
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    tmp = tmp_path_factory.mktemp("bench")
+    args = ["--quick", "--no-real-model", "--json", str(tmp / "out" / "bench.json")]
+    has_plot = importlib.util.find_spec("matplotlib") is not None
+    if has_plot:
+        args += ["--plot", str(tmp / "out" / "bench.png")]
+    done = bench(tmp, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads((tmp / "out" / "bench.json").read_text())
+    return doc, done.stdout, (tmp / "out" / "bench.png") if has_plot else Path()
+
+
+def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    doc, _, _ = quick_run
+    assert doc["schema"] == 1
+    assert doc["quick"] is True and doc["peers"] is False
+    assert doc["machine"]["cpus"] >= 1 and doc["date"].endswith("Z")
+    assert doc["versions"]["onnxruntime"]
+    assert doc["failures"] == []
+    rows = doc["rows"]
+    assert rows
+    for r in rows:
+        assert r["n"] > 0, r
+        assert 0 < r["p50_us"] <= r["p99_us"], r
+        assert r["mean_us"] > 0 and r["throughput_fps"] > 0, r
+        assert r["check"] in ("equal", ""), r
+        assert r["x_floor"] is not None, r  # every scenario has its floor row
+    seen = {(r["size"], r["datatype"], r["renderers"], r["mode"], r["transport"]) for r in rows}
+    for size in ("64x64", "720p"):
+        for transport in ("in-process", "ipc", "http"):
+            assert (size, "FP32", 1, "sync", transport) in seen
+    assert ("64x64", "FP16", 1, "sync", "ipc") in seen
+    assert ("64x64", "FP32", 4, "sync", "ipc") in seen
+    assert ("64x64", "FP32", 1, "pipelined", "ipc") in seen
+    names = {g["goal"] for g in doc["goals"]}
+    assert "IPC 64x64 within 40 us of the in-process floor" in names
+    assert all(set(g) >= {"goal", "target", "value", "met"} for g in doc["goals"])
+
+
+def test_quick_bench_outputs_equal_a_direct_onnxruntime_run(
+    quick_run: tuple[dict[str, Any], str, Path],
+) -> None:
+    doc, _, _ = quick_run
+    checked = [r for r in doc["rows"] if r["transport"] in ("in-process", "ipc", "http")]
+    assert checked and all(r["check"] == "equal" for r in checked)
+
+
+def test_quick_bench_prints_table_and_goals(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    _, out, _ = quick_run
+    assert "64x64 FP32, 1 renderer, sync" in out
+    assert "64x64 FP32, 4 renderers, sync" in out
+    assert "goals (ratios of p50 in this run):" in out
+
+
+def test_quick_bench_draws_a_png(quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    _, _, png = quick_run
+    if png == Path():
+        pytest.skip("matplotlib is not installed (the [bench] extra)")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_rejects_an_unknown_size_with_a_clear_message(tmp_path: Path) -> None:
+    done = bench(tmp_path, "--quick", "--sizes", "8K")
+    assert done.returncode == 2
+    assert "unknown size '8K'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_rejects_an_unknown_transport_with_a_clear_message(tmp_path: Path) -> None:
+    done = bench(tmp_path, "--quick", "--transports", "carrier-pigeon")
+    assert done.returncode == 2
+    assert "unknown transport 'carrier-pigeon'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bench_rejects_a_missing_model_file(tmp_path: Path) -> None:
+    done = bench(tmp_path, "--quick", "--model", f"mine={tmp_path / 'nope.onnx'}")
+    assert done.returncode == 2
+    assert "no file at" in done.stderr and "Traceback" not in done.stderr
+
+
+def _row(transport: str, size: str, p50_s: float) -> Row:
+    return Row(transport, size, [p50_s] * 10)
+
+
+def test_goals_are_ratios_of_rows_of_the_same_run() -> None:
+    rows = [
+        _row("in-process", "1080p", 0.002), _row("ipc", "1080p", 0.0022),
+        _row("triton-shm", "1080p", 0.022),
+        _row("in-process", "64x64", 5e-6), _row("ipc", "64x64", 60e-6),
+        _row("triton-shm", "64x64", 3.7e-3),
+    ]
+    by = {g["goal"]: g for g in goals(rows)}
+    assert by["IPC 1080p within 1.2x of the in-process floor"]["value"] == pytest.approx(1.1)
+    assert by["IPC 1080p within 1.2x of the in-process floor"]["met"] is True
+    assert by["IPC 64x64 within 40 us of the in-process floor"]["met"] is False
+    assert by["IPC 1080p at least 10x ahead of Triton system shm"]["value"] == pytest.approx(10.0)
+    assert by["IPC 64x64 at least 50x ahead of Triton system shm"]["met"] is True
+
+
+def test_goals_without_their_rows_say_what_is_missing() -> None:
+    by = {g["goal"]: g for g in goals([_row("in-process", "1080p", 0.002)])}
+    g = by["IPC 1080p at least 10x ahead of Triton system shm"]
+    assert g["met"] is None and g["missing"] == ["1080p ipc", "1080p triton-shm"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rapidocr_onnxruntime") is None,
+                    reason="rapidocr-onnxruntime is not installed (the [bench] extra)")
+def test_real_model_through_ipc_equals_a_direct_onnxruntime_run(tmp_path: Path) -> None:
+    out = tmp_path / "real.json"
+    done = bench(tmp_path, "--quick", "--sizes", "none", "--transports", "in-process,ipc",
+                 "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    (real,) = doc["real_models"].values()
+    assert real["rows"] == {"in-process": "equal", "ipc": "equal"}
+    assert real["text_fraction"] > 0.005  # the detector finds the text drawn on the frame
