@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fenceline.client import SharedFrame, View
 from fenceline.interop.datatypes import datatype
@@ -24,7 +25,7 @@ class Tensor:
     shape: tuple[int, ...]
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype[Any]:
         return datatype(self.datatype).numpy
 
     @property
@@ -106,7 +107,7 @@ class Buffers:
     def name(self) -> str | None:
         return self.frame.name
 
-    def array(self, t: Tensor) -> np.ndarray:
+    def array(self, t: Tensor) -> npt.NDArray[Any]:
         return self.frame.array(t.dtype, list(t.shape), self.offsets[t.name])
 
     def fill(self, how: str) -> None:
@@ -135,14 +136,14 @@ class Buffers:
         self.close()
 
 
-def digest(arrays: list[np.ndarray]) -> str:
+def digest(arrays: list[npt.NDArray[Any]]) -> str:
     h = hashlib.sha256()
     for a in arrays:
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()[:16]
 
 
-def make_input(t: Tensor, how: str, index: int = 0) -> np.ndarray:
+def make_input(t: Tensor, how: str, index: int = 0) -> npt.NDArray[Any]:
     """Deterministic input: ``random`` (uniform [0, 1)), or ``text-frame`` (a synthetic game
     frame with text on it, normalized as PP-OCR's detector expects)."""
     if how == "text-frame" and len(t.shape) == 4 and t.shape[1] == 3:
@@ -153,7 +154,7 @@ def make_input(t: Tensor, how: str, index: int = 0) -> np.ndarray:
     return rng.random(t.shape, dtype=np.float32).astype(t.dtype)
 
 
-def direct_outputs(path: Path, sig: Signature, fill: str) -> list[np.ndarray]:
+def direct_outputs(path: Path, sig: Signature, fill: str) -> list[npt.NDArray[Any]]:
     """The outputs of a direct onnxruntime run on the inputs every row uses."""
     session = _ort_session(path)
     feeds = {t.name: make_input(t, fill, i) for i, t in enumerate(sig.inputs)}

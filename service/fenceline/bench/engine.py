@@ -44,9 +44,9 @@ class Budget:
     warmup: int  # per lane, untimed
     seconds: float  # the timed part of a row, at most (a frame in flight is finished)
 
-    def scaled(self, factor: float) -> Budget:
-        return Budget(max(3, int(self.iterations * factor)), max(1, int(self.warmup * factor)),
-                      self.seconds * factor)
+    def part(self, rounds: int) -> Budget:
+        """The budget of one of ``rounds`` rounds (each warms up again)."""
+        return Budget(max(1, -(-self.iterations // rounds)), self.warmup, self.seconds / rounds)
 
 
 @dataclass
@@ -290,7 +290,7 @@ def measure(target: str, kwargs: dict[str, Any], budget: Budget, *, renderers: i
         for _, conn in hosts:
             conn.send("release")
     finally:
-        for p, conn in hosts:
+        for _, conn in hosts:
             conn.close()  # a host still waiting for a word sees the end of the pipe and stops
         for p, _ in hosts:
             p.join(30)

@@ -26,6 +26,7 @@ def plot(rows: list[Row], path: Path, title: str) -> Path:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
         raise Unsupported("--plot needs matplotlib: pip install 'fenceline[bench]'") from None
 
@@ -52,6 +53,10 @@ def plot(rows: list[Row], path: Path, title: str) -> Path:
         ax.set_yticks(range(1, len(labels) + 1), labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xscale("log")
+        # The median as a dot too: a row of one or two frames has no visible box.
+        ax.scatter([percentile(r.samples_s, 0.5) * 1e3 for r in members],
+                   range(1, len(members) + 1), s=14, zorder=3,
+                   c=[_color(r.transport) for r in members], edgecolors="black", linewidths=0.5)
         ax.set_title(size, fontsize=10, loc="left")
         ax.set_xlabel("latency per frame, ms (box p25-p75, whiskers p1-p99)", fontsize=7)
         ax.grid(axis="x", which="both", alpha=0.25)
@@ -62,6 +67,9 @@ def plot(rows: list[Row], path: Path, title: str) -> Path:
                         xytext=(4, -2), textcoords="offset points", va="center")
         lo, hi = ax.get_xlim()
         ax.set_xlim(lo, hi * 4)  # room for the p50 labels
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5) if hi / lo < 100 else (1,)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     if multi:
         ax = flat[len(sizes)]
         labels = [f"{r.size} r{r.renderers} {r.mode[:4]} {r.transport}" for r in multi]
@@ -71,6 +79,8 @@ def plot(rows: list[Row], path: Path, title: str) -> Path:
         ax.invert_yaxis()
         ax.set_xscale("log")
         ax.set_title("concurrent and pipelined: frames/s, all renderers", fontsize=10, loc="left")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(axis="x", which="both", alpha=0.25)
         ax.tick_params(axis="x", labelsize=7)
     for ax in flat[panels:]:

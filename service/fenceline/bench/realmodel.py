@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 NAME = "ppocr_det"
 PACKAGE = "rapidocr_onnxruntime"
@@ -40,7 +42,7 @@ def find_model() -> Path | None:
 
 
 @functools.lru_cache(maxsize=4)
-def text_frame(height: int, width: int) -> np.ndarray:
+def text_frame(height: int, width: int) -> npt.NDArray[Any]:
     """3xHxW float32: a frame with text, scaled as PP-OCR's detector wants ((x/255 - 0.5)/0.5,
     BGR channel order)."""
     from PIL import Image, ImageDraw, ImageFont
@@ -77,6 +79,6 @@ def text_frame(height: int, width: int) -> np.ndarray:
     return (chw / 255.0 - 0.5) / 0.5
 
 
-def text_fraction(probability_map: np.ndarray, threshold: float = 0.3) -> float:
+def text_fraction(probability_map: npt.NDArray[Any], threshold: float = 0.3) -> float:
     """The share of pixels the detector calls text: a sanity figure for the report."""
     return float((probability_map > threshold).mean())

@@ -1,6 +1,6 @@
 """The transports a row can be measured through: a small registry of functions
-``(Context, Scenario) -> Row | None`` (None: not available in this run, with the reason in
-``Context.skipped``).
+``(Context, Scenario) -> Row | None`` (None: nothing to measure for this scenario), each with
+``available(Context) -> None | why not`` for this run.
 
 Modules of the bench package may add their own rows: a module listed in ``PLUGINS`` that
 defines ``bench_transports() -> list[Transport]`` has them registered when it imports; the
@@ -35,7 +35,6 @@ class Context:
     fenceline_kserve: bool = False  # the service answers KServe v2 infer
     fenceline_shm: bool = False  # and Triton's system shared-memory routes
     expected: dict[str, str] = field(default_factory=dict)  # scenario model+fill -> digest
-    skipped: dict[str, str] = field(default_factory=dict)  # transport -> why not measured
 
     def server_pids(self, transport: str) -> list[int]:
         if transport.startswith("triton"):
@@ -44,6 +43,11 @@ class Context:
 
 
 Measure = Callable[[Context, Scenario], Row | None]
+Available = Callable[[Context], str | None]  # None, or why the transport is not here
+
+
+def _always(ctx: Context) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Transport:
     describe: str
     measure: Measure
     peer: bool = False  # needs --peers
+    available: Available = _always
 
 
 REGISTRY: dict[str, Transport] = {}
@@ -72,13 +77,10 @@ def expected_key(sc: Scenario) -> str:
     return f"{sc.model}/{sc.fill}"
 
 
-def _lanes(name: str, target: str, kwargs: Callable[[Context, Scenario], dict[str, Any] | None],
+def _lanes(name: str, target: str, kwargs: Callable[[Context, Scenario], dict[str, Any]],
            *, processes: bool = True) -> Measure:
     def measure(ctx: Context, sc: Scenario) -> Row | None:
-        args = kwargs(ctx, sc)
-        if args is None:
-            return None
-        m = engine.measure(target, args, sc.budget, renderers=sc.renderers, depth=sc.depth,
+        m = engine.measure(target, kwargs(ctx, sc), sc.budget, renderers=sc.renderers, depth=sc.depth,
                            processes=processes, server_pids=ctx.server_pids(name))
         return row(name, sc, m, ctx, "floor" if name == "in-process" else "")
 
@@ -101,21 +103,23 @@ def _http(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {"url": ctx.url, "model": sc.model, **_base(ctx, sc)}
 
 
-def _fenceline_kserve(shm: bool) -> Callable[[Context, Scenario], dict[str, Any] | None]:
-    def kwargs(ctx: Context, sc: Scenario) -> dict[str, Any] | None:
-        if not (ctx.fenceline_shm if shm else ctx.fenceline_kserve):
-            ctx.skipped["system-shm" if shm else "kserve-binary"] = (
-                "this fenceline has no KServe inference routes" if not ctx.fenceline_kserve
-                else "this fenceline has no Triton system shared-memory routes")
-            return None
-        return {"url": ctx.url, "model": sc.model, **_base(ctx, sc)}
-
-    return kwargs
+def _fenceline(ctx: Context, sc: Scenario) -> dict[str, Any]:
+    return {"url": ctx.url, "model": sc.model, **_base(ctx, sc)}
 
 
-def _triton(ctx: Context, sc: Scenario) -> dict[str, Any] | None:
-    if ctx.triton is None:
-        return None
+def _has_kserve(ctx: Context) -> str | None:
+    return None if ctx.fenceline_kserve else "this fenceline has no KServe inference routes"
+
+
+def _has_shm(ctx: Context) -> str | None:
+    return None if ctx.fenceline_shm else "this fenceline has no Triton system shared memory"
+
+
+def _has_triton(ctx: Context) -> str | None:
+    return None if ctx.triton is not None else "needs --peers"
+
+
+def _triton(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {"url": ctx.triton.url, "model": sc.model, "headers": ctx.triton.headers,
             **_base(ctx, sc)}
 
@@ -129,13 +133,16 @@ for _t in (
     Transport("http", "fenceline HTTP interop run on the shared frame",
               _lanes("http", f"{_T}:http_lane", _http)),
     Transport("kserve-binary", "tritonclient binary HTTP against fenceline (tensors copied)",
-              _lanes("kserve-binary", f"{_T}:kserve_binary_lane", _fenceline_kserve(False))),
+              _lanes("kserve-binary", f"{_T}:kserve_binary_lane", _fenceline),
+              available=_has_kserve),
     Transport("system-shm", "tritonclient system shared memory against fenceline",
-              _lanes("system-shm", f"{_T}:kserve_shm_lane", _fenceline_kserve(True))),
+              _lanes("system-shm", f"{_T}:kserve_shm_lane", _fenceline), available=_has_shm),
     Transport("triton-binary", "Triton 2.x binary HTTP (pytriton, onnxruntime python backend)",
-              _lanes("triton-binary", f"{_T}:kserve_binary_lane", _triton), peer=True),
+              _lanes("triton-binary", f"{_T}:kserve_binary_lane", _triton), peer=True,
+              available=_has_triton),
     Transport("triton-shm", "Triton 2.x system shared memory (pytriton, onnxruntime)",
-              _lanes("triton-shm", f"{_T}:kserve_shm_lane", _triton), peer=True),
+              _lanes("triton-shm", f"{_T}:kserve_shm_lane", _triton), peer=True,
+              available=_has_triton),
 ):
     register(_t)
 
@@ -143,21 +150,30 @@ for _t in (
 # -- adapters for measure functions of other bench modules -------------------------------------
 
 
-def _streaming(ctx: Context, sc: Scenario) -> Row | None:
-    """A streaming session (the fence alone says "frame N is ready"; no message per frame)."""
+def _streaming_module() -> Any:
     try:
-        mod = importlib.import_module("fenceline.bench.streaming")
+        return importlib.import_module("fenceline.bench.streaming")
     except ImportError:
-        ctx.skipped["streaming"] = "this fenceline has no streaming sessions"
         return None
-    fn = getattr(mod, "measure_streaming", None)
-    if fn is None or sc.renderers != 1 or sc.mode != "sync" or sc.sig is None:
+
+
+def _has_streaming(ctx: Context) -> str | None:
+    mod = _streaming_module()
+    if mod is None or not hasattr(mod, "measure_streaming"):
+        return "this fenceline has no streaming sessions"
+    return None
+
+
+def _streaming(ctx: Context, sc: Scenario) -> Row | None:
+    """A streaming session (the fence alone says "frame N is ready"; no message per frame):
+    single FP32 renderers only, through that module's own measurement."""
+    if sc.renderers != 1 or sc.mode != "sync" or sc.sig is None:
         return None
     if len(sc.sig.inputs) != 1 or sc.sig.inputs[0].datatype != "FP32":
         return None
-    shape = sc.sig.inputs[0].shape
-    handoff = fn(ctx.socket, sc.model, shape, frames=sc.budget.iterations,
-                 warmup=sc.budget.warmup)
+    handoff = _streaming_module().measure_streaming(
+        ctx.socket, sc.model, sc.sig.inputs[0].shape, frames=sc.budget.iterations,
+        warmup=sc.budget.warmup)
     cpu = handoff.client_cpu_s_per_frame + (handoff.service_cpu_s_per_frame or 0.0)
     wall = sum(handoff.latencies_s)
     return Row("streaming", sc.size, list(handoff.latencies_s), "fence only, no message",
@@ -166,15 +182,15 @@ def _streaming(ctx: Context, sc: Scenario) -> Row | None:
 
 
 register(Transport("streaming", "fenceline streaming session: signal, wait on output fence",
-                   _streaming))
+                   _streaming, available=_has_streaming))
 
 
-def _c_client_missing(ctx: Context, sc: Scenario) -> Row | None:
-    ctx.skipped.setdefault("c-client", "the C client row is not in this build")
-    return None
+def _no_c_client(ctx: Context) -> str | None:
+    return "the C client row is not in this build"
 
 
-register(Transport("c-client", "fenceline's C client over the IPC socket", _c_client_missing))
+register(Transport("c-client", "fenceline's C client over the IPC socket",
+                   lambda ctx, sc: None, available=_no_c_client))
 
 
 def load_plugins() -> None:

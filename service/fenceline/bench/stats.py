@@ -6,7 +6,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -40,6 +40,20 @@ class Row:
     @property
     def mean_us(self) -> float:
         return statistics.fmean(self.samples_s) * 1e6 if self.samples_s else 0.0
+
+    def merged(self, other: Row) -> Row:
+        """This row and a later round of the same measurement, as one row."""
+        n1, n2 = len(self.samples_s), len(other.samples_s)
+        walls = [n / fps for n, fps in ((n1, self.throughput_fps), (n2, other.throughput_fps))
+                 if fps]
+        cpu = None
+        if self.cpu_per_frame_us is not None and other.cpu_per_frame_us is not None and n1 + n2:
+            cpu = (self.cpu_per_frame_us * n1 + other.cpu_per_frame_us * n2) / (n1 + n2)
+        checks = {self.check, other.check}
+        check = "differs" if "differs" in checks else ("equal" if checks == {"equal"} else "")
+        return replace(self, samples_s=self.samples_s + other.samples_s, cpu_per_frame_us=cpu,
+                       throughput_fps=(n1 + n2) / sum(walls) if len(walls) == 2 else None,
+                       check=check)
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)

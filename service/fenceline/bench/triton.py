@@ -41,7 +41,7 @@ START_TIMEOUT_S = 240.0
 def available() -> str | None:
     """None when a Triton peer can start here, else why not."""
     try:
-        import pytriton  # type: ignore[import-untyped]  # noqa: F401
+        import pytriton  # noqa: F401
         import tritonclient.http  # noqa: F401
     except ImportError as e:
         return f"{e.name} is not installed (pip install 'fenceline[bench]')"
@@ -143,7 +143,7 @@ class TritonPeer:
 def _bind(triton: Any, name: str, path: Path) -> None:
     import numpy as np
     import onnxruntime as ort
-    from pytriton.model_config import ModelConfig, Tensor  # type: ignore[import-untyped]
+    from pytriton.model_config import ModelConfig, Tensor
 
     so = ort.SessionOptions()
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as fenceline's

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--plot", type=Path, help="also draw the latency distributions as PNG here")
     bench.add_argument("--peers", action="store_true",
                        help="also start a real Triton (nvidia-pytriton) on loopback and measure it")
-    bench.add_argument("--sizes", type=_names, help="comma-separated: 64x64,720p,1080p,4K (none: real models only)")
+    bench.add_argument("--sizes", type=_names,
+                       help="comma-separated: 64x64,720p,1080p,4K (none: real models only)")
     bench.add_argument("--transports", type=_names,
                        help="comma-separated: in-process,ipc,http,kserve-binary,system-shm,"
                        "triton-binary,triton-shm,...")
@@ -72,12 +73,14 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_demo(args.frames, args.out)
         if args.gpu:
+            import importlib
+
             try:
-                from fenceline.bench.gpu import run_gpu_bench
+                gpu = importlib.import_module("fenceline.bench.gpu")
             except ImportError:
                 print("fenceline: this build has no GPU bench", file=sys.stderr)
                 return 2
-            return int(run_gpu_bench(quick=args.quick, json_path=args.json))
+            return int(gpu.run_gpu_bench(quick=args.quick, json_path=args.json))
         from fenceline.bench import run_bench
         from fenceline.config import parse_model_arg
 
