@@ -53,8 +53,7 @@ def table(rows: list[Row]) -> str:
         lines += ["", _group_label(g), head, "  " + "-" * (len(head) - 2)]
         for r in members.values():
             x = rs[id(r)]
-            floor = f"{x['x_floor']:7.2f}x" if x["x_floor"] is not None else "-"
-            triton = f"{x['x_triton_shm']:8.1f}x" if x["x_triton_shm"] is not None else "-"
+            floor, triton = _x(x["x_floor"]), _x(x["x_triton_shm"])
             fps = f"{r.throughput_fps:9.0f}" if r.throughput_fps else "-"
             cpu = fmt_us(r.cpu_per_frame_us) if r.cpu_per_frame_us is not None else "-"
             lines.append(
@@ -165,3 +164,63 @@ def document(rows: list[Row], goal_results: list[dict[str, Any]], **extra: Any
         "rows": out_rows,
         "goals": goal_results,
     }
+
+
+def _x(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}x" if v < 10 else (f"{v:.1f}x" if v < 100 else f"{v:.0f}x")
+
+
+def _fmt(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1000:
+        return f"{us / 1e3:.1f} ms" if us < 100_000 else f"{us / 1e3:.0f} ms"
+    return f"{us:.0f} us" if us >= 10 else f"{us:.1f} us"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The run as Markdown tables (docs/benchmarks.md shows one)."""
+    rows = doc["rows"]
+    single = [r for r in rows if r["renderers"] == 1 and r["mode"] == "sync"
+              and r["datatype"] == "FP32"]
+    sizes = list(dict.fromkeys(r["size"] for r in single))
+    transports = list(dict.fromkeys(r["transport"] for r in single))
+    cell = {(r["transport"], r["size"]): r for r in single}
+    m = doc["machine"]
+    out = [f"Measured {doc['date']} on {m['cpu'] or m['arch']} ({m['cpus']} CPUs, load average "
+           f"{doc.get('loadavg_start', m['loadavg'])[0]} at the start), "
+           f"{'with' if doc.get('peers') else 'without'} the Triton peer"
+           + (f" (Triton {doc['servers']['tritonserver']})" if doc.get("servers", {}).get(
+               "tritonserver") else "") + f"; the run took {doc.get('duration_s', 0):.0f} s.", "",
+           "One renderer, sync, FP32: p50 (p99) per frame, and p50 over the in-process floor.", "",
+           "| transport | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for t in transports:
+        cells = []
+        for s in sizes:
+            r = cell.get((t, s))
+            if r is None:
+                cells.append("")
+                continue
+            ratio = f", {_x(r['x_floor'])}" if r["x_floor"] is not None and t != FLOOR else ""
+            cells.append(f"{_fmt(r['p50_us'])} ({_fmt(r['p99_us'])}){ratio}")
+        out.append(f"| {t} | " + " | ".join(cells) + " |")
+    others = [r for r in rows if r not in single]
+    if others:
+        out += ["", "Other datatypes, several renderers, pipelined (two frames in flight per "
+                "renderer): p50 per frame and frames/s over all renderers.", "",
+                "| scenario | transport | p50 | p99 | frames/s | x floor | vs Triton shm |",
+                "|---|---|---|---|---|---|---|"]
+        for r in others:
+            xf, xt = _x(r["x_floor"]), _x(r["x_triton_shm"])
+            fps = f"{r['throughput_fps']:.0f}" if r["throughput_fps"] else "-"
+            out.append(f"| {r['scenario']} | {r['transport']} | {_fmt(r['p50_us'])} | "
+                       f"{_fmt(r['p99_us'])} | {fps} | {xf} | {xt} |")
+    out += ["", "| goal | value | met |", "|---|---|---|"]
+    for g in doc["goals"]:
+        met = "not measured" if g["met"] is None else ("yes" if g["met"] else "**no**")
+        out.append(f"| {g['goal']} | {g['value'] if g['value'] is not None else '-'} | {met} |")
+    return "\n".join(out) + "\n"

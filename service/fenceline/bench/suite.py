@@ -93,7 +93,7 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
               plot_path: Path | None = None, peers: bool = False,
               sizes: list[str] | None = None, transports: list[str] | None = None,
               models: dict[str, Path] | None = None, real_model: bool = True,
-              seconds: float | None = None) -> int:
+              seconds: float | None = None, markdown_path: Path | None = None) -> int:
     """Runs the suite; returns 0, or 1 when a row failed or gave outputs that differ from a
     direct onnxruntime run. Speed goals are reported, never turned into the exit status."""
     t_start = time.monotonic()
@@ -210,6 +210,10 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(doc, indent=2))
         print(f"results written to {json_path}")
+    if markdown_path is not None:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(report.markdown(doc))
+        print(f"tables written to {markdown_path}")
     if plot_path is not None:
         from fenceline.bench.plot import plot
 

@@ -86,10 +86,10 @@ class TritonPeer:
         with httpx.Client(base_url=self.url, timeout=2.0) as http:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
-                    raise FencelineError(
-                        f"the Triton peer exited with status {self._proc.returncode}; "
-                        f"its log: {self.log_path}\n{self.tail()}"
-                    )
+                    status = self._proc.returncode
+                    self.close()
+                    raise FencelineError(f"the Triton peer exited with status {status}; its log: "
+                                         f"{self.log_path}\n{self.tail()}")
                 with contextlib.suppress(httpx.HTTPError):
                     ready = all(
                         http.get(f"/v2/models/{m}/ready").status_code == 200 for m in self.models

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="a tiny configuration: two sizes, few frames (smoke test)")
     bench.add_argument("--json", type=Path, help="also write the results as JSON here")
     bench.add_argument("--plot", type=Path, help="also draw the latency distributions as PNG here")
+    bench.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     bench.add_argument("--peers", action="store_true",
                        help="also start a real Triton (nvidia-pytriton) on loopback and measure it")
     bench.add_argument("--sizes", type=_names,
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick, json_path=args.json, plot_path=args.plot, peers=args.peers,
             sizes=args.sizes, transports=args.transports,
             models=dict(parse_model_arg(m) for m in args.model), real_model=args.real_model,
-            seconds=args.seconds,
+            seconds=args.seconds, markdown_path=args.markdown,
         )
     except FencelineError as e:
         print(f"fenceline: {e.message}", file=sys.stderr)
