@@ -90,7 +90,17 @@ def plot(rows: list[Row], path: Path, title: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    _shrink(path)
     return path
+
+
+def _shrink(path: Path) -> None:
+    """A palette PNG: a third of the size (the plot goes into the repository's docs)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=96)
+    small.save(path, optimize=True)
 
 
 def _ms(ms: float) -> str:

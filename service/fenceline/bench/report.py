@@ -38,19 +38,13 @@ def ratios(rows: list[Row]) -> dict[int, dict[str, float | None]]:
     return out
 
 
-def _group_label(g: tuple[str, str, int, str]) -> str:
-    size, dt, renderers, mode = g
-    who = "1 renderer" if renderers == 1 else f"{renderers} renderers"
-    return f"{size} {dt}, {who}, {mode}"
-
-
 def table(rows: list[Row]) -> str:
     rs = ratios(rows)
     head = (f"  {'transport':<14} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} {'frames/s':>9} "
             f"{'x floor':>8} {'vs triton':>9} {'cpu/frame':>11} {'outputs':>8}")
     lines: list[str] = []
-    for g, members in _by_group(rows).items():
-        lines += ["", _group_label(g), head, "  " + "-" * (len(head) - 2)]
+    for members in _by_group(rows).values():
+        lines += ["", next(iter(members.values())).scenario_label, head, "  " + "-" * (len(head) - 2)]
         for r in members.values():
             x = rs[id(r)]
             floor, triton = _x(x["x_floor"]), _x(x["x_triton_shm"])
@@ -151,7 +145,7 @@ def document(rows: list[Row], goal_results: list[dict[str, Any]], **extra: Any
         d.update(
             {k: (round(v, 4) if v is not None else None) for k, v in rs[id(r)].items()},
             p90_us=percentile(r.samples_s, 0.90) * 1e6, p1_us=percentile(r.samples_s, 0.01) * 1e6,
-            scenario=_group_label(r.group),
+            scenario=r.scenario_label,
         )
         out_rows.append(d)
     return {
@@ -219,6 +213,9 @@ def markdown(doc: dict[str, Any]) -> str:
             fps = f"{r['throughput_fps']:.0f}" if r["throughput_fps"] else "-"
             out.append(f"| {r['scenario']} | {r['transport']} | {_fmt(r['p50_us'])} | "
                        f"{_fmt(r['p99_us'])} | {fps} | {xf} | {xt} |")
+    if doc.get("skipped"):
+        out += ["", "Not measured in this run: " + "; ".join(
+            f"{k} ({v})" for k, v in doc["skipped"].items()) + "."]
     out += ["", "| goal | value | met |", "|---|---|---|"]
     for g in doc["goals"]:
         met = "not measured" if g["met"] is None else ("yes" if g["met"] else "**no**")

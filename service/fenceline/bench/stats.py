@@ -25,6 +25,11 @@ class Row:
     check: str = ""  # "equal": outputs equal to a direct onnxruntime run; "differs"; "" unchecked
 
     @property
+    def scenario_label(self) -> str:
+        who = "1 renderer" if self.renderers == 1 else f"{self.renderers} renderers"
+        return f"{self.size} {self.datatype}, {who}, {self.mode}"
+
+    @property
     def group(self) -> tuple[str, str, int, str]:
         """Rows of one group ran the same scenario; ratios compare within a group."""
         return (self.size, self.datatype, self.renderers, self.mode)

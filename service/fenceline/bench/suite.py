@@ -4,11 +4,12 @@ every row, then print the table and goals and write the JSON and the plot."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +40,9 @@ def _probe_kserve(url: str, model: str) -> tuple[bool, bool]:
     return infer, infer and shm
 
 
-ROUNDS = 3
-
-
-def _rounds(s: Scenario, quick: bool) -> int:
-    """Single-renderer rows are measured in rounds that take turns across the scenario's
-    transports, so a machine that gets busier or quieter meanwhile skews every row alike and
-    the ratios hold; several renderers' rows start processes, one round is enough."""
-    return 1 if quick or s.renderers > 1 else ROUNDS
-
-
-def _measure_scenario(ctx: registry.Context, s: Scenario, rounds: int, progress: Progress,
+def _measure_scenario(ctx: registry.Context, s: Scenario, progress: Progress,
                       failures: list[dict[str, str]]) -> list[Row]:
+    rounds = s.rounds
     part = replace(s, budget=s.budget.part(rounds))
     got: dict[str, Row] = {}
     failed: set[str] = set()
@@ -89,15 +81,18 @@ def _real_models(use_packaged: bool, extra: dict[str, Path]) -> list[RealModel]:
     return out
 
 
-def run_bench(*, quick: bool = False, json_path: Path | None = None,
-              plot_path: Path | None = None, peers: bool = False,
-              sizes: list[str] | None = None, transports: list[str] | None = None,
-              models: dict[str, Path] | None = None, real_model: bool = True,
-              seconds: float | None = None, markdown_path: Path | None = None) -> int:
-    """Runs the suite; returns 0, or 1 when a row failed or gave outputs that differ from a
-    direct onnxruntime run. Speed goals are reported, never turned into the exit status."""
-    t_start = time.monotonic()
-    registry.load_plugins()
+@dataclass
+class _Run:
+    rows: list[Row] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    real_checks: dict[str, Any] = field(default_factory=dict)
+    servers: dict[str, str | None] = field(default_factory=dict)
+
+
+def _check(sizes: list[str] | None, transports: list[str] | None, peers: bool,
+           plot_path: Path | None) -> None:
+    """Every user error before anything starts, with what to do about it."""
     for name in transports or []:
         if name not in registry.REGISTRY:
             raise InvalidArgument(f"unknown transport {name!r}; use some of "
@@ -111,24 +106,28 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
         why = triton.available()
         if why is not None:
             raise Unsupported(f"--peers needs a Triton peer: {why}")
-    reals = _real_models(real_model, models or {})
-    plan = scenarios.plan(quick=quick, sizes=sizes if sizes is not None else (QUICK_SIZES if quick else None),
-                          real=reals[0] if reals else None, seconds=seconds)
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise Unsupported("--plot needs matplotlib: pip install 'fenceline[bench]'")
+
+
+def _plan(quick: bool, sizes: list[str] | None, transports: list[str] | None, peers: bool,
+          reals: list[RealModel], seconds: float | None) -> list[Scenario]:
+    chosen = sizes if sizes is not None else (QUICK_SIZES if quick else None)
+    plan = scenarios.plan(quick=quick, sizes=chosen, real=reals[0] if reals else None,
+                          seconds=seconds)
     for more in reals[1:]:
         plan += scenarios.plan(quick=quick, sizes=[], real=more, seconds=seconds)
 
     def wanted(t: str) -> bool:
-        known = t in registry.REGISTRY
-        return known and (transports is None or t in transports) and (
+        return t in registry.REGISTRY and (transports is None or t in transports) and (
             peers or not registry.REGISTRY[t].peer)
 
-    plan = [s for s in (replace(s, transports=tuple(t for t in s.transports if wanted(t)))
+    return [s for s in (replace(s, transports=tuple(t for t in s.transports if wanted(t)))
                         for s in plan) if s.transports]
-    loadavg = [round(v, 2) for v in os.getloadavg()]
-    print(f"fenceline bench: {len(plan)} scenarios on {report.machine()['cpu'] or 'this CPU'}, "
-          f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
-          f"{' with a Triton peer' if peers else ''}", flush=True)
 
+
+def _measure(plan: list[Scenario], reals: list[RealModel], peers: bool) -> _Run:
+    run = _Run()
     repo = cache_dir()
     builtin = sorted({s.model for s in plan if s.model in BUILTIN})
     build_repository(repo, builtin)
@@ -137,10 +136,6 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
     images = {r.name: r.image for r in reals}
     sigs = {m: signature(p, images.get(m)) for m, p in paths.items()}
     plan = [replace(s, sig=sigs[s.model]) for s in plan]
-
-    rows: list[Row] = []
-    failures: list[dict[str, str]] = []
-    real_checks: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="fenceline-bench-") as tmp, \
             contextlib.ExitStack() as stack:
         extra: list[str] = []
@@ -158,54 +153,60 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
                 outs = direct_outputs(paths[s.model], s.sig, s.fill)
                 ctx.expected[key] = digest(outs)
                 if s.model in images:
-                    real_checks[s.model] = {"image": list(images[s.model]),
-                                            "path": str(paths[s.model]),
-                                            "text_fraction": realmodel.text_fraction(outs[0])}
-        if peers:
-            from fenceline.bench.triton import TritonPeer
-
-            served = {s.model: paths[s.model] for s in plan
-                      if any(t.startswith("triton") for t in s.transports)}
-            print(f"starting Triton (pytriton) with {len(served)} models ...", flush=True)
-            ctx.triton = stack.enter_context(TritonPeer(served, Path(tmp)))
-            print(f"Triton {ctx.triton.version} ready on {ctx.triton.url}", flush=True)
-        skipped: dict[str, str] = {} if peers else {
-            "triton-binary, triton-shm": "run with --peers to start a Triton peer"}
-        for name in {t for s in plan for t in s.transports}:
+                    run.real_checks[s.model] = {
+                        "image": list(images[s.model]), "path": str(paths[s.model]),
+                        "text_fraction": round(realmodel.text_fraction(outs[0]), 4)}
+        if not peers:
+            run.skipped["triton-binary, triton-shm"] = "run with --peers to start a Triton peer"
+        else:
+            ctx.triton = _start_triton(stack, plan, paths, Path(tmp), run)
+        for name in sorted({t for s in plan for t in s.transports}):
             why = registry.REGISTRY[name].available(ctx)
             if why is not None:
-                skipped[name] = why
-        plan = [replace(s, transports=tuple(t for t in s.transports if t not in skipped))
+                run.skipped[name] = why
+        plan = [replace(s, transports=tuple(t for t in s.transports if t not in run.skipped))
                 for s in plan]
-        progress = Progress(sum(len(s.transports) * _rounds(s, quick) for s in plan))
+        progress = Progress(sum(len(s.transports) * s.rounds for s in plan))
         stack.callback(progress.close)
         for s in plan:
-            rows += _measure_scenario(ctx, s, _rounds(s, quick), progress, failures)
-        versions = {"tritonserver": ctx.triton.version if ctx.triton is not None else None}
+            run.rows += _measure_scenario(ctx, s, progress, run.failures)
+        run.servers["tritonserver"] = ctx.triton.version if ctx.triton is not None else None
+    for name, check in run.real_checks.items():
+        check["rows"] = {r.transport: r.check for r in run.rows if r.model == name}
+    return run
 
-    real_size = None
-    for s in plan:
-        if s.model in real_checks:
-            real_size = real_size or s.size
-            real_checks[s.model]["rows"] = {r.transport: r.check for r in rows if r.model == s.model}
-    results = report.goals(rows, real_size)
-    print(report.table(rows))
+
+def _start_triton(stack: contextlib.ExitStack, plan: list[Scenario], paths: dict[str, Path],
+                  workdir: Path, run: _Run) -> Any:
+    """The Triton peer, or None (the failure recorded) when it cannot start: the rest of the
+    run still measures."""
+    from fenceline.bench.triton import TritonPeer
+
+    served = {s.model: paths[s.model] for s in plan
+              if any(t.startswith("triton") for t in s.transports)}
+    if not served:
+        return None
+    print(f"starting Triton (pytriton) with {len(served)} models ...", flush=True)
+    try:
+        peer = stack.enter_context(TritonPeer(served, workdir))
+    except FencelineError as e:
+        run.failures.append({"scenario": "all", "transport": "triton", "error": e.message})
+        print(f"the Triton peer did not start: {e.message}", flush=True)
+        return None
+    print(f"Triton {peer.version} ready on {peer.url}", flush=True)
+    return peer
+
+
+def _output(run: _Run, doc: dict[str, Any], json_path: Path | None, plot_path: Path | None,
+            markdown_path: Path | None) -> None:
+    print(report.table(run.rows))
     print()
-    print(report.format_goals(results))
-    if skipped:
-        print("not measured: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()))
-    differs = [f"{r.size} {r.transport}" for r in rows if r.check == "differs"]
-    if differs:
-        print("OUTPUTS DIFFER from a direct onnxruntime run: " + ", ".join(differs))
-    for f in failures:
+    print(report.format_goals(doc["goals"]))
+    if run.skipped:
+        print("not measured: " + "; ".join(f"{k} ({v})" for k, v in run.skipped.items()))
+    for f in run.failures:
         print(f"FAILED {f['scenario']}: {f['transport']}: {f['error'].splitlines()[0][:300]}")
-    duration = time.monotonic() - t_start
-    print(f"bench took {duration:.0f} s")
-    doc = report.document(
-        rows, results, quick=quick, peers=peers, duration_s=round(duration, 1),
-        loadavg_start=loadavg, scenarios=[s.label for s in plan], servers=versions,
-        real_models=real_checks, skipped=skipped, failures=failures,
-    )
+    print(f"bench took {doc['duration_s']:.0f} s")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(doc, indent=2))
@@ -219,7 +220,37 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
 
         m = doc["machine"]
         title = (f"fenceline bench, {doc['date'][:16].replace('T', ' ')} UTC, {m['cpu']} "
-                 f"({m['cpus']} CPUs, load {loadavg[0]})")
-        plot(rows, plot_path, title)
+                 f"({m['cpus']} CPUs, load {doc['loadavg_start'][0]} at the start)")
+        plot(run.rows, plot_path, title)
         print(f"plot written to {plot_path}")
-    return 1 if failures or differs else 0
+
+
+def run_bench(*, quick: bool = False, json_path: Path | None = None,
+              plot_path: Path | None = None, peers: bool = False,
+              sizes: list[str] | None = None, transports: list[str] | None = None,
+              models: dict[str, Path] | None = None, real_model: bool = True,
+              seconds: float | None = None, markdown_path: Path | None = None) -> int:
+    """Runs the suite; returns 0, or 1 when a row failed or gave outputs that differ from a
+    direct onnxruntime run. Speed goals are reported, never turned into the exit status."""
+    t_start = time.monotonic()
+    registry.load_plugins()
+    _check(sizes, transports, peers, plot_path)
+    reals = _real_models(real_model, models or {})
+    plan = _plan(quick, sizes, transports, peers, reals, seconds)
+    loadavg = [round(v, 2) for v in os.getloadavg()]
+    print(f"fenceline bench: {len(plan)} scenarios on {report.machine()['cpu'] or 'this CPU'}, "
+          f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
+          f"{' with a Triton peer' if peers else ''}", flush=True)
+    run = _measure(plan, reals, peers)
+    real_size = next((s.size for s in plan if s.model in run.real_checks), None)
+    doc = report.document(
+        run.rows, report.goals(run.rows, real_size), quick=quick, peers=peers,
+        duration_s=round(time.monotonic() - t_start, 1), loadavg_start=loadavg,
+        scenarios=[s.label for s in plan], servers=run.servers, real_models=run.real_checks,
+        skipped=run.skipped, failures=run.failures,
+    )
+    _output(run, doc, json_path, plot_path, markdown_path)
+    differs = [f"{r.scenario_label}: {r.transport}" for r in run.rows if r.check == "differs"]
+    if differs:
+        print("OUTPUTS DIFFER from a direct onnxruntime run: " + ", ".join(differs))
+    return 1 if run.failures or differs else 0
