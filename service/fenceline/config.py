@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fenceline.errors import InvalidArgument
+from fenceline.logs import LOG_FORMATS, LogFormat
 
 
 def parse_model_arg(arg: str) -> tuple[str, Path]:
@@ -26,6 +27,7 @@ class ServeSettings:
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     log_level: str = "info"
+    log_format: LogFormat = "text"
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -42,3 +44,5 @@ class ServeSettings:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")
+        if self.log_format not in LOG_FORMATS:
+            raise InvalidArgument(f"--log-format is one of {', '.join(LOG_FORMATS)}")

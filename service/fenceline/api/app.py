@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
-from fenceline.api import errors, interop, kserve
+from fenceline.api import errors, interop, kserve, status
+from fenceline.api.request_ids import RequestIdMiddleware
 from fenceline.runtime.service import Runtime
 
 
@@ -21,6 +24,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     errors.install(app, runtime.metrics)
     app.include_router(kserve.router)
     app.include_router(interop.router)
+    app.include_router(status.router)
+    app.add_middleware(RequestIdMiddleware)
+    app.state.started = time.monotonic()
 
     registry = runtime.metrics.registry
 

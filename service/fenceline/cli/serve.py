@@ -7,6 +7,7 @@ import logging
 
 import uvicorn
 
+from fenceline import logs
 from fenceline.api import create_app
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
@@ -27,14 +28,13 @@ def serve_from_args(args: argparse.Namespace) -> int:
         ipc_spin_us=args.ipc_spin_us,
         fence_spin_us=args.fence_spin_us,
         log_level=args.log_level,
+        log_format=args.log_format,
     )
     return serve(settings)
 
 
 def serve(settings: ServeSettings) -> int:
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     models = ModelRepository.from_sources(settings.model_repository, settings.models)
     runtime = Runtime(models, Metrics(), RuntimeSettings(spin_ns=settings.fence_spin_us * 1000))
     ipc = IpcServer(runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000)
@@ -42,7 +42,7 @@ def serve(settings: ServeSettings) -> int:
     app = create_app(runtime)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        access_log=False, lifespan="off",
+        access_log=False, lifespan="off", log_config=None,  # logs.configure set up logging
     )
     server = uvicorn.Server(config)
     log.info(
