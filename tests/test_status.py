@@ -23,24 +23,23 @@ RENDERER = Path(__file__).with_name("status_renderer.py")
 @contextmanager
 def renderer(socket: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
     """A renderer process; yields it and its ids once its session exists."""
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(RENDERER), str(socket), *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"renderer exited: {proc.wait(10)} {proc.stderr.read()!r}")  # type: ignore[union-attr]
-        yield proc, json.loads(line)
-    finally:
-        if proc.poll() is None:
-            proc.stdin.close()  # type: ignore[union-attr]
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"renderer exited {proc.wait(10)}: {proc.stderr.read()!r}")
+            yield proc, json.loads(line)
+        finally:
+            if proc.poll() is None:
+                proc.stdin.close()  # the renderer lets go of its objects and exits
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 def status(url: str) -> dict[str, Any]:
