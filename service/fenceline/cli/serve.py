@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
+import threading
 
 import uvicorn
 
@@ -49,10 +51,26 @@ def serve(settings: ServeSettings) -> int:
         "fenceline serving %d model(s) on http://%s:%d and %s",
         len(models.names()), settings.host, settings.port, ipc.path,
     )
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM, restores the handler it found and raises the
+        # signal again: with the default handler the process would die before the cleanup below.
+        signal.signal(signal.SIGTERM, _stop)
     try:
         server.run()
+    except _Stopped:
+        pass
     finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the cleanup
         ipc.stop()
         runtime.close()
         log.info("fenceline stopped")
     return 0
+
+
+class _Stopped(Exception):
+    """SIGTERM: a clean stop (systemd, Docker and Kubernetes stop services with it)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped
