@@ -35,7 +35,9 @@ def find_chromium() -> str | None:
 
 
 class Browser:
-    def __init__(self, executable: str, profile: Path, width: int = 1400, height: int = 900) -> None:
+    def __init__(
+        self, executable: str, profile: Path, width: int = 1400, height: int = 900
+    ) -> None:
         self.profile = profile
         self.log = (profile.parent / f"{profile.name}-chromium.log").open("wb")
         self.proc = subprocess.Popen(

@@ -67,7 +67,8 @@ def main() -> int:
             next_frame += period
             time.sleep(max(0.0, next_frame - time.monotonic()))
         while time.monotonic() < deadline:
-            readable, _, _ = select.select([sys.stdin], [], [], max(0.0, deadline - time.monotonic()))
+            left = max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([sys.stdin], [], [], left)
             if readable and not sys.stdin.buffer.read1(1):
                 break
     return 0

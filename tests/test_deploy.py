@@ -281,7 +281,8 @@ def test_dockerfile_copies_only_files_that_exist_and_the_context_lets_through() 
 def test_docker_healthcheck_and_entrypoint_are_the_ones_tested_here() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r'HEALTHCHECK .*\n\s+CMD \["fenceline-entrypoint", "healthcheck"\]', text)
-    assert "COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/fenceline-entrypoint" in text
+    assert re.search(r"^COPY --chmod=0755 deploy/docker/entrypoint.sh "
+                     r"/usr/local/bin/fenceline-entrypoint$", text, re.M)  # fmt: skip
     assert 'ENTRYPOINT ["fenceline-entrypoint"]' in text
     assert re.search(r"^USER 10001:10001$", text, re.M)
 
@@ -315,7 +316,8 @@ def test_dashboard_is_well_formed() -> None:
         assert g["x"] + g["w"] <= 24, p["title"]
         for t in p.get("targets", []):
             assert t["datasource"]["uid"] == "${datasource}"
-    quantiles = {float(q) for e in dashboard_exprs() for q in re.findall(r"histogram_quantile\(([\d.]+)", e)}
+    quantile = re.compile(r"histogram_quantile\(([\d.]+)")
+    quantiles = {float(q) for e in dashboard_exprs() for q in quantile.findall(e)}
     assert quantiles == {0.5, 0.99}
 
 
@@ -326,7 +328,8 @@ def metrics_after_traffic(service: Service) -> dict[str, set[str]]:
         s = open_session(client, "add_64x64", [1, 3, 64, 64])
         s.wait.signal(1)
         client.run(s.session_id, 1)
-        assert httpx.get(service.url + "/v2/interop/sessions/nonexistent", timeout=5).status_code == 404
+        missing = httpx.get(service.url + "/v2/interop/sessions/nonexistent", timeout=5)
+        assert missing.status_code == 404
         text = httpx.get(service.url + "/metrics", timeout=5).text
         s.close()
     labels: dict[str, set[str]] = {}
@@ -349,13 +352,15 @@ def test_every_label_the_dashboard_groups_or_filters_by_exists_on_its_metric(
     metrics_after_traffic: dict[str, set[str]],
 ) -> None:
     for expr in dashboard_exprs():
-        have = set.union(*(metrics_after_traffic[m] for m in METRIC.findall(expr))) | PROMETHEUS_LABELS
+        metrics = METRIC.findall(expr)
+        have = set.union(*(metrics_after_traffic[m] for m in metrics)) | PROMETHEUS_LABELS
         for group in BY.findall(expr):
             for label in filter(None, (x.strip() for x in group.split(","))):
                 assert label in have, f"{label!r} in {expr}"
         for metric, matchers in SELECTOR.findall(expr):
             for label in re.findall(r"(\w+)\s*=~?", matchers):
-                assert label in metrics_after_traffic[metric] | PROMETHEUS_LABELS, f"{label!r} in {expr}"
+                known = metrics_after_traffic[metric] | PROMETHEUS_LABELS
+                assert label in known, f"{label!r} in {expr}"
 
 
 def test_unit_files_and_manifests_name_the_port_the_service_listens_on() -> None:

@@ -127,8 +127,10 @@ def test_status_includes_objects_created_over_http(service: Any) -> None:
         fid = http.import_fence(fence.name)
         try:
             row = next(f for f in status(service.url)["fences"] if f["id"] == fid[:8])
-            assert row == {"id": fid[:8], "owner": "http", "fence_type": "host_timeline",
-                           "name": fence.name, "value": 7, "status": "live", "sessions": 0}  # fmt: skip
+            assert row == {
+                "id": fid[:8], "owner": "http", "fence_type": "host_timeline",
+                "name": fence.name, "value": 7, "status": "live", "sessions": 0,
+            }  # fmt: skip
             fence.signal(9)
             row = next(f for f in status(service.url)["fences"] if f["id"] == fid[:8])
             assert row["value"] == 9

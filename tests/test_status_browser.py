@@ -17,7 +17,8 @@ from tests.test_status import renderer
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs Chromium for the browser test (Debian: apt-get install chromium)"
+    CHROMIUM is None,
+    reason="needs Chromium for the browser test (Debian: apt-get install chromium)",
 )
 
 

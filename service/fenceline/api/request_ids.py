@@ -17,7 +17,8 @@ log = logging.getLogger("fenceline.http")
 
 HEADER = b"x-request-id"
 _VALID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
-_SESSION_PATH = re.compile(r"^/v2/interop/sessions/([0-9a-fA-F]{8})")
+# Object ids are capabilities: logs keep their first 8 hex digits (as the status page does).
+_OBJECT_PATH = re.compile(r"^(/v2/interop/(sessions|memory|fences)/)([0-9a-fA-F]{8})[0-9a-fA-F]*")
 
 
 class RequestIdMiddleware:
@@ -37,9 +38,12 @@ class RequestIdMiddleware:
                 break
         rid_text = rid.decode() if rid else secrets.token_hex(8)
         path: str = scope["path"]
-        m = _SESSION_PATH.match(path)
+        m = _OBJECT_PATH.match(path)
+        if m:
+            path = m.expand(r"\1\3…") + path[m.end():]
         token = logs.request_id.set(rid_text)
-        sid_token = logs.session_id.set(m.group(1).lower()) if m else None
+        is_session = m is not None and m.group(2) == "sessions"
+        sid_token = logs.session_id.set(m.group(3).lower()) if is_session and m else None
         status = 500
         start = time.perf_counter()
 

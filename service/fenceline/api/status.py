@@ -122,7 +122,7 @@ def status(request: Request) -> dict[str, Any]:
     for row in sessions:
         per_model[row["model"]] = per_model.get(row["model"], 0) + 1
     imported = sum(m.obj.size_bytes for m in memory)
-    registry = rt.metrics.registry
+    connections = rt.metrics.registry.get_sample_value("fenceline_ipc_open_connections")
     started = getattr(request.app.state, "started", None)
     return {
         "server": {
@@ -130,7 +130,7 @@ def status(request: Request) -> dict[str, Any]:
             "version": __version__,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - started, 1) if started is not None else None,
-            "ipc_connections": int(registry.get_sample_value("fenceline_ipc_open_connections") or 0),
+            "ipc_connections": int(connections or 0),
             "imported_bytes": imported,
             "fps": round(sum(r["fps"] for r in sessions), 2),
         },

@@ -99,7 +99,9 @@ class Connection:
                     metrics.errors.labels("ipc", e.code).inc()
                     reply = codec.encode_error(request_id, e)
                 except Exception:
-                    log.exception("unexpected error on %s", self.owner, extra={"request_id": request_id})
+                    log.exception(
+                        "unexpected error on %s", self.owner, extra={"request_id": request_id}
+                    )
                     metrics.errors.labels("ipc", "internal").inc()
                     reply = codec.encode_error(request_id, FencelineError("internal error; see the service log"))
                 if not self._send(reply):
