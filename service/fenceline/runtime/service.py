@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.host_fence import FenceImport, import_fence
@@ -48,6 +48,17 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    max_mapped_bytes_per_owner: int = 16 << 30
+    max_inflight_runs_per_owner: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
+                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_inflight_runs_per_owner"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be positive")
+        if self.spin_ns < 0:
+            raise InvalidArgument("spin_ns must not be negative")
 
 
 class Table(Generic[T]):
@@ -86,6 +97,8 @@ class Runtime:
         self.fences: Table[FenceImport] = Table("fence")
         self.sessions: Table[Session] = Table("session")
         self._lock = threading.RLock()
+        self._inflight: dict[str, int] = {}
+        self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -124,6 +137,14 @@ class Runtime:
             access=access,
         )
         with self._lock:
+            mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
+            limit = self.settings.max_mapped_bytes_per_owner
+            if mapped + mem.size_bytes > limit:
+                mem.close()
+                raise ResourceExhausted(
+                    f"importing {mem.size_bytes} bytes would map more than {limit} bytes for "
+                    "this client; release memory first"
+                )
             entry = self.memory.add(owner, mem)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
@@ -287,7 +308,20 @@ class Runtime:
         transport: str = "http",
     ) -> RunResult:
         session = self.session(owner, session_id)
-        return self.run_session(session, wait_value, signal_value, timeout_ms, transport=transport)
+        with self._lock:
+            n = self._inflight.get(owner, 0)
+            if n >= self.settings.max_inflight_runs_per_owner:
+                raise ResourceExhausted(
+                    f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
+                )
+            self._inflight[owner] = n + 1
+        try:
+            return self.run_session(
+                session, wait_value, signal_value, timeout_ms, transport=transport
+            )
+        finally:
+            with self._lock:
+                self._inflight[owner] -= 1
 
     def run_session(
         self,
@@ -299,13 +333,17 @@ class Runtime:
         transport: str,
     ) -> RunResult:
         s = self.settings
+        if self.closing.is_set():
+            raise Unavailable("the service is shutting down")
         if timeout_ms is None:
             timeout_ms = s.default_timeout_ms
         if not 0 <= timeout_ms <= s.max_timeout_ms:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+        result = session.run(
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+        )
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
@@ -342,5 +380,7 @@ class Runtime:
             return {e.owner for t in tables for e in t.entries.values()}
 
     def close(self) -> None:
+        """Fails waiting runs with ``unavailable``, then releases every object."""
+        self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
