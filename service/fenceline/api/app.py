@@ -10,10 +10,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from fenceline import __version__
 from fenceline.api import errors, interop, kserve, status
 from fenceline.api.request_ids import RequestIdMiddleware
+from fenceline.api.security import BearerToken, BodyLimit
 from fenceline.runtime.service import Runtime
 
 
-def create_app(runtime: Runtime) -> FastAPI:
+def create_app(
+    runtime: Runtime, *, token: str | None = None, max_body_bytes: int = 256 << 20
+) -> FastAPI:
+    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``."""
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -25,7 +29,6 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(kserve.router)
     app.include_router(interop.router)
     app.include_router(status.router)
-    app.add_middleware(RequestIdMiddleware)
     app.state.started = time.monotonic()
 
     registry = runtime.metrics.registry
@@ -34,4 +37,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if token:
+        app.add_middleware(BearerToken, token=token)
+    app.add_middleware(RequestIdMiddleware)  # outermost: 401s and 413s get an id and a log line
     return app
