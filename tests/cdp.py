@@ -106,10 +106,12 @@ class Browser:
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 15.0) -> Any:
-        """Evaluates ``expression`` until it is truthy; returns that value."""
+        """Evaluates ``expression`` until it is truthy; returns that value. While the page is
+        still loading, an expression that throws counts as not yet."""
+        guarded = f"(() => {{ try {{ return ({expression}); }} catch (e) {{ return null; }} }})()"
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
+            value = self.evaluate(guarded)
             if value:
                 return value
             if time.monotonic() > deadline:

@@ -90,3 +90,32 @@ def test_status_page_shows_a_live_session_and_its_fence_advancing(
     finally:
         stop_service(svc)
     assert "Traceback" not in svc.log_text(), svc.log_text()
+
+
+def test_status_page_asks_for_the_token_of_a_protected_service(
+    model_repo: Path, tmp_path: Path
+) -> None:
+    assert CHROMIUM is not None
+    (tmp_path / "svc").mkdir()
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    svc = start_service(model_repo, tmp_path / "svc", "--token-file", str(token_file))
+    try:
+        with Browser(CHROMIUM, tmp_path / "profile") as browser:
+            browser.goto(svc.url + "/ui?interval=200")
+            browser.wait_for("document.body.dataset.state === 'unauthenticated'")
+            assert browser.evaluate("document.body.dataset.updates") == "0"
+            keep(browser.screenshot(tmp_path / "status-page-token.png"))
+            browser.evaluate("document.getElementById('token').value = 's3cret-token'; "
+                             "document.getElementById('auth').requestSubmit(); true")
+            browser.wait_for("document.body.dataset.state === 'live'")
+            assert browser.evaluate("document.getElementById('c-models').textContent") == "4"
+
+            browser.evaluate("sessionStorage.clear(); true")  # a link with the token works too
+            browser.goto("about:blank")
+            browser.wait_for("location.href === 'about:blank'")
+            browser.goto(svc.url + "/ui?interval=200#token=s3cret-token")
+            browser.wait_for("document.body.dataset.state === 'live'")
+            assert "token" not in browser.evaluate("location.href")
+    finally:
+        stop_service(svc)
