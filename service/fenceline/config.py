@@ -26,6 +26,7 @@ class ServeSettings:
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     log_level: str = "info"
+    client_shared_memory: bool = True  # Triton's system shared-memory registration
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:

@@ -6,11 +6,12 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
-from fenceline.api import errors, interop, kserve
+from fenceline.api import errors, interop, kserve, triton_shm
+from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.service import Runtime
 
 
-def create_app(runtime: Runtime) -> FastAPI:
+def create_app(runtime: Runtime, inference: InferenceSettings | None = None) -> FastAPI:
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -19,7 +20,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.state.ready = True
     errors.install(app, runtime.metrics)
+    kserve.install(app, runtime, inference)
     app.include_router(kserve.router)
+    app.include_router(triton_shm.router)
     app.include_router(interop.router)
 
     registry = runtime.metrics.registry

@@ -22,6 +22,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fence-spin-us", type=int, default=50,
                    help="longest spin on an input fence before sleeping on its futex")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="let KServe clients register Triton system shared-memory regions "
+                   "(default on; --no-client-shared-memory answers those routes with 501)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from fenceline.api import create_app
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
+from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime, RuntimeSettings
 
@@ -27,6 +28,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         ipc_spin_us=args.ipc_spin_us,
         fence_spin_us=args.fence_spin_us,
         log_level=args.log_level,
+        client_shared_memory=args.client_shared_memory,
     )
     return serve(settings)
 
@@ -39,7 +41,9 @@ def serve(settings: ServeSettings) -> int:
     runtime = Runtime(models, Metrics(), RuntimeSettings(spin_ns=settings.fence_spin_us * 1000))
     ipc = IpcServer(runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000)
     ipc.start()
-    app = create_app(runtime)
+    app = create_app(
+        runtime, InferenceSettings(client_shared_memory=settings.client_shared_memory)
+    )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         access_log=False, lifespan="off",
