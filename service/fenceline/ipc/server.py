@@ -124,8 +124,7 @@ class Connection:
         try:
             if handler is None:
                 raise InvalidRequest(f"unknown message kind 0x{frame.kind:04x}")
-            result = handler(frame.body, fds)
-            fds = []  # the handler took them
+            result = handler(frame.body, fds)  # a handler takes the fds it uses off the list
         finally:
             self._close_fds(fds)
         return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
