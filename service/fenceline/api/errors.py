@@ -51,9 +51,9 @@ HTTP_CODES: dict[int, str] = {
 def status_of(exc: errors.FencelineError, transport: str = "http") -> int:
     for cls in type(exc).__mro__:
         if transport == "kserve" and cls in KSERVE_STATUS:
-            return KSERVE_STATUS[cls]  # type: ignore[index]
+            return KSERVE_STATUS[cls]
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 

@@ -163,7 +163,7 @@ def _aligned(n: int, header_length: int) -> memoryview:
     """n writable bytes placed so the binary data after the JSON header starts aligned."""
     buf = np.empty(n + ALIGN, np.uint8)
     start = (-(buf.ctypes.data + header_length)) % ALIGN
-    return memoryview(buf)[start : start + n]
+    return buf.data[start : start + n]
 
 
 def _int_header(request: Request, key: str) -> int | None:

@@ -13,6 +13,7 @@ extra (``pip install 'fenceline[test]'``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -22,7 +23,7 @@ import numpy as np
 
 
 def _client(url: str) -> Any:
-    import tritonclient.http as httpclient
+    import tritonclient.http as httpclient  # type: ignore[import-untyped]
 
     host = url.split("://", 1)[-1].rstrip("/")
     # Large frames take longer than tritonclient's 60 s default on slow machines only; be safe.
@@ -35,7 +36,7 @@ def _io(client: Any, model: str) -> tuple[str, str, str]:
 
 
 def _frame(shape: list[int], triton_type: str) -> np.ndarray:
-    from tritonclient.utils import triton_to_np_dtype
+    from tritonclient.utils import triton_to_np_dtype  # type: ignore[import-untyped]
 
     rng = np.random.default_rng(0)
     return rng.random(shape, dtype=np.float32).astype(triton_to_np_dtype(triton_type))
@@ -69,7 +70,7 @@ def measure_system_shm(
     url: str, model: str, shape: list[int], iterations: int, warmup: int = 3
 ) -> list[float]:
     import tritonclient.http as httpclient
-    import tritonclient.utils.shared_memory as shm
+    import tritonclient.utils.shared_memory as shm  # type: ignore[import-untyped]
 
     client = _client(url)
     tag = f"{os.getpid()}_{secrets.token_hex(4)}"
@@ -97,10 +98,9 @@ def measure_system_shm(
         return samples
     finally:
         for name in names[: len(handles)]:
-            try:
+            # The service may be gone; its regions went with it.
+            with contextlib.suppress(Exception):
                 client.unregister_system_shared_memory(name)
-            except Exception:  # the service may be gone; the regions die with it
-                pass
         for h in handles:
             shm.destroy_shared_memory_region(h)
         client.close()

@@ -11,6 +11,7 @@ once while the memory stays mapped until that request ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -288,10 +289,8 @@ class SystemSharedMemory:
             regions = list(self._regions.values())
             self._regions.clear()
         for r in regions:
-            try:
+            with contextlib.suppress(NotFound):  # the runtime may have released it already
                 self.runtime.release_memory(OWNER, r.memory_id)
-            except NotFound:
-                pass  # the runtime already released its owners
 
 
 @dataclass
