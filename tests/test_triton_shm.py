@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -313,6 +315,33 @@ def test_output_windows_outside_the_region_are_rejected(
     shm.set_shared_memory_region(h_in, [frame()])
     raises("400", message, lambda: client.infer("add_64x64", [shm_input("in", NBYTES)],
                                                 outputs=[shm_output("out", size, offset)]))
+
+
+REGION = NBYTES + 64
+EDGES = [0, 1, 4, 60, 64, 65, NBYTES - 4, NBYTES, NBYTES + 4, REGION - 1, REGION, REGION + 1,
+         2**63, 2**64 - REGION, 2**64 - NBYTES, 2**64 - 1]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # one region, reused
+@given(offset=st.sampled_from(EDGES) | st.integers(0, 2**64 - 1),
+       size=st.sampled_from(EDGES) | st.integers(0, 2**64 - 1))
+def test_output_windows_are_accepted_exactly_when_inside_the_region(
+    client: httpclient.InferenceServerClient, regions: Regions, offset: int, size: int
+) -> None:
+    if not regions.handles:
+        x = frame(seed=7)
+        shm.set_shared_memory_region(regions.create("in", NBYTES), [x])
+        regions.create("out", REGION)
+    inside = offset < REGION and size <= REGION - offset and size >= NBYTES
+    call = lambda: client.infer("add_64x64", [shm_input("in", NBYTES)],  # noqa: E731
+                                outputs=[shm_output("out", size, offset)])
+    if inside:
+        call()
+        got = shm.get_contents_as_numpy(regions.handles[1], np.float32, SHAPE, offset)
+        np.testing.assert_array_equal(got, frame(seed=7) + 1)
+    else:
+        raises("400", "shared memory|Integer overflow", call)
 
 
 def test_input_window_past_the_end_is_rejected(

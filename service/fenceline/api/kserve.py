@@ -18,6 +18,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
@@ -181,6 +182,13 @@ def _int_header(request: Request, key: str) -> int | None:
 
 async def read_body(request: Request, limit: int) -> tuple[memoryview, int]:
     """The whole request body in one aligned buffer, and the JSON header's length."""
+    try:
+        return await _read_body(request, limit)
+    except ClientDisconnect:
+        raise InvalidArgument("the client went away before sending the whole body") from None
+
+
+async def _read_body(request: Request, limit: int) -> tuple[memoryview, int]:
     too_large = f"the request body is larger than this service's limit of {limit} bytes"
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate"):
