@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
 
 from fenceline.models import build_repository
