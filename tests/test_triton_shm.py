@@ -27,7 +27,7 @@ from tests.test_kserve import reference
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = 3 * 64 * 64 * 4
-MODELS = ["add_64x64", "image_filter", "slow_add_64x64"]
+MODELS = ["add_64x64", "image_filter", "slow_add_64x64", "add_dynamic"]
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +357,29 @@ def test_infer_with_an_unregistered_region_is_404(
 ) -> None:
     raises("404", "Unable to find shared memory region: 'ghost'",
            lambda: client.infer("add_64x64", [shm_input("ghost", NBYTES)]))
+
+
+def test_outputs_of_free_shape_land_in_regions_and_binary_alike(
+    client: httpclient.InferenceServerClient, regions: Regions
+) -> None:
+    h_in = regions.create("dyn_in", NBYTES)
+    h_out = regions.create("dyn_out", NBYTES + 64)
+    for shape in ([1, 3, 64, 64], [1, 3, 16, 32]):
+        x = frame(shape, seed=8)
+        n = x.nbytes
+        shm.set_shared_memory_region(h_in, [x])
+        r = client.infer("add_dynamic", [shm_input("dyn_in", n, shape=shape)],
+                         outputs=[shm_output("dyn_out", NBYTES + 64)])
+        assert r.get_output("y")["shape"] == shape
+        assert r.get_output("y")["parameters"]["shared_memory_byte_size"] == n
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(h_out, np.float32, shape), x + 1)
+        i = httpclient.InferInput("x", shape, "FP32")
+        i.set_data_from_numpy(x, binary_data=True)
+        np.testing.assert_array_equal(client.infer("add_dynamic", [i]).as_numpy("y"), x + 1)
+    shm.set_shared_memory_region(h_in, [frame(seed=9)])
+    raises("400", "should be at least",
+           lambda: client.infer("add_dynamic", [shm_input("dyn_in", NBYTES)],
+                                outputs=[shm_output("dyn_out", NBYTES - 4)]))
 
 
 def in_flight(service: Service) -> float:

@@ -1,6 +1,7 @@
 """Small real models, written as ONNX graphs with the onnx helper.
 
 - ``add_<h>x<w>``: y = x + 1 over 1x3xHxW FP32, the synthetic frame model of the benchmarks.
+- ``add_dynamic``: y = x + 1 over 1x3xHxW FP32 with H and W left free (shapes known per run).
 - ``slow_add_64x64``: y = x + 1 over 1x3x64x64 FP32 after a Loop of exact multiplies by one, so
   a run stays in flight for about half a second (for lifetime tests, not benchmarks).
 - ``image_filter``: a real image operation for the demo: a depthwise 3x3 sharpen convolution,
@@ -28,7 +29,7 @@ def _model(graph: onnx.GraphProto) -> bytes:
     return m.SerializeToString()
 
 
-def add_model(shape: list[int], datatype: int = TensorProto.FLOAT) -> bytes:
+def add_model(shape: list[int | str], datatype: int = TensorProto.FLOAT) -> bytes:
     x = helper.make_tensor_value_info("x", datatype, shape)
     y = helper.make_tensor_value_info("y", datatype, shape)
     np_type = helper.tensor_dtype_to_np_dtype(datatype)
@@ -102,6 +103,7 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_64x64_fp16": lambda: add_model([1, 3, 64, 64], TensorProto.FLOAT16),
     "image_filter": lambda: image_filter_model(),
     "slow_add_64x64": lambda: slow_add_model([1, 3, 64, 64], 250_000),
+    "add_dynamic": lambda: add_model([1, 3, "height", "width"]),
 }
 
 
