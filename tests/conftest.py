@@ -3,6 +3,7 @@ process's fds and mappings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -47,19 +48,17 @@ class Service:
         """What the service's open fds point at."""
         out = []
         for fd in os.listdir(f"/proc/{self.pid}/fd"):
-            try:
+            with contextlib.suppress(OSError):  # closed between listdir and readlink
                 out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
-            except OSError:
-                pass
         return out
 
-    def settled_fds(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> list[str]:
-        """The fd list once it has stopped changing (connections of earlier tests closed)."""
-        last, since = sorted(self.fds()), time.monotonic()
+    def settled(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
+        """(fds, maps) once they have stopped changing (earlier tests' connections closed)."""
+        last, since = (sorted(self.fds()), self.maps()), time.monotonic()
         deadline = since + timeout_s
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            now = sorted(self.fds())
+            now = (sorted(self.fds()), self.maps())
             if now != last:
                 last, since = now, time.monotonic()
             elif time.monotonic() - since >= quiet_s:

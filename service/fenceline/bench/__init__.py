@@ -65,7 +65,8 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
                 try:
                     steps = plan[size]
                     n, w = steps["in-process"]
-                    rows.append(Row("in-process", size, transports.in_process(model_path, buffers, n, w), "floor"))
+                    samples = transports.in_process(model_path, buffers, n, w)
+                    rows.append(Row("in-process", size, samples, "floor"))
                     progress.step(f"{size} in-process")
                     want = buffers.output.copy()
                     buffers.output[:] = 0

@@ -48,7 +48,10 @@ def fmt_us(us: float) -> str:
 
 def table(rows: list[Row], floors: dict[str, Row]) -> str:
     """One line per row; `x floor` is p50 over the in-process p50 of the same size."""
-    head = f"{'size':<10} {'transport':<28} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} {'x floor':>8}  {'cpu/frame':>10}"
+    head = (
+        f"{'size':<10} {'transport':<28} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} "
+        f"{'x floor':>8}  {'cpu/frame':>10}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         floor = floors.get(r.size)
