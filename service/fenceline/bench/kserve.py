@@ -23,7 +23,7 @@ import numpy as np
 
 
 def _client(url: str) -> Any:
-    import tritonclient.http as httpclient  # type: ignore[import-untyped]
+    import tritonclient.http as httpclient
 
     host = url.split("://", 1)[-1].rstrip("/")
     # Large frames take longer than tritonclient's 60 s default on slow machines only; be safe.
@@ -36,7 +36,7 @@ def _io(client: Any, model: str) -> tuple[str, str, str]:
 
 
 def _frame(shape: list[int], triton_type: str) -> np.ndarray:
-    from tritonclient.utils import triton_to_np_dtype  # type: ignore[import-untyped]
+    from tritonclient.utils import triton_to_np_dtype
 
     rng = np.random.default_rng(0)
     return rng.random(shape, dtype=np.float32).astype(triton_to_np_dtype(triton_type))
@@ -70,7 +70,7 @@ def measure_system_shm(
     url: str, model: str, shape: list[int], iterations: int, warmup: int = 3
 ) -> list[float]:
     import tritonclient.http as httpclient
-    import tritonclient.utils.shared_memory as shm  # type: ignore[import-untyped]
+    import tritonclient.utils.shared_memory as shm
 
     client = _client(url)
     tag = f"{os.getpid()}_{secrets.token_hex(4)}"
