@@ -1,6 +1,9 @@
 """Small real models, written as ONNX graphs with the onnx helper.
 
 - ``add_<h>x<w>``: y = x + 1 over 1x3xHxW FP32, the synthetic frame model of the benchmarks.
+- ``add_dynamic``: y = x + 1 over 1x3xHxW FP32 with H and W left free (shapes known per run).
+- ``slow_add_64x64``: y = x + 1 over 1x3x64x64 FP32 after a Loop of exact multiplies by one, so
+  a run stays in flight for about half a second (for lifetime tests, not benchmarks).
 - ``image_filter``: a real image operation for the demo: a depthwise 3x3 sharpen convolution,
   then exposure and Reinhard tone mapping with display gamma, over 1x3x720x1280 FP32.
 """
@@ -26,12 +29,41 @@ def _model(graph: onnx.GraphProto) -> bytes:
     return m.SerializeToString()
 
 
-def add_model(shape: list[int], datatype: int = TensorProto.FLOAT) -> bytes:
+def add_model(shape: list[int | str], datatype: int = TensorProto.FLOAT) -> bytes:
     x = helper.make_tensor_value_info("x", datatype, shape)
     y = helper.make_tensor_value_info("y", datatype, shape)
     np_type = helper.tensor_dtype_to_np_dtype(datatype)
     one = numpy_helper.from_array(np.ones([1], dtype=np_type), "one")
     graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "add", [x], [y], [one])
+    return _model(graph)
+
+
+def slow_add_model(shape: list[int], trips: int) -> bytes:
+    def vi(name: str, dt: int, dims: list[int]) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, dt, dims)
+
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["acc_in", "one_b"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+         vi("acc_in", TensorProto.FLOAT, shape)],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(np.ones([1], np.float32), "one_b")],
+    )
+    inits = [
+        numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+        numpy_helper.from_array(np.array(True), "cond"),
+        numpy_helper.from_array(np.ones([1], np.float32), "one"),
+    ]
+    nodes = [
+        helper.make_node("Loop", ["trips", "cond", "x"], ["acc"], body=body),
+        helper.make_node("Add", ["acc", "one"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "slow_add", [vi("x", TensorProto.FLOAT, shape)], [vi("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
     return _model(graph)
 
 
@@ -70,6 +102,8 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_4k": lambda: add_model([1, 3, 2160, 3840]),
     "add_64x64_fp16": lambda: add_model([1, 3, 64, 64], TensorProto.FLOAT16),
     "image_filter": lambda: image_filter_model(),
+    "slow_add_64x64": lambda: slow_add_model([1, 3, 64, 64], 250_000),
+    "add_dynamic": lambda: add_model([1, 3, "height", "width"]),
 }
 
 
