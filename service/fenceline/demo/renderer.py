@@ -50,7 +50,8 @@ def write_before_after(before: np.ndarray, after: np.ndarray, path: str) -> None
     canvas.paste(a, (0, 0))
     canvas.paste(b, (half[0] + 8, 0))
     draw = ImageDraw.Draw(canvas)
-    for x, label in ((10, "before: the renderer's frame"), (half[0] + 18, "after: sharpen + tone map, in place")):
+    labels = ((10, "before: the renderer's frame"), (half[0] + 18, "after: sharpen + tone map, in place"))
+    for x, label in labels:
         draw.rectangle((x - 4, 8, x + 6 * len(label) + 4, 26), fill=(0, 0, 0))
         draw.text((x, 11), label, fill=(255, 255, 255))
     canvas.save(path)
