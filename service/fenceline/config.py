@@ -28,6 +28,7 @@ class ServeSettings:
     fence_spin_us: int = 50
     log_level: str = "info"
     log_format: LogFormat = "text"
+    client_shared_memory: bool = True  # Triton's system shared-memory registration
     allow_uids: frozenset[int] | None = None  # None: the service's own uid
     token_file: Path | None = None
     max_body_mb: int = 256
