@@ -11,6 +11,7 @@
  *
  * Exit status: 0 all outputs verified, 1 an output was wrong, 2 a usage or service error.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,7 @@
  *   test_client SOCKET hold    sets up a session, prints "ready", then runs frames until killed
  *   test_client - list         prints the names of the checks
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
