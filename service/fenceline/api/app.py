@@ -7,10 +7,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
 from fenceline.api import errors, interop, kserve
+from fenceline.api.security import BearerToken, BodyLimit
 from fenceline.runtime.service import Runtime
 
 
-def create_app(runtime: Runtime) -> FastAPI:
+def create_app(
+    runtime: Runtime, *, token: str | None = None, max_body_bytes: int = 256 << 20
+) -> FastAPI:
+    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``."""
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -28,4 +32,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if token:
+        app.add_middleware(BearerToken, token=token)
     return app

@@ -27,6 +27,9 @@ STATUS: dict[type[errors.FencelineError], int] = {
     errors.ModelError: 500,
     errors.Unsupported: 501,
     errors.DeviceLost: 503,
+    errors.PermissionDenied: 403,
+    errors.Unauthenticated: 401,
+    errors.Unavailable: 503,
     errors.TimedOut: 504,
     errors.FencelineError: 500,
 }
@@ -44,7 +47,7 @@ HTTP_CODES: dict[int, str] = {
 def status_of(exc: errors.FencelineError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 

@@ -22,6 +22,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fence-spin-us", type=int, default=50,
                    help="longest spin on an input fence before sleeping on its futex")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
+                   help="a uid that may use the IPC socket; repeatable (default: the service's own)")
+    p.add_argument("--token-file", type=Path,
+                   help="require Authorization: Bearer <the file's contents> on HTTP")
+    p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
+    p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
+    p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")
+    p.add_argument("--max-inflight", type=int, default=64, help="HTTP runs in flight per client")
 
 
 def main(argv: list[str] | None = None) -> int:

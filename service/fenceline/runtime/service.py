@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.host_fence import FenceImport, import_fence
@@ -48,6 +48,17 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    max_mapped_bytes_per_owner: int = 16 << 30
+    max_inflight_runs_per_owner: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
+                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_inflight_runs_per_owner"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be positive")
+        if self.spin_ns < 0:
+            raise InvalidArgument("spin_ns must not be negative")
 
 
 class Table(Generic[T]):
@@ -86,6 +97,8 @@ class Runtime:
         self.fences: Table[FenceImport] = Table("fence")
         self.sessions: Table[Session] = Table("session")
         self._lock = threading.RLock()
+        self._inflight: dict[str, int] = {}
+        self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -124,6 +137,14 @@ class Runtime:
             access=access,
         )
         with self._lock:
+            mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
+            limit = self.settings.max_mapped_bytes_per_owner
+            if mapped + mem.size_bytes > limit:
+                mem.close()
+                raise ResourceExhausted(
+                    f"importing {mem.size_bytes} bytes would map more than {limit} bytes for "
+                    "this client; release memory first"
+                )
             entry = self.memory.add(owner, mem)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
@@ -240,8 +261,8 @@ class Runtime:
                 bound.append(views)
             session = Session(m, bound[0], bound[1], wait.obj, signal.obj)
             entry = self.sessions.add(owner, session)
-            for e in (*used, wait, signal):
-                e.users.add(entry.id)
+            for user in (*used, wait, signal):
+                user.users.add(entry.id)
         self.metrics.sessions.labels(m.name).inc()
         return self._session_info(entry)
 
@@ -266,9 +287,10 @@ class Runtime:
             del self.sessions.entries[id]
         entry.obj.close()  # waits for a run in flight, outside the table lock
         with self._lock:
-            for table in (self.memory, self.fences):
-                for e in table.entries.values():  # type: ignore[attr-defined]
-                    e.users.discard(id)
+            for users in [m.users for m in self.memory.entries.values()] + [
+                f.users for f in self.fences.entries.values()
+            ]:
+                users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
 
     def session(self, owner: str, id: str) -> Session:
@@ -286,7 +308,20 @@ class Runtime:
         transport: str = "http",
     ) -> RunResult:
         session = self.session(owner, session_id)
-        return self.run_session(session, wait_value, signal_value, timeout_ms, transport=transport)
+        with self._lock:
+            n = self._inflight.get(owner, 0)
+            if n >= self.settings.max_inflight_runs_per_owner:
+                raise ResourceExhausted(
+                    f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
+                )
+            self._inflight[owner] = n + 1
+        try:
+            return self.run_session(
+                session, wait_value, signal_value, timeout_ms, transport=transport
+            )
+        finally:
+            with self._lock:
+                self._inflight[owner] -= 1
 
     def run_session(
         self,
@@ -298,13 +333,17 @@ class Runtime:
         transport: str,
     ) -> RunResult:
         s = self.settings
+        if self.closing.is_set():
+            raise Unavailable("the service is shutting down")
         if timeout_ms is None:
             timeout_ms = s.default_timeout_ms
         if not 0 <= timeout_ms <= s.max_timeout_ms:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+        result = session.run(
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+        )
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
@@ -322,12 +361,12 @@ class Runtime:
         with self._lock:
             mems = self.memory.owned_by(owner)
             fences = self.fences.owned_by(owner)
-            for e in mems:
-                del self.memory.entries[e.id]
+            for m in mems:
+                del self.memory.entries[m.id]
             for f in fences:
                 del self.fences.entries[f.id]
-        for e in mems:
-            self._close_memory(e.obj)
+        for m in mems:
+            self._close_memory(m.obj)
         for f in fences:
             self._close_fence(f.obj)
         n = len(session_ids) + len(mems) + len(fences)
@@ -337,8 +376,11 @@ class Runtime:
 
     def owners(self) -> set[str]:
         with self._lock:
-            return {e.owner for t in (self.memory, self.fences, self.sessions) for e in t.entries.values()}  # type: ignore[attr-defined]
+            tables: tuple[Table[Any], ...] = (self.memory, self.fences, self.sessions)
+            return {e.owner for t in tables for e in t.entries.values()}
 
     def close(self) -> None:
+        """Fails waiting runs with ``unavailable``, then releases every object."""
+        self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from fenceline.errors import Conflict, InvalidArgument, ModelError
 from fenceline.interop.host_fence import FenceImport
-from fenceline.interop.host_memory import TensorBinding
+from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
 
 
@@ -65,6 +66,8 @@ class Session:
         self.last_signal_value = 0
         self._lock = threading.Lock()
         self._closed = False
+        # Renderer memory that could shrink under the mapping is checked before each run.
+        self._unsealed = _unique_unsealed(b.memory for b in (*inputs.values(), *outputs.values()))
         self._binding = model.session.io_binding()
         for name, b in inputs.items():
             self._binding.bind_input(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
@@ -76,7 +79,12 @@ class Session:
         return {name: self.model.device for name in self.outputs}
 
     def run(
-        self, wait_value: int, signal_value: int | None, timeout_ns: int, spin_ns: int
+        self,
+        wait_value: int,
+        signal_value: int | None,
+        timeout_ns: int,
+        spin_ns: int,
+        cancel: threading.Event | None = None,
     ) -> RunResult:
         """wait(input fence >= wait_value) -> run -> signal(output fence := signal_value).
 
@@ -91,8 +99,10 @@ class Session:
                 raise Conflict(
                     f"signal_value {target} is not above the output fence's value {current}"
                 )
-            self.wait_fence.wait(wait_value, timeout_ns, spin_ns)
+            self.wait_fence.wait(wait_value, timeout_ns, spin_ns, cancel)
             waited = time.perf_counter_ns()
+            for handle in self._unsealed:
+                handle.check()
             assert self.model.session is not None
             try:
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
@@ -124,6 +134,14 @@ class Session:
             "runs": self.runs,
             "last_signal_value": self.last_signal_value,
         }
+
+
+def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for m in memories:
+        if not m.handle.sealed:
+            seen[id(m)] = m.handle
+    return list(seen.values())
 
 
 def _view_info(b: TensorBinding) -> dict[str, Any]:
