@@ -18,7 +18,7 @@ import pytest
 
 from fenceline.bench.c_client import build_renderer, find_c_compiler, run_c_client
 from fenceline.client import c_api
-from conftest import Service
+from tests.conftest import Service, start_service, stop_service
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_SRC = ROOT / "native" / "client"
@@ -236,7 +236,8 @@ def test_renderer_reports_missing_service(programs: dict[str, Path], tmp_path: P
 def test_killed_c_client_leaks_nothing_in_service(
     programs: dict[str, Path], service: Service
 ) -> None:
-    fds_before, maps_before = set(service.fds()), sorted(service.maps())
+    fds, maps_before = service.settled()
+    fds_before = set(fds)
     with subprocess.Popen([str(programs["test_client"]), str(service.socket), "hold"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
@@ -264,3 +265,15 @@ def test_killed_c_client_leaks_nothing_in_service(
         time.sleep(0.05)
     assert sorted(service.maps()) == maps_before
     assert set(service.fds()) - fds_before == set()
+
+
+def test_refused_connection_reports_permission_denied(
+    programs: dict[str, Path], model_repo: Path, tmp_path: Path
+) -> None:
+    svc = start_service(model_repo, tmp_path, "--allow-uid", str(os.getuid() + 4242))
+    try:
+        r = run([programs["renderer"], "--socket", svc.socket, "--frames", "1"])
+    finally:
+        stop_service(svc)
+    assert r.returncode == 2
+    assert "CreateClient failed: [permission_denied] uid" in r.stderr, r.stderr

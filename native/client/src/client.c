@@ -157,6 +157,9 @@ static FlStatus *broken(FlClient *c, FlErrorCode code, const char *what, int err
   return fl_status(code, "%s; the connection is closed", what);
 }
 
+static ssize_t recv_once(FlClient *c, int flags, int *msg_flags);
+static FlStatus *refusal(const uint8_t *p, size_t n);
+
 static FlStatus *send_frame(FlClient *c, size_t len, int fd) {
   struct iovec iov = {c->send_buf, len};
   struct msghdr msg;
@@ -182,9 +185,22 @@ static FlStatus *send_frame(FlClient *c, size_t len, int fd) {
     n = sendmsg(c->fd, &msg, MSG_NOSIGNAL); /* a dead service must not SIGPIPE the renderer */
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
-    if (errno == EBADF && fd >= 0) /* the caller's fd, not the socket */
+    int err = errno;
+    if (err == EBADF && fd >= 0) /* the caller's fd, not the socket */
       return fl_status(FL_ERROR_INVALID_ARGUMENT, "fd %d is not an open file descriptor", fd);
-    return broken(c, FL_ERROR_TRANSPORT, "sending to the service failed", errno);
+    if (err == EPIPE || err == ECONNRESET) {
+      /* The service closed the connection; a refusal says why before it closes. */
+      int flags = 0;
+      ssize_t got = recv_once(c, MSG_DONTWAIT, &flags);
+      if (got < 0 && errno == ECONNRESET) got = recv_once(c, MSG_DONTWAIT, &flags);
+      FlStatus *why = got > 0 ? refusal(c->recv_buf, (size_t)got) : NULL;
+      if (why != NULL) {
+        c->broken = 1;
+        close_locked(c);
+        return why;
+      }
+    }
+    return broken(c, FL_ERROR_TRANSPORT, "sending to the service failed", err);
   }
   return NULL;
 }
@@ -242,6 +258,12 @@ static FlStatus *recv_frame(FlClient *c, size_t *out_len) {
       return broken(c, FL_ERROR_TRANSPORT, "poll on the service socket failed", errno);
     n = recv_once(c, MSG_DONTWAIT, &msg_flags);
   }
+  if (n < 0 && errno == ECONNRESET) {
+    /* The service closed while our request was unread. The error is reported once; what it
+     * sent before closing (a refusal, say) is still queued behind it. */
+    n = recv_once(c, MSG_DONTWAIT, &msg_flags);
+    if (n < 0) errno = ECONNRESET;
+  }
   fl_spin_observe(&c->spin, fl_htl_now_ns() - t0);
   if (n < 0) return broken(c, FL_ERROR_TRANSPORT, "receiving from the service failed", errno);
   if (n == 0) return broken(c, FL_ERROR_TRANSPORT, "the service closed the connection", 0);
@@ -263,6 +285,15 @@ static FlStatus *error_reply(const uint8_t *body, size_t len) {
   return fl_status((FlErrorCode)code, "%s", message);
 }
 
+/* The ERROR a service sends (request_id 0) before it closes a connection it refuses (peer not
+ * allowed, shutting down), when one is waiting in [p, p+n); else NULL. */
+static FlStatus *refusal(const uint8_t *p, size_t n) {
+  if (n < HEADER_SIZE + 4 || get_u32(p) != FRAME_MAGIC || get_u16(p + 4) != FRAME_VERSION ||
+      get_u16(p + 6) != FL_KIND_ERROR || get_u32(p + 8) != 0 || get_u32(p + 12) != n - HEADER_SIZE)
+    return NULL;
+  return error_reply(p + HEADER_SIZE, n - HEADER_SIZE);
+}
+
 /* Sends the frame in send_buf and receives its reply. On success *body and *body_len describe
  * the reply body inside recv_buf. Caller holds the lock. */
 static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t kind,
@@ -273,6 +304,12 @@ static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t
   st = recv_frame(c, &n);
   if (st != NULL) return st;
   const uint8_t *p = c->recv_buf;
+  FlStatus *refused = refusal(p, n);
+  if (refused != NULL) {
+    c->broken = 1;
+    close_locked(c);
+    return refused;
+  }
   if (n < HEADER_SIZE || get_u32(p) != FRAME_MAGIC)
     return broken(c, FL_ERROR_PROTOCOL, "the service's reply is not a fenceline frame", 0);
   if (get_u16(p + 4) != FRAME_VERSION)

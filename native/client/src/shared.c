@@ -65,7 +65,9 @@ static FlStatus *open_object(const char *name, int create, int writable, uint64_
                              const char *memfd_label, int *out_fd) {
   int fd;
   if (name == NULL) {
-    fd = memfd_create(memfd_label, MFD_CLOEXEC);
+    /* Sealing allowed: the service seals imports against shrinking (a shrink under its mapping
+     * would fault it); otherwise it checks the size before every run. */
+    fd = memfd_create(memfd_label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return fl_status_errno("memfd_create", errno);
   } else {
     FlStatus *st = fl_check_shm_name(name);

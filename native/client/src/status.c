@@ -78,6 +78,9 @@ const char *fl_code_name(FlErrorCode code) {
     case FL_ERROR_DEVICE_LOST: return "device_lost";
     case FL_ERROR_INVALID_REQUEST: return "invalid_request";
     case FL_ERROR_MODEL: return "model_error";
+    case FL_ERROR_PERMISSION_DENIED: return "permission_denied";
+    case FL_ERROR_UNAUTHENTICATED: return "unauthenticated";
+    case FL_ERROR_UNAVAILABLE: return "unavailable";
     case FL_ERROR_TRANSPORT: return "transport";
     case FL_ERROR_PROTOCOL: return "protocol";
   }

@@ -51,6 +51,9 @@ typedef enum FlErrorCode {
   FL_ERROR_DEVICE_LOST = 8,        /* the peer behind a fence is gone (abandoned, error) */
   FL_ERROR_INVALID_REQUEST = 9,    /* the service could not parse the request */
   FL_ERROR_MODEL = 10,             /* the model failed on this input */
+  FL_ERROR_PERMISSION_DENIED = 11, /* this process's uid is not on the service's allow-list */
+  FL_ERROR_UNAUTHENTICATED = 12,   /* a bearer token is missing (HTTP only) */
+  FL_ERROR_UNAVAILABLE = 13,       /* the service is shutting down: reconnect once it is back */
   FL_ERROR_TRANSPORT = 1000,       /* the connection failed or closed: create a new client */
   FL_ERROR_PROTOCOL = 1001         /* the service's reply does not parse: versions differ */
 } FlErrorCode;
@@ -132,7 +135,8 @@ struct FlApi {
   /* Creates a zero-filled buffer of size_bytes and maps it read-write. shm_name NULL makes an
    * anonymous memfd (sent to the service as an fd); a name ("/my-frame": '/' then letters,
    * digits, '.', '_', '-') makes a POSIX shared-memory object that must not exist yet, and
-   * ReleaseFrame unlinks it. *out is freed with ReleaseFrame. Thread-safe. */
+   * ReleaseFrame unlinks it. A memfd allows sealing: the service seals it against shrinking when
+   * it imports it. *out is freed with ReleaseFrame. Thread-safe. */
   FlStatus *(*CreateFrame)(const char *shm_name, uint64_t size_bytes, FlFrame **out);
   /* Maps an existing named object whole (made by another process, which keeps the duty to
    * unlink it). *out is freed with ReleaseFrame, which never unlinks it. Thread-safe. */
@@ -193,7 +197,9 @@ struct FlApi {
    * FL_ERROR_INVALID_ARGUMENT when buf_size is too small. Thread-safe. */
   FlStatus *(*GetDefaultSocketPath)(char *buf, size_t buf_size);
   /* Connects (socket_path NULL: the default path) and says hello; client_name (NULL: "c") shows
-   * in the service log. *out is freed with ReleaseClient. Thread-safe.
+   * in the service log. A service that refuses the connection answers with its reason
+   * (FL_ERROR_PERMISSION_DENIED, FL_ERROR_UNAVAILABLE); one that is not there with
+   * FL_ERROR_TRANSPORT. *out is freed with ReleaseClient. Thread-safe.
    * Calls on one client are serialized by its lock; for runs in parallel use one client per
    * thread. */
   FlStatus *(*CreateClient)(const char *socket_path, const char *client_name, FlClient **out);
