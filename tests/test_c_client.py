@@ -178,7 +178,21 @@ def test_bad_input_reports_stable_code_and_service_message(
     assert f"[{code}]" in r.stdout and words in r.stdout, r.stdout
 
 
-# -- the example renderer -------------------------------------------------------------------------
+# -- the examples ---------------------------------------------------------------------------------
+
+
+def test_docs_example_compiles_and_runs(service: Service, tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "c-api.md").read_text()
+    section = text[text.index("## A complete example"):]
+    source = section[section.index("```c\n") + 5:section.index("\n```\n")]
+    (tmp_path / "example.c").write_text(source)
+    exe = compile_c([tmp_path / "example.c"], tmp_path / "example", *c_api.c_link_flags())
+    r = run([exe, service.socket])
+    assert r.returncode == 0, r.stderr
+    assert [line.split(" us")[0].rsplit(",", 1)[0] for line in r.stdout.splitlines()] == [
+        f"frame {i}: y = x + 1" for i in (1, 2, 3)
+    ]
+
 
 
 def reference(model_repo: Path, model: str, x: np.ndarray) -> np.ndarray:

@@ -138,7 +138,8 @@ void fl_jw_int(fl_json_writer *w, int64_t v);
 
 /* Finds top-level key `key` of the JSON object in [json, json+len) and, when its value is a
  * string, writes it unescaped and NUL-terminated into out. Returns 0, or -1 when the key is
- * absent, not a string, does not fit, or the text is not a JSON object. */
+ * absent, not a string, does not fit, or the text before it is not a JSON object. It stops at
+ * the match: validate the whole text first (fl_json_validate) where that matters. */
 int fl_json_get_string(const char *json, size_t len, const char *key, char *out, size_t out_size);
 
 /* 0 when [json, json+len) is one well-formed JSON value (with surrounding whitespace). */
