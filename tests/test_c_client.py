@@ -230,6 +230,9 @@ def test_renderer_json_line_and_bench_function(
     assert result["client"] == "c" and result["frames"] == 200
     assert result["wrong_frames"] == 0
     assert 0 < result["p50_us"] <= result["p99_us"]
+    samples = sorted(result["samples_s"])
+    assert len(samples) == 200
+    assert samples[100] * 1e6 == pytest.approx(result["p50_us"], abs=0.01)
 
 
 def test_bench_builds_the_installed_example(tmp_path: Path) -> None:

@@ -2,12 +2,15 @@
  * service run a model on each in place, checks the output, and reports fps and latency.
  *
  *   renderer [--socket PATH] [--model add_64x64|add_720p|image_filter] [--frames N]
- *            [--warmup N] [--named] [--json] [--bench] [--dump DIR]
+ *            [--warmup N] [--named] [--json] [--bench] [--dump DIR] [--samples FILE]
  *
  * --named shares the frame and fences by POSIX shared-memory name instead of by fd.
  * --json prints one machine-readable line; --bench is --json with bench defaults (64x64,
- * 2000 frames after 200 warm-up frames). --dump writes the last frame's input and output as raw
- * float32 files (input.bin, output.bin) into DIR.
+ * 2000 frames after 200 warm-up frames) and flat frames checked at a few pixels, so that the
+ * time between frames is as short as the Python bench's and the loop measures the round trip,
+ * not the drawing. --dump writes the last frame's input and output as raw float32 files
+ * (input.bin, output.bin) into DIR. --samples writes each timed frame's round trip in
+ * microseconds, one a line, in frame order.
  *
  * Exit status: 0 all outputs verified, 1 an output was wrong, 2 a usage or service error.
  */
@@ -78,6 +81,21 @@ static float filter_at(const float *img, const model_info *m, int64_t c, int64_t
   return powf(e / (e + 1.0f), 1.0f / 2.2f);
 }
 
+/* The bench's frame: one value everywhere, like the Python bench's fill. */
+static void fill(float *img, const model_info *m, uint64_t frame) {
+  const int64_t n = 3 * m->height * m->width;
+  const float v = (float)(frame % 97);
+  for (int64_t i = 0; i < n; ++i) img[i] = v;
+}
+
+static long verify_some(const float *in, const float *out, const model_info *m) {
+  const int64_t n = 3 * m->height * m->width;
+  long bad = 0;
+  for (int64_t i = 0; i < n; i += n / 7 + 1)
+    if (m->filter ? !(out[i] >= 0.0f && out[i] <= 1.0f) : out[i] != in[i] + 1.0f) ++bad;
+  return bad;
+}
+
 /* Number of wrong elements. The add model must match exactly (IEEE addition); the filter is
  * checked on a sample of pixels within float tolerance of a C reference. */
 static long verify(const float *in, const float *out, const model_info *m) {
@@ -120,12 +138,14 @@ static void dump(const char *dir, const char *file, const void *data, size_t n) 
 static void usage(void) {
   fprintf(stderr,
           "usage: renderer [--socket PATH] [--model add_64x64|add_720p|image_filter] "
-          "[--frames N] [--warmup N] [--named] [--json] [--bench] [--dump DIR]\n");
+          "[--frames N] [--warmup N] [--named] [--json] [--bench] [--dump DIR] "
+          "[--samples FILE]\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
   const char *socket_path = NULL, *model_name = "add_64x64", *dump_dir = NULL;
+  const char *samples_path = NULL;
   long frames = -1, warmup = -1;
   int named = 0, json = 0, bench = 0;
   for (int i = 1; i < argc; ++i) {
@@ -136,6 +156,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--frames") == 0 && has_value) frames = atol(argv[++i]);
     else if (strcmp(a, "--warmup") == 0 && has_value) warmup = atol(argv[++i]);
     else if (strcmp(a, "--dump") == 0 && has_value) dump_dir = argv[++i];
+    else if (strcmp(a, "--samples") == 0 && has_value) samples_path = argv[++i];
     else if (strcmp(a, "--named") == 0) named = 1;
     else if (strcmp(a, "--json") == 0) json = 1;
     else if (strcmp(a, "--bench") == 0) bench = json = 1;
@@ -196,14 +217,17 @@ int main(int argc, char **argv) {
   for (long i = 0; i < warmup + frames; ++i) {
     if (i == warmup) start = now_us();
     uint64_t value = (uint64_t)i + 1;
-    draw(input, m, value);
+    if (bench)
+      fill(input, m, value);
+    else
+      draw(input, m, value);
     double t0 = now_us();
     check(api->SignalFence(ready, value), "SignalFence"); /* "input ready at value" */
     FlRunResult r;
     check(api->Run(session, value, 0, FL_TIMEOUT_DEFAULT, &r), "Run");
     check(api->WaitFence(done, value, 1000000000), "WaitFence"); /* output written */
     double t1 = now_us();
-    long bad = verify(input, output, m);
+    long bad = bench ? verify_some(input, output, m) : verify(input, output, m);
     wrong += bad;
     wrong_frames += bad != 0;
     if (i >= warmup) {
@@ -217,6 +241,15 @@ int main(int argc, char **argv) {
     dump(dump_dir, "output.bin", output, (size_t)nbytes);
   }
 
+  if (samples_path != NULL) {
+    FILE *f = fopen(samples_path, "w");
+    if (f == NULL) {
+      fprintf(stderr, "renderer: cannot write %s\n", samples_path);
+      return 2;
+    }
+    for (long i = 0; i < frames; ++i) fprintf(f, "%.3f\n", latency[i]);
+    fclose(f);
+  }
   double mean = 0;
   for (long i = 0; i < frames; ++i) mean += latency[i];
   mean /= (double)frames;

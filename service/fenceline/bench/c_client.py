@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fenceline.client.c_api import c_examples_dir, c_compile_flags, c_link_flags
+from fenceline.client.c_api import c_compile_flags, c_examples_dir, c_link_flags
 from fenceline.client.errors import ClientError
 
 
@@ -61,20 +61,24 @@ def run_c_client(
 ) -> dict[str, Any]:
     """Runs the C renderer's bench mode against ``socket``. Returns its JSON line as a dict:
     ``p50_us``, ``p99_us``, ``mean_us`` (client round trip), ``service_mean_us``, ``fps``,
-    ``frames``, ``wrong_frames``."""
+    ``frames``, ``wrong_frames``, plus ``samples_s``: every timed round trip in seconds, in
+    frame order (for :class:`fenceline.bench.stats.Row`)."""
     with tempfile.TemporaryDirectory(prefix="fenceline-c-bench-") as tmp:
         program = binary or build_renderer(Path(tmp))
+        samples = Path(tmp) / "samples.txt"
         cmd = [
             str(program), "--bench", "--socket", str(socket), "--model", model,
-            "--frames", str(frames), "--warmup", str(warmup),
+            "--frames", str(frames), "--warmup", str(warmup), "--samples", str(samples),
         ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        samples_s = [float(x) / 1e6 for x in samples.read_text().split()] if samples.exists() else []
     if r.returncode != 0:
         raise ClientError(f"the C renderer failed ({r.returncode}): {r.stderr.strip()}")
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise ClientError(f"the C renderer printed no result: {r.stdout!r}")
     result: dict[str, Any] = json.loads(lines[-1])
+    result["samples_s"] = samples_s
     return result
 
 
@@ -183,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             if proc is not None:
                 proc.terminate()
                 proc.wait(20)
+    c.pop("samples_s")
     for r in (c, py):
         print(json.dumps(r))
     print(f"p50: C {c['p50_us']:.1f} us, Python {py['p50_us']:.1f} us "
