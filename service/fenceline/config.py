@@ -26,6 +26,7 @@ class ServeSettings:
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     log_level: str = "info"
+    client_shared_memory: bool = True  # Triton's system shared-memory registration
     allow_uids: frozenset[int] | None = None  # None: the service's own uid
     token_file: Path | None = None
     max_body_mb: int = 256

@@ -6,13 +6,18 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
-from fenceline.api import errors, interop, kserve
+from fenceline.api import errors, interop, kserve, triton_shm
 from fenceline.api.security import BearerToken, BodyLimit
+from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.service import Runtime
 
 
 def create_app(
-    runtime: Runtime, *, token: str | None = None, max_body_bytes: int = 256 << 20
+    runtime: Runtime,
+    inference: InferenceSettings | None = None,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = 256 << 20,
 ) -> FastAPI:
     """``token``: when set, every route but the health probes needs ``Authorization: Bearer``."""
     app = FastAPI(
@@ -23,7 +28,9 @@ def create_app(
     app.state.runtime = runtime
     app.state.ready = True
     errors.install(app, runtime.metrics)
+    kserve.install(app, runtime, inference)
     app.include_router(kserve.router)
+    app.include_router(triton_shm.router)
     app.include_router(interop.router)
 
     registry = runtime.metrics.registry

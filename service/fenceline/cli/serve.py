@@ -12,6 +12,7 @@ from fenceline.api import create_app
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
+from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime, RuntimeSettings
 
@@ -35,6 +36,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         max_imports=args.max_imports,
         max_mapped_mb=args.max_mapped_mb,
         max_inflight=args.max_inflight,
+        client_shared_memory=args.client_shared_memory,
     )
     return serve(settings)
 
@@ -77,7 +79,12 @@ def serve(settings: ServeSettings) -> int:
         runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000, allow_uids=settings.allow_uids
     )
     ipc.start()
-    app = create_app(runtime, token=settings.token(), max_body_bytes=settings.max_body_mb << 20)
+    app = create_app(
+        runtime,
+        InferenceSettings(client_shared_memory=settings.client_shared_memory),
+        token=settings.token(),
+        max_body_bytes=settings.max_body_mb << 20,
+    )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         access_log=False, lifespan="off", timeout_graceful_shutdown=5,

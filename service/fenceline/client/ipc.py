@@ -42,6 +42,19 @@ class View:
         }
 
 
+def session_body(
+    model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str, signal_fence: str
+) -> dict[str, Any]:
+    """The session-create body, the same over IPC and HTTP."""
+    return {
+        "model": model,
+        "inputs": {k: v.body() for k, v in inputs.items()},
+        "outputs": {k: v.body() for k, v in outputs.items()},
+        "wait_fence": wait_fence,
+        "signal_fence": signal_fence,
+    }
+
+
 class IpcClient:
     def __init__(
         self, path: str | Path | None = None, *, max_spin_ns: int = 100_000, name: str = "python"
@@ -156,13 +169,7 @@ class IpcClient:
         wait_fence: str,
         signal_fence: str,
     ) -> dict[str, Any]:
-        body = {
-            "model": model,
-            "inputs": {k: v.body() for k, v in inputs.items()},
-            "outputs": {k: v.body() for k, v in outputs.items()},
-            "wait_fence": wait_fence,
-            "signal_fence": signal_fence,
-        }
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence)
         return dict(self._call(Kind.CREATE_SESSION, body))
 
     def run(

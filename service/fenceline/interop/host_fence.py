@@ -7,10 +7,10 @@ import threading
 
 from fenceline import _native
 from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
+from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
 
 # Long waits sleep in slices of this length so a shutdown can end them.
 CANCEL_SLICE_NS = 100_000_000
-from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
 
 
 class FenceImport:
@@ -34,7 +34,8 @@ class FenceImport:
     ) -> None:
         """Returns once the fence reaches ``value``; raises TimedOut, DeviceLost, or Unavailable
         when ``cancel`` is set meanwhile."""
-        r = self.handle.wait(value, min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns, spin_ns)
+        first = min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns
+        r = self.handle.wait(value, first, spin_ns)
         if r == _native.WAIT_TIMED_OUT and cancel is not None and timeout_ns > CANCEL_SLICE_NS:
             left = timeout_ns - CANCEL_SLICE_NS
             while r == _native.WAIT_TIMED_OUT and left > 0:

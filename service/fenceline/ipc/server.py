@@ -288,15 +288,10 @@ class IpcServer:
             if uid not in self.allow_uids:
                 log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
                 self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
-                denied = PermissionDenied(f"uid {uid} may not use this service")
-                with contextlib.suppress(OSError):
-                    conn.send(codec.encode_error(0, denied))
-                conn.close()
+                self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))
                 continue
             if self.runtime.closing.is_set():
-                with contextlib.suppress(OSError):
-                    conn.send(codec.encode_error(0, Unavailable("the service is shutting down")))
-                conn.close()
+                self._refuse(conn, Unavailable("the service is shutting down"))
                 continue
             c = Connection(self, conn, next(self._numbers))
             with self._lock:
@@ -304,6 +299,25 @@ class IpcServer:
             self.runtime.metrics.ipc_connections.inc()
             self.runtime.metrics.ipc_connections_total.inc()
             c.thread.start()
+
+    @staticmethod
+    def _refuse(conn: socket.socket, err: FencelineError) -> None:
+        """Answers the peer's first request with `err`, then closes. Closing at once would drop
+        the answer: a Unix socket closed with unread data resets its peer."""
+
+        def answer() -> None:
+            with conn:
+                conn.settimeout(1.0)
+                request_id = 0
+                with contextlib.suppress(OSError, FencelineError):
+                    request_id = codec.decode(conn.recv(codec.MAX_FRAME)).request_id
+                with contextlib.suppress(OSError):
+                    conn.send(codec.encode_error(request_id, err))
+                    conn.shutdown(socket.SHUT_WR)
+                    while conn.recv(codec.MAX_FRAME):
+                        pass
+
+        threading.Thread(target=answer, name="fenceline-ipc-refuse", daemon=True).start()
 
     def forget(self, c: Connection) -> bool:
         with self._lock:

@@ -107,12 +107,25 @@ class Runtime:
 
     # -- memory ---------------------------------------------------------------------------
 
-    def _check_import_quota(self, owner: str) -> None:
-        n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
+    def _check_import_quota(self, owner: str, fd: int | None) -> None:
+        """Refuses an import over the client's limit; a received fd is closed then."""
+        with self._lock:
+            n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
         if n >= self.settings.max_imports_per_owner:
+            if fd is not None:
+                os.close(fd)
             raise ResourceExhausted(
                 f"at most {self.settings.max_imports_per_owner} imports per client"
             )
+
+    def _release(self, table: Table[Any], owner: str, id: str) -> Any:
+        """Removes an unused object from `table` and returns it for closing."""
+        with self._lock:
+            entry = table.get(owner, id)
+            if entry.users:
+                raise Conflict(f"{table.kind} {id} is in use by {len(entry.users)} session(s)")
+            del table.entries[id]
+        return entry.obj
 
     def import_memory(
         self,
@@ -125,13 +138,7 @@ class Runtime:
         offset_bytes: int = 0,
         access: Access = "read_write",
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         mem = import_memory(
             handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
             access=access,
@@ -168,12 +175,7 @@ class Runtime:
             return self._memory_info(self.memory.get(owner, id))
 
     def release_memory(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.memory.get(owner, id)
-            if entry.users:
-                raise Conflict(f"memory {id} is in use by {len(entry.users)} session(s)")
-            del self.memory.entries[id]
-        self._close_memory(entry.obj)
+        self._close_memory(self._release(self.memory, owner, id))
 
     def _close_memory(self, mem: MemoryImport) -> None:
         mem.close()
@@ -185,13 +187,7 @@ class Runtime:
     def import_fence(
         self, owner: str, fence_type: str, *, name: str | None = None, fd: int | None = None
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         fence = import_fence(fence_type, name=name, fd=fd)
         with self._lock:
             entry = self.fences.add(owner, fence)
@@ -214,12 +210,7 @@ class Runtime:
             return self._fence_info(self.fences.get(owner, id))
 
     def release_fence(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.fences.get(owner, id)
-            if entry.users:
-                raise Conflict(f"fence {id} is in use by {len(entry.users)} session(s)")
-            del self.fences.entries[id]
-        self._close_fence(entry.obj)
+        self._close_fence(self._release(self.fences, owner, id))
 
     def _close_fence(self, fence: FenceImport) -> None:
         fence.close()

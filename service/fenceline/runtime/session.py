@@ -6,17 +6,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from fenceline._native import WAIT_REACHED
 from fenceline.errors import Conflict, InvalidArgument, ModelError
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
 
 
-@dataclass(frozen=True)
-class RunResult:
+class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
     signal_value: int
     wait_ns: int
     infer_ns: int
@@ -68,6 +67,8 @@ class Session:
         self._closed = False
         # Renderer memory that could shrink under the mapping is checked before each run.
         self._unsealed = _unique_unsealed(b.memory for b in (*inputs.values(), *outputs.values()))
+        self._wait_handle = wait_fence.handle
+        self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
         for name, b in inputs.items():
             self._binding.bind_input(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
@@ -94,12 +95,15 @@ class Session:
             if self._closed:
                 raise Conflict("the session is closed")
             start = time.perf_counter_ns()
-            current = self.signal_fence.value
+            current = self._signal_handle.value
             if target <= current:
                 raise Conflict(
                     f"signal_value {target} is not above the output fence's value {current}"
                 )
-            self.wait_fence.wait(wait_value, timeout_ns, spin_ns, cancel)
+            # Fast path: one native call when the value is already there or arrives while
+            # spinning; the full wait (long timeouts in slices, cancellation) otherwise.
+            if self._wait_handle.wait(wait_value, min(spin_ns, timeout_ns), spin_ns) != WAIT_REACHED:
+                self.wait_fence.wait(wait_value, timeout_ns, 0, cancel)
             waited = time.perf_counter_ns()
             for handle in self._unsealed:
                 handle.check()
@@ -110,7 +114,7 @@ class Session:
             except Exception as e:  # onnxruntime's own error types
                 raise ModelError(f"model {self.model.name!r} failed: {e}") from e
             inferred = time.perf_counter_ns()
-            self.signal_fence.signal(target)
+            self._signal_handle.signal(target)
             end = time.perf_counter_ns()
             self.runs += 1
             self.last_signal_value = target
