@@ -54,6 +54,7 @@ CHECKS = [
     "import_errors",
     "release_order_does_not_matter",
     "use_after_client_release",
+    "imported_memfd_is_sealed_against_shrinking",
     "client_threads",
 ]
 

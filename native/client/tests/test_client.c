@@ -5,7 +5,8 @@
  *   test_client SOCKET hold    sets up a session, prints "ready", then runs frames until killed
  *   test_client - list         prints the names of the checks
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
+#define _GNU_SOURCE /* F_GET_SEALS; clock_gettime, nanosleep under -std=c11 */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,6 +457,19 @@ static void check_use_after_client_release(void) {
   free_setup(&s); /* releasing handles after their client is safe */
 }
 
+/* The service seals an imported memfd against shrinking, which a shrink under its mapping
+ * would turn into a fault; CreateFrame's memfds allow it. */
+static void check_imported_memfd_is_sealed_against_shrinking(void) {
+  setup s;
+  make_setup(&s, 0);
+  int seals = fcntl(api->GetFrameFd(s.frame), F_GET_SEALS);
+  EXPECT(seals >= 0 && (seals & F_SEAL_SHRINK) != 0);
+  EXPECT(ftruncate(api->GetFrameFd(s.frame), 64) != 0);
+  run_frame(&s, 1);
+  free_setup(&s);
+  snprintf(detail, sizeof detail, "seals 0x%x", (unsigned)seals);
+}
+
 static void check_client_threads(void);
 
 typedef struct check_entry {
@@ -489,6 +503,8 @@ static const check_entry CHECKS[] = {
     {"import_errors", check_import_errors, 1},
     {"release_order_does_not_matter", check_release_order_does_not_matter, 1},
     {"use_after_client_release", check_use_after_client_release, 1},
+    {"imported_memfd_is_sealed_against_shrinking",
+     check_imported_memfd_is_sealed_against_shrinking, 1},
     {"client_threads", check_client_threads, 1},
 };
 

@@ -222,7 +222,8 @@ struct FlApi {
                            FlMemoryImport **out);
   /* Imports [offset_bytes, offset_bytes + size_bytes) of a shared-memory fd (memfd, shm or a
    * file); size_bytes 0 means "to the end". The fd stays the caller's (the service receives its
-   * own copy). *out is freed with ReleaseMemoryImport. Thread-safe. */
+   * own copy). A memfd that allows sealing is sealed against shrinking by the service. *out is
+   * freed with ReleaseMemoryImport. Thread-safe. */
   FlStatus *(*ImportMemoryFd)(FlClient *client, int fd, uint64_t offset_bytes,
                               uint64_t size_bytes, FlAccess access, FlMemoryImport **out);
   /* The same for a named POSIX shared-memory object the service opens itself. Thread-safe. */
