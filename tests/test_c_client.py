@@ -179,6 +179,31 @@ def test_bad_input_reports_stable_code_and_service_message(
     assert f"[{code}]" in r.stdout and words in r.stdout, r.stdout
 
 
+def test_c_checks_pass_under_address_and_undefined_sanitizers(
+    service: Service, tmp_path: Path
+) -> None:
+    """The library's sources built with ASan, UBSan and LeakSanitizer into the C test program."""
+    assert CC is not None
+    src = sorted((CLIENT_SRC / "src").glob("*.c"))
+    exe = tmp_path / "test_client_asan"
+    cmd = [CC, "-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+           "-fno-sanitize-recover=undefined", "-D_GNU_SOURCE", f"-I{CLIENT_SRC / 'include'}",
+           f"-I{CLIENT_SRC / 'src'}", f"-I{ROOT / 'native' / 'common'}",
+           str(CLIENT_SRC / "tests" / "test_client.c"), *map(str, src),
+           str(ROOT / "native" / "common" / "host_timeline.c"), "-o", str(exe), "-lpthread"]
+    build = run(cmd, timeout=180)
+    if build.returncode != 0 and "sanitize" in build.stderr:
+        pytest.skip(f"the compiler cannot build with sanitizers: {build.stderr[:200]}")
+    assert build.returncode == 0, build.stderr
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1")
+    r = subprocess.run([str(exe), str(service.socket), "all"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("\nok ") + r.stdout.startswith("ok ") == len(CHECKS)
+    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr
+
+
 # -- the examples ---------------------------------------------------------------------------------
 
 

@@ -5,7 +5,9 @@
  *   test_client SOCKET hold    sets up a session, prints "ready", then runs frames until killed
  *   test_client - list         prints the names of the checks
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* F_GET_SEALS; clock_gettime, nanosleep under -std=c11 */
+#endif
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
