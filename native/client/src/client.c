@@ -74,14 +74,17 @@ static void put_header(uint8_t *p, uint16_t kind, uint32_t request_id, uint32_t 
 FlStatus *fl_default_socket_path(char *buf, size_t size) {
   if (buf == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "GetDefaultSocketPath: buf is NULL");
   const char *base = getenv("XDG_RUNTIME_DIR");
+  char path[4096];
   int n;
   if (base != NULL && base[0] != '\0')
-    n = snprintf(buf, size, "%s/fenceline/fenceline.sock", base);
+    n = snprintf(path, sizeof path, "%s/fenceline/fenceline.sock", base);
   else
-    n = snprintf(buf, size, "/tmp/fenceline-%u/fenceline/fenceline.sock", (unsigned)getuid());
-  if (n < 0 || (size_t)n >= size)
+    n = snprintf(path, sizeof path, "/tmp/fenceline-%u/fenceline/fenceline.sock",
+                 (unsigned)getuid());
+  if (n < 0 || (size_t)n >= sizeof path || (size_t)n >= size)
     return fl_status(FL_ERROR_INVALID_ARGUMENT,
                      "GetDefaultSocketPath: the path needs %d bytes, buf has %zu", n + 1, size);
+  memcpy(buf, path, (size_t)n + 1);
   return NULL;
 }
 

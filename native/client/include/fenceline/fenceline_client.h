@@ -15,7 +15,8 @@
  * - The library keeps no global state: any number of clients, frames and fences may coexist in a
  *   process, each independent.
  * - Each function states whether it is thread-safe. "Thread-safe" means any thread may call it at
- *   any time, also on the same object; Release* never races with other uses of the same object.
+ *   any time, also on the same object. Release* may be called from any thread, but not while
+ *   another call uses the same object (the caller orders them).
  */
 #ifndef FENCELINE_CLIENT_H
 #define FENCELINE_CLIENT_H
@@ -143,6 +144,7 @@ struct FlApi {
   FlStatus *(*OpenFrame)(const char *shm_name, FlAccess access, FlFrame **out);
   /* The mapped bytes, owned by the frame, valid until ReleaseFrame. Thread-safe. */
   void *(*GetFrameData)(const FlFrame *frame);
+  /* The mapped size in bytes. Thread-safe. */
   uint64_t (*GetFrameSize)(const FlFrame *frame);
   /* The frame's fd, owned by the frame (do not close it). Thread-safe. */
   int (*GetFrameFd)(const FlFrame *frame);
