@@ -214,3 +214,22 @@ def test_socket_is_private_to_its_user(service: Service) -> None:
 def test_client_reports_a_missing_service_clearly(tmp_path: Path) -> None:
     with pytest.raises(ClientError, match="cannot connect"):
         IpcClient(tmp_path / "none.sock")
+
+
+def test_sessions_run_in_parallel_while_one_waits(service: Service) -> None:
+    with IpcClient(service.socket) as a, IpcClient(service.socket) as b:
+        sa = open_session(a, "add_64x64", [1, 3, 64, 64])
+        sb = open_session(b, "add_64x64", [1, 3, 64, 64])
+        waiting = threading.Thread(target=lambda: a.run(sa.session_id, 1, timeout_ms=20000))
+        waiting.start()
+        time.sleep(0.2)
+        for v in range(1, 21):  # b keeps running while a's session waits on its fence
+            sb.wait.signal(v)
+            assert b.run(sb.session_id, v).signal_value == v
+        assert waiting.is_alive() and sa.signal.value == 0
+        sa.wait.signal(1)
+        waiting.join(20)
+        assert sa.signal.value == 1
+        sa.close()
+        sb.close()
+

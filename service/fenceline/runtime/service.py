@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.host_fence import FenceImport, import_fence
@@ -48,6 +48,17 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    max_mapped_bytes_per_owner: int = 16 << 30
+    max_inflight_runs_per_owner: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
+                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_inflight_runs_per_owner"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be positive")
+        if self.spin_ns < 0:
+            raise InvalidArgument("spin_ns must not be negative")
 
 
 class Table(Generic[T]):
@@ -86,6 +97,8 @@ class Runtime:
         self.fences: Table[FenceImport] = Table("fence")
         self.sessions: Table[Session] = Table("session")
         self._lock = threading.RLock()
+        self._inflight: dict[str, int] = {}
+        self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -94,12 +107,25 @@ class Runtime:
 
     # -- memory ---------------------------------------------------------------------------
 
-    def _check_import_quota(self, owner: str) -> None:
-        n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
+    def _check_import_quota(self, owner: str, fd: int | None) -> None:
+        """Refuses an import over the client's limit; a received fd is closed then."""
+        with self._lock:
+            n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
         if n >= self.settings.max_imports_per_owner:
+            if fd is not None:
+                os.close(fd)
             raise ResourceExhausted(
                 f"at most {self.settings.max_imports_per_owner} imports per client"
             )
+
+    def _release(self, table: Table[Any], owner: str, id: str) -> Any:
+        """Removes an unused object from `table` and returns it for closing."""
+        with self._lock:
+            entry = table.get(owner, id)
+            if entry.users:
+                raise Conflict(f"{table.kind} {id} is in use by {len(entry.users)} session(s)")
+            del table.entries[id]
+        return entry.obj
 
     def import_memory(
         self,
@@ -112,18 +138,20 @@ class Runtime:
         offset_bytes: int = 0,
         access: Access = "read_write",
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         mem = import_memory(
             handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
             access=access,
         )
         with self._lock:
+            mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
+            limit = self.settings.max_mapped_bytes_per_owner
+            if mapped + mem.size_bytes > limit:
+                mem.close()
+                raise ResourceExhausted(
+                    f"importing {mem.size_bytes} bytes would map more than {limit} bytes for "
+                    "this client; release memory first"
+                )
             entry = self.memory.add(owner, mem)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
@@ -147,12 +175,7 @@ class Runtime:
             return self._memory_info(self.memory.get(owner, id))
 
     def release_memory(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.memory.get(owner, id)
-            if entry.users:
-                raise Conflict(f"memory {id} is in use by {len(entry.users)} session(s)")
-            del self.memory.entries[id]
-        self._close_memory(entry.obj)
+        self._close_memory(self._release(self.memory, owner, id))
 
     def _close_memory(self, mem: MemoryImport) -> None:
         mem.close()
@@ -164,13 +187,7 @@ class Runtime:
     def import_fence(
         self, owner: str, fence_type: str, *, name: str | None = None, fd: int | None = None
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         fence = import_fence(fence_type, name=name, fd=fd)
         with self._lock:
             entry = self.fences.add(owner, fence)
@@ -193,12 +210,7 @@ class Runtime:
             return self._fence_info(self.fences.get(owner, id))
 
     def release_fence(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.fences.get(owner, id)
-            if entry.users:
-                raise Conflict(f"fence {id} is in use by {len(entry.users)} session(s)")
-            del self.fences.entries[id]
-        self._close_fence(entry.obj)
+        self._close_fence(self._release(self.fences, owner, id))
 
     def _close_fence(self, fence: FenceImport) -> None:
         fence.close()
@@ -243,6 +255,7 @@ class Runtime:
             for user in (*used, wait, signal):
                 user.users.add(entry.id)
         self.metrics.sessions.labels(m.name).inc()
+        log.info("session created for model %s", m.name, extra=_ids(owner, entry.id))
         return self._session_info(entry)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
@@ -271,6 +284,7 @@ class Runtime:
             ]:
                 users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
+        log.info("session released", extra=_ids(owner, id))
 
     def session(self, owner: str, id: str) -> Session:
         with self._lock:
@@ -287,7 +301,20 @@ class Runtime:
         transport: str = "http",
     ) -> RunResult:
         session = self.session(owner, session_id)
-        return self.run_session(session, wait_value, signal_value, timeout_ms, transport=transport)
+        with self._lock:
+            n = self._inflight.get(owner, 0)
+            if n >= self.settings.max_inflight_runs_per_owner:
+                raise ResourceExhausted(
+                    f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
+                )
+            self._inflight[owner] = n + 1
+        try:
+            return self.run_session(
+                session, wait_value, signal_value, timeout_ms, transport=transport
+            )
+        finally:
+            with self._lock:
+                self._inflight[owner] -= 1
 
     def run_session(
         self,
@@ -299,13 +326,17 @@ class Runtime:
         transport: str,
     ) -> RunResult:
         s = self.settings
+        if self.closing.is_set():
+            raise Unavailable("the service is shutting down")
         if timeout_ms is None:
             timeout_ms = s.default_timeout_ms
         if not 0 <= timeout_ms <= s.max_timeout_ms:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+        result = session.run(
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+        )
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
@@ -336,11 +367,30 @@ class Runtime:
             log.info("released %d objects of %s", n, owner)
         return n
 
+    def snapshot(
+        self,
+    ) -> tuple[list[Entry[MemoryImport]], list[Entry[FenceImport]], list[Entry[Session]]]:
+        """Every object of every owner, for the admin status view. An object in the snapshot may
+        be released meanwhile: reading a closed fence raises FencelineError."""
+        with self._lock:
+            return (
+                list(self.memory.entries.values()),
+                list(self.fences.entries.values()),
+                list(self.sessions.entries.values()),
+            )
+
     def owners(self) -> set[str]:
         with self._lock:
             tables: tuple[Table[Any], ...] = (self.memory, self.fences, self.sessions)
             return {e.owner for t in tables for e in t.entries.values()}
 
     def close(self) -> None:
+        """Fails waiting runs with ``unavailable``, then releases every object."""
+        self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
+
+
+def _ids(owner: str, session_id: str) -> dict[str, str]:
+    # Logs carry a prefix: enough to correlate with a client, not enough to use the session.
+    return {"owner": owner, "session_id": session_id[:8]}
