@@ -35,6 +35,8 @@ class Context:
     fenceline_kserve: bool = False  # the service answers KServe v2 infer
     fenceline_shm: bool = False  # and Triton's system shared-memory routes
     expected: dict[str, str] = field(default_factory=dict)  # scenario model+fill -> digest
+    workdir: Path | None = None  # lives as long as the run
+    programs: dict[str, Path] = field(default_factory=dict)  # built helper programs by row
 
     def server_pids(self, transport: str) -> list[int]:
         if transport.startswith("triton"):
@@ -185,12 +187,41 @@ register(Transport("streaming", "fenceline streaming session: signal, wait on ou
                    _streaming, available=_has_streaming))
 
 
-def _no_c_client(ctx: Context) -> str | None:
-    return "the C client row is not in this build"
+C_CLIENT_MODELS = ("add_64x64", "add_720p", "add_1080p")  # the example renderer's add models
 
 
-register(Transport("c-client", "fenceline's C client over the IPC socket",
-                   lambda ctx, sc: None, available=_no_c_client))
+def _has_c_client(ctx: Context) -> str | None:
+    """Builds the C example renderer once per run (into the run's work folder)."""
+    if "c-client" in ctx.programs:
+        return None
+    try:
+        mod = importlib.import_module("fenceline.bench.c_client")
+    except ImportError:
+        return "the C client row is not in this build"
+    if ctx.workdir is None:
+        return "no work folder to build the C renderer in"
+    try:
+        ctx.programs["c-client"] = mod.build_renderer(ctx.workdir)
+    except Exception as e:  # the C client's own error types: no compiler, no library
+        return f"the C renderer does not build here: {str(e).splitlines()[0]}"
+    return None
+
+
+def _c_client(ctx: Context, sc: Scenario) -> Row | None:
+    """The C client's example renderer in its bench mode (its own timed loop, its own check of
+    the outputs), on the add models it knows."""
+    if sc.model not in C_CLIENT_MODELS or sc.renderers != 1 or sc.mode != "sync":
+        return None
+    mod = importlib.import_module("fenceline.bench.c_client")
+    result = mod.run_c_client(ctx.socket, model=sc.model, frames=sc.budget.iterations,
+                              warmup=sc.budget.warmup, binary=ctx.programs["c-client"])
+    check = "equal" if result.get("wrong_frames") == 0 else "differs"
+    return Row("c-client", sc.size, list(result["samples_s"]), "", None, sc.datatype,
+               sc.renderers, sc.mode, sc.model, result.get("fps"), check)
+
+
+register(Transport("c-client", "fenceline's C client (libfenceline_client) over the IPC socket",
+                   _c_client, available=_has_c_client))
 
 
 def load_plugins() -> None:

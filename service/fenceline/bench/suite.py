@@ -145,7 +145,7 @@ def _measure(plan: list[Scenario], reals: list[RealModel], peers: bool) -> _Run:
         stack.callback(stop_service, proc)
         kserve, shm = _probe_kserve(url, builtin[0] if builtin else reals[0].name)
         ctx = registry.Context(url, sock, proc.pid, paths, fenceline_kserve=kserve,
-                               fenceline_shm=shm)
+                               fenceline_shm=shm, workdir=Path(tmp))
         for s in plan:
             key = registry.expected_key(s)
             if key not in ctx.expected:
