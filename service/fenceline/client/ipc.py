@@ -128,6 +128,42 @@ class IpcClient:
             body["name"] = name if fence is None else fence.name
         return str(self._call(Kind.IMPORT_FENCE, body, fds)["id"])
 
+    def import_gpu_memory(
+        self,
+        fd: int,
+        allocation_size: int,
+        *,
+        device_uuid: str,
+        dedicated: bool = False,
+        offset_bytes: int = 0,
+        size_bytes: int = 0,
+        access: str = "read_write",
+    ) -> str:
+        """Registers Vulkan memory exported as an OPAQUE_FD (docs/gpu.md). The service gets its
+        own copy of the fd; the caller still owns ``fd`` and should close it afterwards."""
+        body = {
+            "handle_type": "opaque_fd", "allocation_size_bytes": allocation_size,
+            "dedicated": dedicated, "device_uuid": device_uuid, "offset_bytes": offset_bytes,
+            "size_bytes": size_bytes, "access": access,
+        }
+        return str(self._call(Kind.IMPORT_MEMORY, body, [fd])["id"])
+
+    def import_gpu_fence(self, fd: int, *, device_uuid: str) -> str:
+        """Registers a Vulkan timeline semaphore exported as an OPAQUE_FD; the caller keeps
+        ``fd``."""
+        body = {"fence_type": "vk_timeline_opaque_fd", "device_uuid": device_uuid}
+        return str(self._call(Kind.IMPORT_FENCE, body, [fd])["id"])
+
+    def import_cuda_ipc(
+        self, handle: bytes, size_bytes: int, *, device_id: int = 0, access: str = "read_write"
+    ) -> str:
+        """Registers another process's CUDA allocation by its 64-byte cudaIpcMemHandle_t."""
+        body = {
+            "handle_type": "cuda_ipc", "ipc_handle": bytes(handle).hex(), "size_bytes": size_bytes,
+            "device_id": device_id, "access": access,
+        }
+        return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
+
     def create_session(
         self,
         model: str,
@@ -156,6 +192,17 @@ class IpcClient:
         rid = next(self._ids)
         frame = codec.encode_run(
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
+        )
+        return codec.decode_run_reply(self._exchange(frame, rid).body)
+
+    def run_async(
+        self, session_id: str, wait_value: int, signal_value: int | None = None
+    ) -> codec.RunReply:
+        """A CUDA session replies once the wait, the model and the signal are enqueued on the
+        GPU; the renderer then waits for the output semaphore itself."""
+        rid = next(self._ids)
+        frame = codec.encode_run_async(
+            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, None)
         )
         return codec.decode_run_reply(self._exchange(frame, rid).body)
 
