@@ -3,6 +3,7 @@ process's fds and mappings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -47,11 +48,22 @@ class Service:
         """What the service's open fds point at."""
         out = []
         for fd in os.listdir(f"/proc/{self.pid}/fd"):
-            try:
+            with contextlib.suppress(OSError):  # closed between listdir and readlink
                 out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
-            except OSError:
-                pass
         return out
+
+    def settled_fds(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> list[str]:
+        """The fd list once it has stopped changing (connections of earlier tests closed)."""
+        last, since = sorted(self.fds()), time.monotonic()
+        deadline = since + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = sorted(self.fds())
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                break
+        return last
 
     def maps(self) -> list[str]:
         """The service's shared-memory mappings (memfds and /dev/shm objects)."""
@@ -67,11 +79,12 @@ def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
     sock = tmp / "fenceline.sock"
     log = tmp / "service.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
-         "--port", str(port), "--socket", str(sock), *extra],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
-    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
+             "--port", str(port), "--socket", str(sock), *extra],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -7,6 +7,8 @@ each service gets its own.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # 5 us .. 5 s: small frames over IPC take tens of microseconds, 4K frames milliseconds.
@@ -63,8 +65,21 @@ class Metrics:
             ["transport", "code"], registry=r,
         )
 
+        self._run_series: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
-        self.runs.labels(model, transport).inc()
-        self.run_seconds.labels(model).observe(run_s)
-        self.wait_seconds.labels(model).observe(wait_s)
-        self.infer_seconds.labels(model).observe(infer_s)
+        # On the per-frame path: labelled children are looked up once per (model, transport).
+        series = self._run_series.get((model, transport))
+        if series is None:
+            series = (
+                self.runs.labels(model, transport),
+                self.run_seconds.labels(model),
+                self.wait_seconds.labels(model),
+                self.infer_seconds.labels(model),
+            )
+            self._run_series[(model, transport)] = series
+        runs, run, wait, infer = series
+        runs.inc()
+        run.observe(run_s)
+        wait.observe(wait_s)
+        infer.observe(infer_s)

@@ -44,7 +44,7 @@ HTTP_CODES: dict[int, str] = {
 def status_of(exc: errors.FencelineError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 

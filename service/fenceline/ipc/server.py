@@ -22,7 +22,7 @@ from fenceline.api.schemas import FenceImportRequest, MemoryImportRequest, Sessi
 from fenceline.errors import FencelineError, InvalidRequest
 from fenceline.ipc import codec
 from fenceline.ipc.codec import Kind
-from fenceline.runtime.service import Runtime, ViewSpec
+from fenceline.runtime.service import Runtime
 from fenceline.runtime.session import Session
 from fenceline.waiting import AdaptiveSpin
 
@@ -100,7 +100,8 @@ class Connection:
                 except Exception:
                     log.exception("unexpected error on %s", self.owner)
                     metrics.errors.labels("ipc", "internal").inc()
-                    reply = codec.encode_error(request_id, FencelineError("internal error; see the service log"))
+                    internal = FencelineError("internal error; see the service log")
+                    reply = codec.encode_error(request_id, internal)
                 if not self._send(reply):
                     break
         finally:
@@ -124,8 +125,7 @@ class Connection:
         try:
             if handler is None:
                 raise InvalidRequest(f"unknown message kind 0x{frame.kind:04x}")
-            result = handler(frame.body, fds)
-            fds = []  # the handler took them
+            result = handler(frame.body, fds)  # a handler takes the fds it uses off the list
         finally:
             self._close_fds(fds)
         return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
@@ -190,12 +190,8 @@ class Connection:
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(SessionCreateRequest, body)
-
-        def specs(views: dict[str, Any]) -> dict[str, ViewSpec]:
-            return {n: ViewSpec(v.memory, v.offset_bytes, v.datatype, list(v.shape)) for n, v in views.items()}
-
         return self.runtime.create_session(
-            self.owner, req.model, specs(req.inputs), specs(req.outputs), req.wait_fence,
+            self.owner, req.model, req.input_specs(), req.output_specs(), req.wait_fence,
             req.signal_fence,
         )
 

@@ -265,8 +265,8 @@ class Runtime:
             session_cls: Any = CudaSession if uses_gpu(views_used, [wait.obj, signal.obj]) else Session
             session = session_cls(m, bound[0], bound[1], wait.obj, signal.obj)
             entry = self.sessions.add(owner, session)
-            for e in (*used, wait, signal):
-                e.users.add(entry.id)
+            for user in (*used, wait, signal):
+                user.users.add(entry.id)
         self.metrics.sessions.labels(m.name).inc()
         return self._session_info(entry)
 
@@ -291,9 +291,10 @@ class Runtime:
             del self.sessions.entries[id]
         entry.obj.close()  # waits for a run in flight, outside the table lock
         with self._lock:
-            for table in (self.memory, self.fences):
-                for e in table.entries.values():  # type: ignore[attr-defined]
-                    e.users.discard(id)
+            for users in [m.users for m in self.memory.entries.values()] + [
+                f.users for f in self.fences.entries.values()
+            ]:
+                users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
 
     def session(self, owner: str, id: str) -> Session:
@@ -355,12 +356,12 @@ class Runtime:
         with self._lock:
             mems = self.memory.owned_by(owner)
             fences = self.fences.owned_by(owner)
-            for e in mems:
-                del self.memory.entries[e.id]
+            for m in mems:
+                del self.memory.entries[m.id]
             for f in fences:
                 del self.fences.entries[f.id]
-        for e in mems:
-            self._close_memory(e.obj)
+        for m in mems:
+            self._close_memory(m.obj)
         for f in fences:
             self._close_fence(f.obj)
         n = len(session_ids) + len(mems) + len(fences)
@@ -370,7 +371,8 @@ class Runtime:
 
     def owners(self) -> set[str]:
         with self._lock:
-            return {e.owner for t in (self.memory, self.fences, self.sessions) for e in t.entries.values()}  # type: ignore[attr-defined]
+            tables: tuple[Table[Any], ...] = (self.memory, self.fences, self.sessions)
+            return {e.owner for t in tables for e in t.entries.values()}
 
     def close(self) -> None:
         for owner in self.owners():
