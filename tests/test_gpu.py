@@ -18,8 +18,7 @@ import pytest
 from fenceline import _native
 from fenceline.client import IpcClient, ServiceError, View
 from fenceline.models import build_repository
-
-from conftest import Service, start_service, stop_service
+from tests.conftest import Service, start_service, stop_service
 
 pytestmark = pytest.mark.gpu
 

@@ -9,8 +9,7 @@ import pytest
 
 from fenceline import _native
 from fenceline.client import IpcClient, ServiceError
-
-from conftest import Service
+from tests.conftest import Service
 
 if _native.cuda_available():
     pytest.skip("this machine has CUDA: see test_gpu.py", allow_module_level=True)

@@ -19,7 +19,7 @@ import numpy as np
 from fenceline.waiting import AdaptiveSpin
 
 try:
-    import vulkan as _vk
+    import vulkan as _vk  # type: ignore[import-untyped]
 except (ImportError, OSError) as _e:  # no package, or no libvulkan.so.1
     _vk = None
     _IMPORT_ERROR = str(_e)
@@ -88,7 +88,10 @@ class VulkanDevice:
         candidates = []
         for i in range(n[0]):
             idp = ffi.new("VkPhysicalDeviceIDProperties*", {"sType": _s("PHYSICAL_DEVICE_ID_PROPERTIES")})
-            p2 = ffi.new("VkPhysicalDeviceProperties2*", {"sType": _s("PHYSICAL_DEVICE_PROPERTIES_2"), "pNext": idp})
+            p2 = ffi.new(
+                "VkPhysicalDeviceProperties2*",
+                {"sType": _s("PHYSICAL_DEVICE_PROPERTIES_2"), "pNext": idp},
+            )
             lib.vkGetPhysicalDeviceProperties2(phys[i], p2)
             name = ffi.string(p2.properties.deviceName).decode()
             discrete = p2.properties.deviceType == _vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU
@@ -131,7 +134,9 @@ class VulkanDevice:
         lib.vkGetDeviceQueue(self.device, self.family, 0, q)
         self.queue = q[0]
         self._get_memory_fd = self._proc("vkGetMemoryFdKHR")
-        self._get_semaphore_fd = self._proc("vkGetSemaphoreFdKHR") if self.can_export_semaphores else None
+        self._get_semaphore_fd: Any = (
+            self._proc("vkGetSemaphoreFdKHR") if self.can_export_semaphores else None
+        )
         pool_info = ffi.new("VkCommandPoolCreateInfo*", {
             "sType": _s("COMMAND_POOL_CREATE_INFO"), "queueFamilyIndex": self.family,
             "flags": _vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -223,7 +228,9 @@ class Buffer:
     """A buffer and its own memory. ``exported``: device-local memory exportable as OPAQUE_FD
     (dedicated allocation when ``dedicated``); else host-visible, mapped, for staging."""
 
-    def __init__(self, dev: VulkanDevice, size: int, *, exported: bool = True, dedicated: bool = True) -> None:
+    def __init__(
+        self, dev: VulkanDevice, size: int, *, exported: bool = True, dedicated: bool = True
+    ) -> None:
         ffi, lib = dev.ffi, dev.lib
         self.dev = dev
         self.size = size
@@ -374,7 +381,10 @@ class TimelineSemaphore:
             if time.perf_counter_ns() >= spin_until:
                 break
         self._wait_values[0] = value
-        timeout = NO_TIMEOUT if timeout_s is None else max(0, int(timeout_s * 1e9) - (time.perf_counter_ns() - t0))
+        if timeout_s is None:
+            timeout = NO_TIMEOUT
+        else:
+            timeout = max(0, int(timeout_s * 1e9) - (time.perf_counter_ns() - t0))
         rc = lib.vkWaitSemaphores(device, self._wait_info, timeout)
         self._spin.observe(time.perf_counter_ns() - t0)
         if rc == _vk.VK_TIMEOUT:
@@ -426,10 +436,27 @@ class Submission:
         _check(self.dev.lib.vkQueueSubmit(self.dev.queue, 1, self._info, self.dev.ffi.NULL), "vkQueueSubmit")
 
 
+def barrier(dev: VulkanDevice, cb: Any, *, to_host: bool = False) -> None:
+    """Makes earlier transfer writes visible to later transfers (or to the host)."""
+    mb = dev.ffi.new("VkMemoryBarrier*", {
+        "sType": _s("MEMORY_BARRIER"), "srcAccessMask": _vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+        "dstAccessMask": _vk.VK_ACCESS_HOST_READ_BIT if to_host else
+        _vk.VK_ACCESS_TRANSFER_READ_BIT | _vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+    })
+    dst = _vk.VK_PIPELINE_STAGE_HOST_BIT if to_host else _vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+    dev.lib.vkCmdPipelineBarrier(
+        cb, _vk.VK_PIPELINE_STAGE_TRANSFER_BIT, dst, 0, 1, mb, 0, dev.ffi.NULL, 0, dev.ffi.NULL
+    )
+
+
 def copy_commands(src: Buffer, dst: Buffer, size: int) -> Any:
+    """A copy; into a host-visible buffer it ends with a barrier that makes it host-readable."""
+
     def record(lib: Any, cb: Any) -> None:
         region = src.dev.ffi.new("VkBufferCopy*", {"srcOffset": 0, "dstOffset": 0, "size": size})
         lib.vkCmdCopyBuffer(cb, src.buffer, dst.buffer, 1, region)
+        if not dst.exported:
+            barrier(src.dev, cb, to_host=True)
 
     return record
 

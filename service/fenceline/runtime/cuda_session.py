@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import onnxruntime as ort
@@ -48,7 +49,7 @@ def _check_bindings(model: Model, inputs: dict[str, Any], outputs: dict[str, Any
             specs[name].check(b.datatype, b.shape, role)
 
 
-def uses_gpu(bindings: list[object], fences: list[object]) -> bool:
+def uses_gpu(bindings: Sequence[object], fences: Sequence[object]) -> bool:
     return any(isinstance(b, CudaTensorBinding) for b in bindings) or any(
         isinstance(f, VkFenceImport) for f in fences
     )

@@ -19,8 +19,8 @@ from fenceline.interop.host_fence import FenceImport, import_fence
 from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, import_memory
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
-from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.cuda_session import CudaSession, uses_gpu
+from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 
 log = logging.getLogger("fenceline.runtime")
