@@ -63,6 +63,10 @@ class IpcClient:
     # -- transport ------------------------------------------------------------------------
 
     def _exchange(self, frame: bytes, request_id: int, fds: list[int] | None = None) -> codec.Frame:
+        self._send(frame, fds)
+        return self._receive(request_id)
+
+    def _send(self, frame: bytes, fds: list[int] | None = None) -> None:
         if self._closed:
             raise ClientError("the client is closed")
         try:
@@ -70,6 +74,11 @@ class IpcClient:
                 socket.send_fds(self._sock, [frame], fds)
             else:
                 self._sock.send(frame)
+        except OSError as e:
+            raise ClientError(f"IPC transport failed: {e}") from None
+
+    def _receive(self, request_id: int) -> codec.Frame:
+        try:
             t0 = time.perf_counter_ns()
             data, got_fds = _native.recv_message(
                 self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, self._spin.budget_ns()
@@ -200,11 +209,22 @@ class IpcClient:
     ) -> codec.RunReply:
         """A CUDA session replies once the wait, the model and the signal are enqueued on the
         GPU; the renderer then waits for the output semaphore itself."""
+        return self.recv_run_reply(self.send_run_async(session_id, wait_value, signal_value))
+
+    def send_run_async(
+        self, session_id: str, wait_value: int, signal_value: int | None = None
+    ) -> int:
+        """Sends a RUN_ASYNC and returns at once with its request id, so the renderer can submit
+        its own GPU work while the service enqueues; collect the reply with
+        :meth:`recv_run_reply` before the next request."""
         rid = next(self._ids)
-        frame = codec.encode_run_async(
+        self._send(codec.encode_run_async(
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, None)
-        )
-        return codec.decode_run_reply(self._exchange(frame, rid).body)
+        ))
+        return rid
+
+    def recv_run_reply(self, request_id: int) -> codec.RunReply:
+        return codec.decode_run_reply(self._receive(request_id).body)
 
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         return dict(self._call(Kind.DESCRIBE, {"kind": kind, "id": id}))
