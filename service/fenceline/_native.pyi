@@ -2,12 +2,9 @@
 fenceline's native importer: host memory, host timeline fences, IPC receive.
 """
 from __future__ import annotations
-
 import collections.abc
-import typing
-
 import numpy
-
+import typing
 __all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'HostFence', 'HostMemory', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'recv_message']
 class HostMemory:
     @staticmethod
