@@ -266,6 +266,9 @@ def test_cuda_ipc_memory_of_another_process_imports(client: IpcClient) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_gpu_memory_with_host_fences_is_refused(client: IpcClient, device: VulkanDevice) -> None:

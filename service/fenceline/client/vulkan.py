@@ -29,6 +29,7 @@ else:
 OPAQUE_FD = 0x1  # VK_EXTERNAL_{MEMORY,SEMAPHORE}_HANDLE_TYPE_OPAQUE_FD_BIT
 API_1_2 = (1 << 22) | (2 << 12)
 NO_TIMEOUT = 2**64 - 1
+POLL_S = 0.05  # how long a semaphore wait polls with short naps before it blocks
 
 
 class VulkanError(RuntimeError):
@@ -317,8 +318,8 @@ class Buffer:
 
 class TimelineSemaphore:
     """A timeline semaphore, exportable as OPAQUE_FD when ``exported``. ``wait`` spins on the
-    counter for an adaptive budget (at most ``max_spin_ns``), then blocks in vkWaitSemaphores: on
-    some drivers the blocking wait sleeps in ~10 ms steps."""
+    counter for an adaptive budget (at most ``max_spin_ns``), polls with short naps, then blocks
+    in vkWaitSemaphores: on some drivers the blocking wait sleeps in ~10 ms steps."""
 
     def __init__(self, dev: VulkanDevice, *, exported: bool = True, max_spin_ns: int = 2_000_000) -> None:
         ffi, lib = dev.ffi, dev.lib
@@ -369,22 +370,38 @@ class TimelineSemaphore:
         _check(self.dev.lib.vkSignalSemaphore(self.dev.device, info), "vkSignalSemaphore")
 
     def wait(self, value: int, timeout_s: float | None = None) -> bool:
-        """True once the counter reaches ``value``; False on timeout."""
+        """True once the counter reaches ``value``; False on timeout. Spins for the adaptive
+        budget, then polls with naps growing from 20 us to 1 ms for up to POLL_S, and only then
+        blocks in vkWaitSemaphores, whose coarse sleeps would otherwise add up to ~10 ms."""
         lib, device, handle, out = self.dev.lib, self.dev.device, self.handle, self._value
         t0 = time.perf_counter_ns()
-        spin_until = t0 + self._spin.budget_ns()
-        while True:
+        deadline = None if timeout_s is None else t0 + int(timeout_s * 1e9)
+
+        def reached() -> bool:
             lib.vkGetSemaphoreCounterValue(device, handle, out)
-            if out[0] >= value:
+            return bool(out[0] >= value)
+
+        spin_until = t0 + self._spin.budget_ns()
+        now = t0
+        while not reached():
+            now = time.perf_counter_ns()
+            if now >= spin_until:
+                break
+        else:
+            self._spin.observe(time.perf_counter_ns() - t0)
+            return True
+        nap, poll_until = 20e-6, now + int(POLL_S * 1e9)
+        while now < poll_until:
+            if deadline is not None and now >= deadline:
+                return False
+            time.sleep(nap)
+            nap = min(2 * nap, 1e-3)
+            if reached():
                 self._spin.observe(time.perf_counter_ns() - t0)
                 return True
-            if time.perf_counter_ns() >= spin_until:
-                break
+            now = time.perf_counter_ns()
         self._wait_values[0] = value
-        if timeout_s is None:
-            timeout = NO_TIMEOUT
-        else:
-            timeout = max(0, int(timeout_s * 1e9) - (time.perf_counter_ns() - t0))
+        timeout = NO_TIMEOUT if deadline is None else max(0, deadline - time.perf_counter_ns())
         rc = lib.vkWaitSemaphores(device, self._wait_info, timeout)
         self._spin.observe(time.perf_counter_ns() - t0)
         if rc == _vk.VK_TIMEOUT:
