@@ -52,13 +52,13 @@ class Service:
                 out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
         return out
 
-    def settled_fds(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> list[str]:
-        """The fd list once it has stopped changing (connections of earlier tests closed)."""
-        last, since = sorted(self.fds()), time.monotonic()
+    def settled(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
+        """(fds, maps) once they have stopped changing (earlier tests' connections closed)."""
+        last, since = (sorted(self.fds()), self.maps()), time.monotonic()
         deadline = since + timeout_s
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            now = sorted(self.fds())
+            now = (sorted(self.fds()), self.maps())
             if now != last:
                 last, since = now, time.monotonic()
             elif time.monotonic() - since >= quiet_s:

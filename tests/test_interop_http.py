@@ -250,3 +250,27 @@ def test_metrics_count_runs_and_errors(http: httpx.Client, named: Named) -> None
     assert "fenceline_session_run_duration_seconds_bucket" in text
     assert 'fenceline_api_errors_total{code="not_found",transport="http"}' in text
     assert 'fenceline_interop_imported_bytes{kind="host_shm"}' in text
+
+
+def test_runs_on_one_session_are_serialized(http: httpx.Client, named: Named, service: Service) -> None:
+    s = named.post("/v2/interop/sessions", **named.session_body())
+    run = f"/v2/interop/sessions/{s['id']}/run"
+    named.wait.signal(1)
+    results: dict[str, httpx.Response] = {}
+
+    def go(key: str, body: dict[str, Any]) -> None:
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            results[key] = c.post(run, json=body)
+
+    a = threading.Thread(target=go, args=("a", {"wait_value": 3, "timeout_ms": 20000}))
+    a.start()
+    time.sleep(0.3)  # a holds the session, waiting for 3
+    b = threading.Thread(target=go, args=("b", {"wait_value": 1, "timeout_ms": 20000}))
+    b.start()
+    time.sleep(0.3)
+    assert "b" not in results and named.signal.value == 0  # b's input is ready, yet it waits for a
+    named.wait.signal(3)
+    a.join(20)
+    b.join(20)
+    assert results["a"].status_code == 200 and results["a"].json()["signal_value"] == 3
+    assert results["b"].status_code == 409  # ran after a: 1 is no longer above the output fence

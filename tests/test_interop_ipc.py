@@ -129,7 +129,7 @@ def test_objects_of_one_connection_are_invisible_to_another(service: Service) ->
 
 
 def test_closing_a_connection_releases_its_objects(service: Service) -> None:
-    maps_before = service.maps()
+    _, maps_before = service.settled()
     c = IpcClient(service.socket)
     s = open_session(c, "add_64x64", [1, 3, 64, 64])
     assert len(service.maps()) > len(maps_before)
@@ -139,7 +139,7 @@ def test_closing_a_connection_releases_its_objects(service: Service) -> None:
 
 
 def test_a_killed_renderer_leaks_nothing_and_the_service_keeps_serving(service: Service) -> None:
-    fds_before, maps_before = service.settled_fds(), service.maps()
+    fds_before, maps_before = service.settled()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "renderer_proc.py"), str(service.socket), "add_64x64", "-1"],
         stdout=subprocess.PIPE, text=True,
@@ -194,7 +194,7 @@ def test_malformed_frames_get_error_replies_and_the_connection_survives(service:
 
 
 def test_fds_sent_with_a_bad_request_are_closed_by_the_service(service: Service) -> None:
-    fds_before = service.settled_fds()
+    fds_before, _ = service.settled()
     with raw_socket(service) as s, SharedFrame(4096) as a, SharedFrame(4096) as b:
         body = json.dumps({"handle_type": "host_fd"}).encode()
         socket.send_fds(s, [codec.encode(codec.Kind.IMPORT_MEMORY, 1, body)], [a.fd, b.fd])
@@ -214,3 +214,22 @@ def test_socket_is_private_to_its_user(service: Service) -> None:
 def test_client_reports_a_missing_service_clearly(tmp_path: Path) -> None:
     with pytest.raises(ClientError, match="cannot connect"):
         IpcClient(tmp_path / "none.sock")
+
+
+def test_sessions_run_in_parallel_while_one_waits(service: Service) -> None:
+    with IpcClient(service.socket) as a, IpcClient(service.socket) as b:
+        sa = open_session(a, "add_64x64", [1, 3, 64, 64])
+        sb = open_session(b, "add_64x64", [1, 3, 64, 64])
+        waiting = threading.Thread(target=lambda: a.run(sa.session_id, 1, timeout_ms=20000))
+        waiting.start()
+        time.sleep(0.2)
+        for v in range(1, 21):  # b keeps running while a's session waits on its fence
+            sb.wait.signal(v)
+            assert b.run(sb.session_id, v).signal_value == v
+        assert waiting.is_alive() and sa.signal.value == 0
+        sa.wait.signal(1)
+        waiting.join(20)
+        assert sa.signal.value == 1
+        sa.close()
+        sb.close()
+

@@ -13,8 +13,8 @@ enum class Code {
   Conflict,
   Unsupported,
   ResourceExhausted,
-  OsError,
   DeviceLost,
+  OsError
 };
 
 class Error : public std::runtime_error {

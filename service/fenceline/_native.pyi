@@ -25,6 +25,10 @@ class HostMemory:
         """
         A numpy array over the mapping; it keeps the mapping alive.
         """
+    def check(self) -> None:
+        """
+        Raises DeviceLost when the object was truncated below the mapping (an access would fault).
+        """
     def close(self) -> None:
         ...
     def unlink(self) -> None:
@@ -41,6 +45,11 @@ class HostMemory:
     @property
     def name(self) -> str:
         ...
+    @property
+    def sealed(self) -> bool:
+        """
+        True when the object cannot shrink (memfd with F_SEAL_SHRINK).
+        """
     @property
     def size(self) -> int:
         ...

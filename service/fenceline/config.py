@@ -26,6 +26,20 @@ class ServeSettings:
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     log_level: str = "info"
+    client_shared_memory: bool = True  # Triton's system shared-memory registration
+    allow_uids: frozenset[int] | None = None  # None: the service's own uid
+    token_file: Path | None = None
+    max_body_mb: int = 256
+    max_sessions: int = 256
+    max_imports: int = 1024
+    max_mapped_mb: int = 16384
+    max_inflight: int = 64
+
+    def token(self) -> str | None:
+        if self.token_file is None:
+            return None
+        token = self.token_file.read_text().strip()
+        return token or None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -40,5 +54,15 @@ class ServeSettings:
                 raise InvalidArgument(f"--model {name}={path}: no such file")
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
+        if self.token_file is not None:
+            if not self.token_file.is_file():
+                raise InvalidArgument(f"--token-file {self.token_file}: no such file")
+            if not self.token_file.read_text().strip():
+                raise InvalidArgument(f"--token-file {self.token_file} is empty")
+        for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-sessions", self.max_sessions),
+                            ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
+                            ("--max-inflight", self.max_inflight)):
+            if value <= 0:
+                raise InvalidArgument(f"{flag} must be positive")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")

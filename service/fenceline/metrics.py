@@ -65,6 +65,19 @@ class Metrics:
             ["transport", "code"], registry=r,
         )
 
+        self.kserve_requests = Counter(
+            "fenceline_kserve_requests_total",
+            "KServe v2 inference requests that completed, by how the tensors travelled.",
+            ["model", "path"], registry=r,
+        )
+        self.kserve_in_flight = Gauge(
+            "fenceline_kserve_requests_in_flight", "KServe v2 inference requests running now.",
+            registry=r,
+        )
+        self.kserve_shm_regions = Gauge(
+            "fenceline_kserve_shm_regions", "Registered Triton system shared-memory regions.",
+            registry=r,
+        )
         self._run_series: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
 
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:

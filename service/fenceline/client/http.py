@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from fenceline.client.errors import ClientError, ServiceError
-from fenceline.client.ipc import View
+from fenceline.client.ipc import View, session_body
 
 
 class HttpClient:
@@ -55,13 +55,7 @@ class HttpClient:
         self, model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
         signal_fence: str,
     ) -> dict[str, Any]:
-        body = {
-            "model": model,
-            "inputs": {k: v.body() for k, v in inputs.items()},
-            "outputs": {k: v.body() for k, v in outputs.items()},
-            "wait_fence": wait_fence,
-            "signal_fence": signal_fence,
-        }
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence)
         return dict(self._request("POST", "/v2/interop/sessions", body))
 
     def run(

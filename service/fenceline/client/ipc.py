@@ -42,6 +42,19 @@ class View:
         }
 
 
+def session_body(
+    model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str, signal_fence: str
+) -> dict[str, Any]:
+    """The session-create body, the same over IPC and HTTP."""
+    return {
+        "model": model,
+        "inputs": {k: v.body() for k, v in inputs.items()},
+        "outputs": {k: v.body() for k, v in outputs.items()},
+        "wait_fence": wait_fence,
+        "signal_fence": signal_fence,
+    }
+
+
 class IpcClient:
     def __init__(
         self, path: str | Path | None = None, *, max_spin_ns: int = 100_000, name: str = "python"
@@ -58,7 +71,11 @@ class IpcClient:
         self._ids = itertools.count(1)
         self._spin = AdaptiveSpin(max_spin_ns)
         self._closed = False
-        self.server = self._call(Kind.HELLO, {"client": name})
+        try:
+            self.server = self._call(Kind.HELLO, {"client": name})
+        except BaseException:
+            self.close()
+            raise
 
     # -- transport ------------------------------------------------------------------------
 
@@ -75,6 +92,7 @@ class IpcClient:
             else:
                 self._sock.send(frame)
         except OSError as e:
+            self._raise_refusal()
             raise ClientError(f"IPC transport failed: {e}") from None
 
     def _receive(self, request_id: int) -> codec.Frame:
@@ -94,12 +112,24 @@ class IpcClient:
             reply = codec.decode(data)
         except FencelineError as e:
             raise ClientError(f"bad reply from the service: {e}") from None
+        if reply.kind == Kind.ERROR and reply.request_id in (0, request_id):
+            # request_id 0: the connection itself was refused (peer not allowed, shutting down)
+            err = codec.decode_error(reply.body)
+            raise ServiceError(err.message, err.code)
         if reply.request_id != request_id:
             raise ClientError(f"reply {reply.request_id} does not answer request {request_id}")
+        return reply
+
+    def _raise_refusal(self) -> None:
+        """The service may have refused the connection with an ERROR before closing it."""
+        try:
+            data = self._sock.recv(codec.MAX_FRAME, socket.MSG_DONTWAIT)
+            reply = codec.decode(data)
+        except (OSError, FencelineError):
+            return
         if reply.kind == Kind.ERROR:
             err = codec.decode_error(reply.body)
             raise ServiceError(err.message, err.code)
-        return reply
 
     def _call(self, kind: Kind, body: dict[str, Any], fds: list[int] | None = None) -> Any:
         rid = next(self._ids)
@@ -181,13 +211,7 @@ class IpcClient:
         wait_fence: str,
         signal_fence: str,
     ) -> dict[str, Any]:
-        body = {
-            "model": model,
-            "inputs": {k: v.body() for k, v in inputs.items()},
-            "outputs": {k: v.body() for k, v in outputs.items()},
-            "wait_fence": wait_fence,
-            "signal_fence": signal_fence,
-        }
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence)
         return dict(self._call(Kind.CREATE_SESSION, body))
 
     def run(

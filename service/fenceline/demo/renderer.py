@@ -9,7 +9,7 @@ import sys
 import time
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from fenceline.client import Fence, IpcClient, SharedFrame, View
 
@@ -49,6 +49,11 @@ def write_before_after(before: np.ndarray, after: np.ndarray, path: str) -> None
     canvas = Image.new("RGB", (half[0] * 2 + 8, half[1]), (20, 20, 20))
     canvas.paste(a, (0, 0))
     canvas.paste(b, (half[0] + 8, 0))
+    draw = ImageDraw.Draw(canvas)
+    labels = ((10, "before: the renderer's frame"), (half[0] + 18, "after: sharpen + tone map, in place"))
+    for x, label in labels:
+        draw.rectangle((x - 4, 8, x + 6 * len(label) + 4, 26), fill=(0, 0, 0))
+        draw.text((x, 11), label, fill=(255, 255, 255))
     canvas.save(path)
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from fenceline import _native
-from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unsupported
+from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
 from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
+
+# Long waits sleep in slices of this length so a shutdown can end them.
+CANCEL_SLICE_NS = 100_000_000
 
 
 class FenceImport:
@@ -25,9 +29,20 @@ class FenceImport:
     def status(self) -> int:
         return int(self.handle.status)
 
-    def wait(self, value: int, timeout_ns: int, spin_ns: int) -> None:
-        """Returns once the fence reaches ``value``; raises TimedOut or DeviceLost."""
-        r = self.handle.wait(value, timeout_ns, spin_ns)
+    def wait(
+        self, value: int, timeout_ns: int, spin_ns: int, cancel: threading.Event | None = None
+    ) -> None:
+        """Returns once the fence reaches ``value``; raises TimedOut, DeviceLost, or Unavailable
+        when ``cancel`` is set meanwhile."""
+        first = min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns
+        r = self.handle.wait(value, first, spin_ns)
+        if r == _native.WAIT_TIMED_OUT and cancel is not None and timeout_ns > CANCEL_SLICE_NS:
+            left = timeout_ns - CANCEL_SLICE_NS
+            while r == _native.WAIT_TIMED_OUT and left > 0:
+                if cancel.is_set():
+                    raise Unavailable("the service is shutting down")
+                r = self.handle.wait(value, min(left, CANCEL_SLICE_NS), 0)
+                left -= CANCEL_SLICE_NS
         if r == _native.WAIT_REACHED:
             return
         if r == _native.WAIT_TIMED_OUT:

@@ -19,7 +19,14 @@ from typing import Any
 import onnxruntime as ort
 
 from fenceline import _native
-from fenceline.errors import Conflict, InvalidArgument, ModelError, TimedOut, Unsupported
+from fenceline.errors import (
+    Conflict,
+    InvalidArgument,
+    ModelError,
+    TimedOut,
+    Unavailable,
+    Unsupported,
+)
 from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
@@ -29,6 +36,8 @@ log = logging.getLogger("fenceline.runtime")
 
 # How long close() lets queued work finish before it releases a wait nobody will signal.
 DRAIN_GRACE_NS = 200_000_000
+# A plain run's host wait checks for shutdown this often.
+CANCEL_SLICE_NS = 100_000_000
 
 
 def _check_bindings(model: Model, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
@@ -135,12 +144,14 @@ class CudaSession:
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
+        cancel: threading.Event | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:
         """Enqueues wait -> model -> signal on the stream. A plain run then waits for the stream
         up to timeout_ns and raises TimedOut if the input semaphore has not reached wait_value by
-        then (the work stays queued and completes once it does)."""
+        then (the work stays queued and completes once it does), or Unavailable once ``cancel``
+        is set."""
         target = wait_value if signal_value is None else signal_value
         with self._lock:
             if self._closed or self._stream is None or self._ort is None:
@@ -166,7 +177,13 @@ class CudaSession:
             self.last_signal_value = target
             if asynchronous:
                 return RunResult(target, 0, enqueued - start, enqueued - start)
-            done = stream.synchronize(timeout_ns, spin_ns)
+            done = stream.synchronize(min(timeout_ns, CANCEL_SLICE_NS), spin_ns)
+            left = timeout_ns - CANCEL_SLICE_NS
+            while not done and left > 0:
+                if cancel is not None and cancel.is_set():
+                    raise Unavailable("the service is shutting down")
+                done = stream.synchronize(min(left, CANCEL_SLICE_NS), 0)
+                left -= CANCEL_SLICE_NS
         end = time.perf_counter_ns()
         if not done:
             raise TimedOut(

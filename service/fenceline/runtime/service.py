@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, import_cuda_memory
 from fenceline.interop.datatypes import datatype
@@ -51,6 +51,17 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    max_mapped_bytes_per_owner: int = 16 << 30
+    max_inflight_runs_per_owner: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
+                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_inflight_runs_per_owner"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be positive")
+        if self.spin_ns < 0:
+            raise InvalidArgument("spin_ns must not be negative")
 
 
 class Table(Generic[T]):
@@ -89,6 +100,8 @@ class Runtime:
         self.fences: Table[FenceImport] = Table("fence")
         self.sessions: Table[Session] = Table("session")
         self._lock = threading.RLock()
+        self._inflight: dict[str, int] = {}
+        self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -97,12 +110,25 @@ class Runtime:
 
     # -- memory ---------------------------------------------------------------------------
 
-    def _check_import_quota(self, owner: str) -> None:
-        n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
+    def _check_import_quota(self, owner: str, fd: int | None) -> None:
+        """Refuses an import over the client's limit; a received fd is closed then."""
+        with self._lock:
+            n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
         if n >= self.settings.max_imports_per_owner:
+            if fd is not None:
+                os.close(fd)
             raise ResourceExhausted(
                 f"at most {self.settings.max_imports_per_owner} imports per client"
             )
+
+    def _release(self, table: Table[Any], owner: str, id: str) -> Any:
+        """Removes an unused object from `table` and returns it for closing."""
+        with self._lock:
+            entry = table.get(owner, id)
+            if entry.users:
+                raise Conflict(f"{table.kind} {id} is in use by {len(entry.users)} session(s)")
+            del table.entries[id]
+        return entry.obj
 
     def import_memory(
         self,
@@ -118,13 +144,7 @@ class Runtime:
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
         GPU handle types (interop/cuda_memory.py)."""
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         mem: Any
         if handle_type in CUDA_MEMORY_TYPES:
             mem = import_cuda_memory(
@@ -137,6 +157,14 @@ class Runtime:
                 access=access,
             )
         with self._lock:
+            mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
+            limit = self.settings.max_mapped_bytes_per_owner
+            if mapped + mem.size_bytes > limit:
+                mem.close()
+                raise ResourceExhausted(
+                    f"importing {mem.size_bytes} bytes would map more than {limit} bytes for "
+                    "this client; release memory first"
+                )
             entry = self.memory.add(owner, mem)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
@@ -160,12 +188,7 @@ class Runtime:
             return self._memory_info(self.memory.get(owner, id))
 
     def release_memory(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.memory.get(owner, id)
-            if entry.users:
-                raise Conflict(f"memory {id} is in use by {len(entry.users)} session(s)")
-            del self.memory.entries[id]
-        self._close_memory(entry.obj)
+        self._close_memory(self._release(self.memory, owner, id))
 
     def _close_memory(self, mem: MemoryImport) -> None:
         mem.close()
@@ -183,13 +206,7 @@ class Runtime:
         fd: int | None = None,
         device_uuid: str | None = None,
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         fence: Any
         if fence_type in VK_FENCE_TYPES:
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
@@ -216,12 +233,7 @@ class Runtime:
             return self._fence_info(self.fences.get(owner, id))
 
     def release_fence(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.fences.get(owner, id)
-            if entry.users:
-                raise Conflict(f"fence {id} is in use by {len(entry.users)} session(s)")
-            del self.fences.entries[id]
-        self._close_fence(entry.obj)
+        self._close_fence(self._release(self.fences, owner, id))
 
     def _close_fence(self, fence: FenceImport) -> None:
         fence.close()
@@ -312,7 +324,20 @@ class Runtime:
         transport: str = "http",
     ) -> RunResult:
         session = self.session(owner, session_id)
-        return self.run_session(session, wait_value, signal_value, timeout_ms, transport=transport)
+        with self._lock:
+            n = self._inflight.get(owner, 0)
+            if n >= self.settings.max_inflight_runs_per_owner:
+                raise ResourceExhausted(
+                    f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
+                )
+            self._inflight[owner] = n + 1
+        try:
+            return self.run_session(
+                session, wait_value, signal_value, timeout_ms, transport=transport
+            )
+        finally:
+            with self._lock:
+                self._inflight[owner] -= 1
 
     def run_session(
         self,
@@ -327,6 +352,8 @@ class Runtime:
         """``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
         always run to completion."""
         s = self.settings
+        if self.closing.is_set():
+            raise Unavailable("the service is shutting down")
         if timeout_ms is None:
             timeout_ms = s.default_timeout_ms
         if not 0 <= timeout_ms <= s.max_timeout_ms:
@@ -335,10 +362,13 @@ class Runtime:
             raise InvalidArgument("fence values are unsigned 64-bit integers")
         if asynchronous and isinstance(session, CudaSession):
             result = session.run(
-                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, asynchronous=True
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+                asynchronous=True,
             )
         else:
-            result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+            result = session.run(
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+            )
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
@@ -375,5 +405,7 @@ class Runtime:
             return {e.owner for t in tables for e in t.entries.values()}
 
     def close(self) -> None:
+        """Fails waiting runs with ``unavailable``, then releases every object."""
+        self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
