@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fenceline import __version__
 from fenceline.errors import FencelineError
+from fenceline.logs import LOG_FORMATS
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -21,7 +22,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="longest spin on the IPC socket before blocking (0: always block)")
     p.add_argument("--fence-spin-us", type=int, default=50,
                    help="longest spin on an input fence before sleeping on its futex")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
+                   help="text for a terminal, json: one object per line with request/session ids")
     p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
                    help="a uid that may use the IPC socket; repeatable (default: the service's own)")
     p.add_argument("--token-file", type=Path,

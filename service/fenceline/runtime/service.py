@@ -280,6 +280,7 @@ class Runtime:
             for user in (*used, wait, signal):
                 user.users.add(entry.id)
         self.metrics.sessions.labels(m.name).inc()
+        log.info("session created for model %s", m.name, extra=_ids(owner, entry.id))
         return self._session_info(entry)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
@@ -308,6 +309,7 @@ class Runtime:
             ]:
                 users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
+        log.info("session released", extra=_ids(owner, id))
 
     def session(self, owner: str, id: str) -> Session:
         with self._lock:
@@ -399,6 +401,18 @@ class Runtime:
             log.info("released %d objects of %s", n, owner)
         return n
 
+    def snapshot(
+        self,
+    ) -> tuple[list[Entry[MemoryImport]], list[Entry[FenceImport]], list[Entry[Session]]]:
+        """Every object of every owner, for the admin status view. An object in the snapshot may
+        be released meanwhile: reading a closed fence raises FencelineError."""
+        with self._lock:
+            return (
+                list(self.memory.entries.values()),
+                list(self.fences.entries.values()),
+                list(self.sessions.entries.values()),
+            )
+
     def owners(self) -> set[str]:
         with self._lock:
             tables: tuple[Table[Any], ...] = (self.memory, self.fences, self.sessions)
@@ -409,3 +423,8 @@ class Runtime:
         self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
+
+
+def _ids(owner: str, session_id: str) -> dict[str, str]:
+    # Logs carry a prefix: enough to correlate with a client, not enough to use the session.
+    return {"owner": owner, "session_id": session_id[:8]}
