@@ -77,7 +77,13 @@ class CudaSession:
     ) -> None:
         _check_bindings(model, inputs, outputs)
         bindings = [*inputs.values(), *outputs.values()]
-        if not all(isinstance(b, CudaTensorBinding) for b in bindings):
+        gpu = [isinstance(b, CudaTensorBinding) for b in bindings]
+        if not any(gpu):
+            raise InvalidArgument(
+                "vk_timeline_opaque_fd fences are waited on the GPU: bind GPU memory "
+                "(opaque_fd, cuda_ipc), or use host_timeline fences with host memory"
+            )
+        if not all(gpu):
             raise InvalidArgument(
                 "a session binds GPU memory (opaque_fd, cuda_ipc) or host memory, not both"
             )
