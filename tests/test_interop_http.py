@@ -152,7 +152,7 @@ def test_signal_value_not_above_current_is_a_conflict(http: httpx.Client, named:
     [
         ({"offset_bytes": NBYTES + 4}, "outside"),  # past the end
         ({"offset_bytes": 2**64 - 4}, "outside"),  # offset + size overflows
-        ({"offset_bytes": 2}, "multiple"),  # misaligned for FP32
+        ({"offset_bytes": 2}, "align"),  # misaligned for FP32
         ({"datatype": "FP16"}, "FP32 in the model"),
         ({"datatype": "FLOAT"}, "unknown datatype"),
         ({"shape": [1, 3, 64, 32]}, "shape"),

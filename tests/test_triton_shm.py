@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
 
@@ -326,6 +326,8 @@ EDGES = [0, 1, 4, 60, 64, 65, NBYTES - 4, NBYTES, NBYTES + 4, REGION - 1, REGION
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # one region, reused
 @given(offset=st.sampled_from(EDGES) | st.integers(0, 2**64 - 1),
        size=st.sampled_from(EDGES) | st.integers(0, 2**64 - 1))
+@example(offset=1, size=NBYTES)  # inside, but not FP32-aligned: served through a copy
+@example(offset=4, size=NBYTES)
 def test_output_windows_are_accepted_exactly_when_inside_the_region(
     client: httpclient.InferenceServerClient, regions: Regions, offset: int, size: int
 ) -> None:

@@ -227,12 +227,15 @@ TensorView::TensorView(std::shared_ptr<Mapping> mapping, std::uint64_t offset,
     : mapping_(std::move(mapping)), offset_(offset), shape_(std::move(shape)) {
   if (need_write && !mapping_->writable())
     throw Error(Code::InvalidArgument, "an output view needs memory imported read_write");
-  if (element_size > 1 && offset % element_size != 0)
-    throw Error(Code::InvalidArgument, "offset_bytes " + std::to_string(offset) +
-                                           " is not a multiple of the element size " +
-                                           std::to_string(element_size));
   nbytes_ = tensor_nbytes(shape_, element_size);
   check_range(offset_, nbytes_, mapping_->size(), "tensor view");
+  // Kernels may use aligned loads: the element's address, not only the offset, must align
+  // (an import can itself start at an odd offset into its object).
+  const auto address = reinterpret_cast<std::uintptr_t>(mapping_->data()) + offset_;
+  if (element_size > 1 && address % element_size != 0)
+    throw Error(Code::InvalidArgument, "offset_bytes " + std::to_string(offset) +
+                                           " does not align the tensor to its element size " +
+                                           std::to_string(element_size));
 }
 
 }  // namespace fl

@@ -101,14 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return soak_from_args(args)
         if args.gpu:
-            import importlib
+            from fenceline.bench.gpu import run_gpu_bench
 
-            try:
-                gpu = importlib.import_module("fenceline.bench.gpu")
-            except ImportError:
-                print("fenceline: this build has no GPU bench", file=sys.stderr)
-                return 2
-            return int(gpu.run_gpu_bench(quick=args.quick, json_path=args.json))
+            return run_gpu_bench(quick=args.quick, json_path=args.json)
         from fenceline.bench import run_bench
         from fenceline.config import parse_model_arg
 

@@ -259,8 +259,10 @@ class SystemSharedMemory:
 
     def view(
         self, ref: ShmRef, dt: Datatype, shape: list[int], role: str, tensor: str
-    ) -> TensorBinding:
-        """A typed view at ``ref`` for one tensor; it keeps the mapping alive."""
+    ) -> TensorBinding | None:
+        """A typed view at ``ref`` for one tensor; it keeps the mapping alive. None when the
+        window does not align the tensor to its element size: Triton allows any offset, so
+        the caller then copies through an aligned buffer."""
         region, offset = self.window(ref)
         need = tensor_nbytes(dt, shape)
         if role == "input" and ref.byte_size != need:
@@ -273,6 +275,8 @@ class SystemSharedMemory:
                 f"shared memory size specified with the request for output '{tensor}' "
                 f"({ref.byte_size} bytes) should be at least {need} bytes to hold the results"
             )
+        if (region.memory.handle.address + offset) % dt.size:
+            return None
         return region.memory.view(offset, dt, shape, need_write=role == "output")
 
     def bytes_view(self, ref: ShmRef) -> TensorBinding:
@@ -300,6 +304,7 @@ class _Plan:
     keep: list[Any] = field(default_factory=list)
     outputs: list[OutputTensor] = field(default_factory=list)
     late: list[tuple[int, TensorBinding | None]] = field(default_factory=list)
+    copy_back: list[tuple[Any, TensorBinding]] = field(default_factory=list)  # misaligned outputs
 
 
 class KServeInference:
@@ -382,6 +387,12 @@ class KServeInference:
             dt = t.datatype
             if t.shm is not None:
                 view = self.shm.view(t.shm, dt, t.shape, "input", t.name)
+                if view is None:  # misaligned window: one aligned copy
+                    raw = self.shm.bytes_view(t.shm).array()[: tensor_nbytes(dt, t.shape)]
+                    arr = np.frombuffer(raw.tobytes(), dt.numpy).reshape(t.shape)
+                    plan.keep.append(arr)
+                    binding.bind_input(t.name, "cpu", 0, dt.numpy, t.shape, arr.ctypes.data)
+                    continue
                 plan.keep.append(view)
                 binding.bind_input(t.name, "cpu", 0, dt.numpy, t.shape, view.address)
                 continue
@@ -414,6 +425,12 @@ class KServeInference:
                 continue
             if o.shm is not None:
                 view = self.shm.view(o.shm, spec.datatype, out.shape, "output", o.name)
+                if view is None:  # misaligned window: run into an aligned buffer, copy after
+                    scratch = np.empty(out.shape, spec.datatype.numpy)
+                    plan.copy_back.append((scratch, self.shm.bytes_view(o.shm)))
+                    binding.bind_output(o.name, "cpu", 0, spec.datatype.numpy, out.shape,
+                                        scratch.ctypes.data)
+                    continue
                 plan.keep.append(view)
                 binding.bind_output(o.name, "cpu", 0, spec.datatype.numpy, out.shape,
                                     view.address)
@@ -423,6 +440,8 @@ class KServeInference:
                                     out.array.ctypes.data)
 
     def _collect_late(self, binding: Any, plan: _Plan) -> None:
+        for scratch, window in plan.copy_back:
+            window.array()[: scratch.nbytes] = scratch.reshape(-1).view(np.uint8)
         if not plan.late:
             return
         values = binding.get_outputs()

@@ -13,10 +13,13 @@ from typing import Any, Generic, TypeVar
 
 from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from fenceline.interop.capabilities import capabilities
+from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, import_cuda_memory
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.host_fence import FenceImport, import_fence
 from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, import_memory
+from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
+from fenceline.runtime.cuda_session import CudaSession, uses_gpu
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 
@@ -137,12 +140,22 @@ class Runtime:
         size_bytes: int = 0,
         offset_bytes: int = 0,
         access: Access = "read_write",
+        **gpu: Any,
     ) -> dict[str, Any]:
+        """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
+        GPU handle types (interop/cuda_memory.py)."""
         self._check_import_quota(owner, fd)
-        mem = import_memory(
-            handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
-            access=access,
-        )
+        mem: Any
+        if handle_type in CUDA_MEMORY_TYPES:
+            mem = import_cuda_memory(
+                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+                access=access, **gpu,
+            )
+        else:
+            mem = import_memory(
+                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+                access=access,
+            )
         with self._lock:
             mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
             limit = self.settings.max_mapped_bytes_per_owner
@@ -185,10 +198,20 @@ class Runtime:
     # -- fences ---------------------------------------------------------------------------
 
     def import_fence(
-        self, owner: str, fence_type: str, *, name: str | None = None, fd: int | None = None
+        self,
+        owner: str,
+        fence_type: str,
+        *,
+        name: str | None = None,
+        fd: int | None = None,
+        device_uuid: str | None = None,
     ) -> dict[str, Any]:
         self._check_import_quota(owner, fd)
-        fence = import_fence(fence_type, name=name, fd=fd)
+        fence: Any
+        if fence_type in VK_FENCE_TYPES:
+            fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
+        else:
+            fence = import_fence(fence_type, name=name, fd=fd)
         with self._lock:
             entry = self.fences.add(owner, fence)
         self.metrics.imported_handles.labels(fence.kind).inc()
@@ -250,7 +273,9 @@ class Runtime:
                         raise InvalidArgument(f"{role} {tensor!r}: {e.message}") from None
                     used.append(mem_entry)
                 bound.append(views)
-            session = Session(m, bound[0], bound[1], wait.obj, signal.obj)
+            views_used = [*bound[0].values(), *bound[1].values()]
+            session_cls: Any = CudaSession if uses_gpu(views_used, [wait.obj, signal.obj]) else Session
+            session = session_cls(m, bound[0], bound[1], wait.obj, signal.obj)
             entry = self.sessions.add(owner, session)
             for user in (*used, wait, signal):
                 user.users.add(entry.id)
@@ -324,7 +349,10 @@ class Runtime:
         timeout_ms: int | None,
         *,
         transport: str,
+        asynchronous: bool = False,
     ) -> RunResult:
+        """``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
+        always run to completion."""
         s = self.settings
         if self.closing.is_set():
             raise Unavailable("the service is shutting down")
@@ -334,9 +362,15 @@ class Runtime:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        result = session.run(
-            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
-        )
+        if asynchronous and isinstance(session, CudaSession):
+            result = session.run(
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+                asynchronous=True,
+            )
+        else:
+            result = session.run(
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+            )
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
