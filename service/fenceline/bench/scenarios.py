@@ -27,7 +27,7 @@ BUDGETS: dict[str, Budget] = {
     "720p": Budget(600, 10, 1.5),
     "1080p": Budget(300, 6, 2.0),
     "4K": Budget(80, 3, 2.5),
-    "real": Budget(45, 2, 9.0),
+    "real": Budget(45, 1, 9.0),
 }
 QUICK_BUDGETS: dict[str, Budget] = {
     "64x64": Budget(100, 10, 0.2), "720p": Budget(8, 2, 0.2), "1080p": Budget(5, 1, 0.2),
