@@ -25,6 +25,7 @@ class ServeSettings:
     models: dict[str, Path] = field(default_factory=dict)
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
+    max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -40,5 +41,7 @@ class ServeSettings:
                 raise InvalidArgument(f"--model {name}={path}: no such file")
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
+        if self.max_spinners is not None and self.max_spinners < 0:
+            raise InvalidArgument("--max-spinners is 0 or more (0: fence waits never spin)")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")

@@ -13,6 +13,7 @@ from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime, RuntimeSettings
+from fenceline.waiting import set_spinners
 
 log = logging.getLogger("fenceline")
 
@@ -26,6 +27,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         models=dict(parse_model_arg(m) for m in args.model),
         ipc_spin_us=args.ipc_spin_us,
         fence_spin_us=args.fence_spin_us,
+        max_spinners=args.max_spinners,
         log_level=args.log_level,
     )
     return serve(settings)
@@ -35,6 +37,7 @@ def serve(settings: ServeSettings) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    spinners = set_spinners(settings.max_spinners)
     models = ModelRepository.from_sources(settings.model_repository, settings.models)
     runtime = Runtime(models, Metrics(), RuntimeSettings(spin_ns=settings.fence_spin_us * 1000))
     ipc = IpcServer(runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000)
@@ -46,8 +49,8 @@ def serve(settings: ServeSettings) -> int:
     )
     server = uvicorn.Server(config)
     log.info(
-        "fenceline serving %d model(s) on http://%s:%d and %s",
-        len(models.names()), settings.host, settings.port, ipc.path,
+        "fenceline serving %d model(s) on http://%s:%d and %s (at most %d spinning waiters)",
+        len(models.names()), settings.host, settings.port, ipc.path, spinners.slots,
     )
     try:
         server.run()

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from fenceline.client.errors import ClientError, ServiceError
-from fenceline.client.ipc import View
+from fenceline.client.ipc import View, _stream_fields
 
 
 class HttpClient:
@@ -53,14 +53,18 @@ class HttpClient:
 
     def create_session(
         self, model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
-        signal_fence: str,
+        signal_fence: str, *, mode: str = "request", policy: str = "latest",
+        spin_us: int | None = None, start: bool = True,
     ) -> dict[str, Any]:
-        body = {
+        """A session; with ``mode="streaming"`` the service runs each new value of
+        ``wait_fence`` by itself and signals ``signal_fence`` with it (docs/streaming.md)."""
+        body: dict[str, Any] = {
             "model": model,
             "inputs": {k: v.body() for k, v in inputs.items()},
             "outputs": {k: v.body() for k, v in outputs.items()},
             "wait_fence": wait_fence,
             "signal_fence": signal_fence,
+            **_stream_fields(mode, policy, spin_us, start),
         }
         return dict(self._request("POST", "/v2/interop/sessions", body))
 
@@ -78,6 +82,18 @@ class HttpClient:
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         path = {"memory": "memory", "fence": "fences", "session": "sessions"}[kind]
         return dict(self._request("GET", f"/v2/interop/{path}/{id}"))
+
+    def start_session(self, id: str) -> dict[str, Any]:
+        """Starts or resumes a streaming session; returns its description."""
+        return dict(self._request("POST", f"/v2/interop/sessions/{id}/start"))
+
+    def pause_session(self, id: str) -> dict[str, Any]:
+        """Returns once the service has signalled the frame in flight and stopped waiting."""
+        return dict(self._request("POST", f"/v2/interop/sessions/{id}/pause"))
+
+    def stop_session(self, id: str) -> dict[str, Any]:
+        """Stops and releases a streaming session; returns its final description."""
+        return dict(self._request("POST", f"/v2/interop/sessions/{id}/stop"))
 
     def release_memory(self, id: str) -> None:
         self._request("DELETE", f"/v2/interop/memory/{id}")

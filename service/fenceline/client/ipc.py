@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,13 +136,21 @@ class IpcClient:
         outputs: dict[str, View],
         wait_fence: str,
         signal_fence: str,
+        *,
+        mode: str = "request",
+        policy: str = "latest",
+        spin_us: int | None = None,
+        start: bool = True,
     ) -> dict[str, Any]:
-        body = {
+        """A session; with ``mode="streaming"`` the service runs each new value of
+        ``wait_fence`` by itself and signals ``signal_fence`` with it (docs/streaming.md)."""
+        body: dict[str, Any] = {
             "model": model,
             "inputs": {k: v.body() for k, v in inputs.items()},
             "outputs": {k: v.body() for k, v in outputs.items()},
             "wait_fence": wait_fence,
             "signal_fence": signal_fence,
+            **_stream_fields(mode, policy, spin_us, start),
         }
         return dict(self._call(Kind.CREATE_SESSION, body))
 
@@ -162,6 +171,24 @@ class IpcClient:
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         return dict(self._call(Kind.DESCRIBE, {"kind": kind, "id": id}))
 
+    def start_session(self, id: str) -> dict[str, Any]:
+        """Starts or resumes a streaming session; returns its description."""
+        return dict(self._call(Kind.START_SESSION, {"id": id}))
+
+    def pause_session(self, id: str) -> dict[str, Any]:
+        """Returns once the service has signalled the frame in flight and stopped waiting."""
+        return dict(self._call(Kind.PAUSE_SESSION, {"id": id}))
+
+    def stop_session(self, id: str) -> dict[str, Any]:
+        """Stops and releases a streaming session; returns its final description."""
+        return dict(self._call(Kind.STOP_SESSION, {"id": id}))
+
+    @property
+    def server_pid(self) -> int:
+        """The service's process id, from the socket's peer credentials."""
+        creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return int(struct.unpack("3i", creds)[0])
+
     def release_memory(self, id: str) -> None:
         self._call(Kind.RELEASE_MEMORY, {"id": id})
 
@@ -181,3 +208,13 @@ class IpcClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stream_fields(mode: str, policy: str, spin_us: int | None, start: bool) -> dict[str, Any]:
+    """The session body's streaming fields; none for a request-mode session."""
+    if mode == "request":
+        return {}
+    fields: dict[str, Any] = {"mode": mode, "policy": policy, "start": start}
+    if spin_us is not None:
+        fields["spin_us"] = spin_us
+    return fields

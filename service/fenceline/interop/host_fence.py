@@ -27,17 +27,23 @@ class FenceImport:
 
     def wait(self, value: int, timeout_ns: int, spin_ns: int) -> None:
         """Returns once the fence reaches ``value``; raises TimedOut or DeviceLost."""
-        r = self.handle.wait(value, timeout_ns, spin_ns)
-        if r == _native.WAIT_REACHED:
+        self.raise_for(self.handle.wait(value, timeout_ns, spin_ns), value, timeout_ns)
+
+    def raise_for(self, result: int, value: int, timeout_ns: int) -> None:
+        """Turns a native WAIT_* result for ``value`` into nothing (reached) or the error."""
+        if result == _native.WAIT_REACHED:
             return
-        if r == _native.WAIT_TIMED_OUT:
+        if result == _native.WAIT_TIMED_OUT:
             raise TimedOut(
                 f"fence did not reach {value} within {timeout_ns / 1e6:g} ms "
                 f"(it is at {self.value})"
             )
-        if r == _native.WAIT_ABANDONED:
+        if result == _native.WAIT_ABANDONED:
             raise DeviceLost("the input fence was abandoned by its signaller")
         raise DeviceLost(f"the input fence reports an error at value {self.value}")
+
+    def set_status(self, status: int) -> None:
+        self.handle.set_status(status)
 
     def signal(self, value: int) -> None:
         self.handle.signal(value)

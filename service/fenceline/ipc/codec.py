@@ -45,6 +45,10 @@ class Kind(IntEnum):
     RELEASE_SESSION = 0x0007
     DESCRIBE = 0x0008
     RUN = 0x0010
+    # Streaming sessions (docs/streaming.md): body {"id": ...}, reply the session description.
+    START_SESSION = 0x0020
+    PAUSE_SESSION = 0x0021
+    STOP_SESSION = 0x0022
     ERROR = 0x7FFF
 
 

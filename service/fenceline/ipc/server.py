@@ -62,6 +62,9 @@ class Connection:
             Kind.CREATE_SESSION: self._create_session,
             Kind.RELEASE_SESSION: self._release_session,
             Kind.DESCRIBE: self._describe,
+            Kind.START_SESSION: lambda b, f: self.runtime.start_session(self.owner, self._id(b)),
+            Kind.PAUSE_SESSION: lambda b, f: self.runtime.pause_session(self.owner, self._id(b)),
+            Kind.STOP_SESSION: self._stop_session,
         }
 
     # -- loop -----------------------------------------------------------------------------
@@ -193,7 +196,8 @@ class Connection:
 
         return self.runtime.create_session(
             self.owner, req.model, specs(req.inputs), specs(req.outputs), req.wait_fence,
-            req.signal_fence,
+            req.signal_fence, mode=req.mode, policy=req.policy, spin_us=req.spin_us,
+            start=req.start,
         )
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
@@ -201,6 +205,13 @@ class Connection:
         self.runtime.release_session(self.owner, sid)
         with contextlib.suppress(ValueError):
             self._sessions.pop(bytes.fromhex(sid), None)
+
+    def _stop_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        sid = self._id(body)
+        info = self.runtime.stop_session(self.owner, sid)
+        with contextlib.suppress(ValueError):
+            self._sessions.pop(bytes.fromhex(sid), None)
+        return info
 
     def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         obj = codec.decode_json(body)

@@ -19,6 +19,7 @@ from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, i
 from fenceline.metrics import Metrics
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -48,6 +49,7 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    max_stream_spin_ns: int = 1_000_000  # the most a streaming session may ask to spin per wait
 
 
 class Table(Generic[T]):
@@ -214,7 +216,23 @@ class Runtime:
         outputs: dict[str, ViewSpec],
         wait_fence: str,
         signal_fence: str,
+        *,
+        mode: Mode = "request",
+        policy: Policy = "latest",
+        spin_us: int | None = None,
+        start: bool = True,
     ) -> dict[str, Any]:
+        """A session; ``mode="streaming"`` gives it a worker that runs each new input fence
+        value by itself (runtime/streaming.py), started at once unless ``start`` is false."""
+        if mode not in ("request", "streaming"):
+            raise InvalidArgument(f"mode is 'request' or 'streaming', not {mode!r}")
+        if policy not in ("latest", "every"):
+            raise InvalidArgument(f"policy is 'latest' or 'every', not {policy!r}")
+        max_spin_ns = self.settings.spin_ns if spin_us is None else spin_us * 1000
+        if not 0 <= max_spin_ns <= self.settings.max_stream_spin_ns:
+            raise InvalidArgument(
+                f"spin_us must be within 0..{self.settings.max_stream_spin_ns // 1000}"
+            )
         m = self.models.get(model)
         with self._lock:
             if len(self.sessions.owned_by(owner)) >= self.settings.max_sessions_per_owner:
@@ -239,10 +257,19 @@ class Runtime:
                     used.append(mem_entry)
                 bound.append(views)
             session = Session(m, bound[0], bound[1], wait.obj, signal.obj)
+            if mode == "streaming":
+                if wait.id == signal.id:
+                    raise InvalidArgument("a streaming session needs two fences: input and output")
+                session.stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
             entry = self.sessions.add(owner, session)
             for e in (*used, wait, signal):
                 e.users.add(entry.id)
+        if session.stream is not None:
+            session.stream.label = entry.id[:8]
         self.metrics.sessions.labels(m.name).inc()
+        if session.stream is not None and start:
+            session.stream.start()
+        log.info("session %s: %s, %s mode", entry.id[:8], m.name, mode)
         return self._session_info(entry)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
@@ -260,10 +287,40 @@ class Runtime:
         with self._lock:
             return self._session_info(self.sessions.get(owner, id))
 
+    def _stream(self, owner: str, id: str) -> StreamWorker:
+        session = self.session(owner, id)
+        if session.stream is None:
+            raise Conflict(
+                f"session {id} runs on request (mode 'request'); only streaming sessions start, "
+                "pause and stop"
+            )
+        return session.stream
+
+    def start_session(self, owner: str, id: str) -> dict[str, Any]:
+        """Starts (or resumes) a streaming session's worker; a no-op when it runs."""
+        self._stream(owner, id).start()
+        return self.describe_session(owner, id)
+
+    def pause_session(self, owner: str, id: str) -> dict[str, Any]:
+        """Returns once the frame in flight is signalled and the worker has ended; values the
+        input fence reaches meanwhile are handled by the policy at the next start."""
+        self._stream(owner, id).pause()
+        return self.describe_session(owner, id)
+
+    def stop_session(self, owner: str, id: str) -> dict[str, Any]:
+        """Stops a streaming session and releases it; returns its final description."""
+        stream = self._stream(owner, id)
+        stream.stop()
+        info = self.describe_session(owner, id)
+        self.release_session(owner, id)
+        return info
+
     def release_session(self, owner: str, id: str) -> None:
         with self._lock:
             entry = self.sessions.get(owner, id)
             del self.sessions.entries[id]
+        if entry.obj.stream is not None:
+            entry.obj.stream.stop()  # joins the worker; outside the table lock
         entry.obj.close()  # waits for a run in flight, outside the table lock
         with self._lock:
             for table in (self.memory, self.fences):
@@ -297,6 +354,11 @@ class Runtime:
         *,
         transport: str,
     ) -> RunResult:
+        if session.stream is not None:
+            raise Conflict(
+                "this session streams: it runs by itself when its input fence advances; RUN is "
+                "for sessions created with mode 'request'"
+            )
         s = self.settings
         if timeout_ms is None:
             timeout_ms = s.default_timeout_ms

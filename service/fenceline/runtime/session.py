@@ -6,12 +6,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fenceline.errors import Conflict, InvalidArgument, ModelError
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import TensorBinding
 from fenceline.runtime.models import Model
+from fenceline.waiting import AdaptiveSpin
+
+if TYPE_CHECKING:
+    from fenceline.runtime.streaming import StreamWorker
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Session:
         self.signal_fence = signal_fence
         self.runs = 0
         self.last_signal_value = 0
+        self.stream: StreamWorker | None = None  # set for streaming sessions (runtime/streaming.py)
+        self._spin = AdaptiveSpin(0)
         self._lock = threading.Lock()
         self._closed = False
         self._binding = model.session.io_binding()
@@ -91,7 +97,9 @@ class Session:
                 raise Conflict(
                     f"signal_value {target} is not above the output fence's value {current}"
                 )
-            self.wait_fence.wait(wait_value, timeout_ns, spin_ns)
+            self._spin.max_spin_ns = spin_ns
+            r = self._spin.wait_fence(self.wait_fence.handle, wait_value, timeout_ns)
+            self.wait_fence.raise_for(r, wait_value, timeout_ns)
             waited = time.perf_counter_ns()
             assert self.model.session is not None
             try:
@@ -106,6 +114,21 @@ class Session:
             self.last_signal_value = target
         return RunResult(target, waited - start, inferred - waited, end - start)
 
+    def infer(self) -> int:
+        """Runs the model once over the bound views, now, and returns how long it took (ns).
+        Streaming drivers call this after their own fence wait; raises ModelError."""
+        with self._lock:
+            if self._closed:
+                raise Conflict("the session is closed")
+            assert self.model.session is not None
+            t0 = time.perf_counter_ns()
+            try:
+                self.model.session.run_with_iobinding(self._binding)
+            except Exception as e:  # onnxruntime's own error types
+                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+            self.runs += 1
+            return time.perf_counter_ns() - t0
+
     def close(self) -> None:
         """Waits for a run in flight, then unbinds. Safe to call twice."""
         with self._lock:
@@ -116,14 +139,18 @@ class Session:
             self._binding.clear_binding_outputs()
 
     def describe(self) -> dict[str, Any]:
-        return {
+        info: dict[str, Any] = {
             "model": self.model.name,
+            "mode": "request" if self.stream is None else "streaming",
             "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
             "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
             "output_devices": self.output_devices,
             "runs": self.runs,
             "last_signal_value": self.last_signal_value,
         }
+        if self.stream is not None:
+            info["stream"] = self.stream.describe()
+        return info
 
 
 def _view_info(b: TensorBinding) -> dict[str, Any]:
