@@ -67,11 +67,12 @@ def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
     sock = tmp / "fenceline.sock"
     log = tmp / "service.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
-         "--port", str(port), "--socket", str(sock), *extra],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
-    )
+    with log.open("wb") as out:  # the child keeps its own copy of the fd
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
+             "--port", str(port), "--socket", str(sock), *extra],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -24,7 +24,7 @@ from fenceline import _native
 
 _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
 PROBE_EVERY = 64
-MIN_SPIN_NS = 2_000
+SPIN_SLACK_NS = 10_000
 
 
 class _Waitable(Protocol):
@@ -110,7 +110,9 @@ class AdaptiveSpin:
             self._probing = True
             return m
         if avg <= m:
-            return int(min(m, max(2 * avg, MIN_SPIN_NS)))
+            # Generous against jitter: a miss costs a full wakeup (~70 us across CPUs), far
+            # more than a few microseconds of extra spin on a hit.
+            return int(min(m, 4 * avg + SPIN_SLACK_NS))
         self._blocked += 1
         if self._blocked >= PROBE_EVERY:
             self._blocked = 0

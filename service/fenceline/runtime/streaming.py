@@ -195,7 +195,8 @@ class StreamWorker:
         self.metrics = metrics
         self.slice_ns = slice_ns
         self.state: State = "paused"
-        self._driver = driver(session, policy, self.spin, self.stats, metrics)
+        self._driver: StreamDriver | None = driver(session, policy, self.spin, self.stats, metrics)
+        self._output_fence = session.signal_fence
         self._halt = False
         self._thread: threading.Thread | None = None
         self._control = threading.Lock()
@@ -227,6 +228,9 @@ class StreamWorker:
         with self._control:
             self._join()
             self.state = "stopped"
+            # The driver refers back to the session; dropping it breaks the cycle so the
+            # session's views (and the renderer's mappings) go as soon as the runtime lets go.
+            self._driver = None
 
     def _join(self) -> None:
         self._halt = True
@@ -236,6 +240,7 @@ class StreamWorker:
 
     def _loop(self) -> None:
         driver = self._driver
+        assert driver is not None
         try:
             driver.resume()
             while not self._halt:
@@ -255,9 +260,8 @@ class StreamWorker:
         self.state = "failed"
         self.stats.last_error = message
         log.warning("streaming session %s ended: %s", self.label, message)
-        out = self._driver.session.signal_fence
         try:
-            out.set_status(STATUS_ABANDONED)
+            self._output_fence.set_status(STATUS_ABANDONED)
         except FencelineError:
             pass
 
