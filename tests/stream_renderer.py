@@ -172,7 +172,8 @@ def main() -> int:
     p.add_argument("--spin-us", type=int, default=None)
     p.add_argument("--out", default="/dev/null")
     args = p.parse_args()
-    r = Renderer(named=args.scenario == "named", spin_us=50 if args.spin_us is None else args.spin_us)
+    spin_us = 50 if args.spin_us is None else args.spin_us
+    r = Renderer(named=args.scenario == "named", spin_us=spin_us)
     try:
         if args.scenario == "named":
             named(args, r)

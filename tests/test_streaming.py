@@ -19,13 +19,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from conftest import Service
 from fenceline import _native
 from fenceline.bench import streaming as bench
 from fenceline.client import Fence, HttpClient, ServiceError, SharedFrame, View
 from fenceline.models import build_repository
 from fenceline.waiting import AdaptiveSpin, SpinGate
-
-from conftest import Service
 from stream_renderer import NBYTES, SHAPE, frame
 
 RENDERER = Path(__file__).with_name("stream_renderer.py")
@@ -94,7 +93,9 @@ class Renderer:
         assert self.proc.wait(30) == 0
 
 
-def run_renderer(service: Service, tmp: Path, scenario: str, *args: str) -> tuple[dict[str, Any], Renderer]:
+def run_renderer(
+    service: Service, tmp: Path, scenario: str, *args: str
+) -> tuple[dict[str, Any], Renderer]:
     r = Renderer(service, scenario, tmp, *args)
     result = r.read()
     r.finish()
@@ -341,7 +342,9 @@ def test_a_waiter_gives_its_spin_slot_back_before_it_sleeps() -> None:
     with Fence() as fence:
         spin = AdaptiveSpin(1_000_000, gate)
         results: list[int] = []
-        waiter = threading.Thread(target=lambda: results.append(spin.wait_fence(fence.handle, 1, 5_000_000_000)))
+        waiter = threading.Thread(
+            target=lambda: results.append(spin.wait_fence(fence.handle, 1, 5_000_000_000))
+        )
         waiter.start()
         time.sleep(0.1)  # well past the 1 ms spin: the waiter sleeps on the futex now
         assert waiter.is_alive()

@@ -334,7 +334,9 @@ def parse_floor(output: str) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
-def run_floor(cmd: list[str], cpu: int | None = None, timeout_s: float = 120) -> tuple[float, float]:
+def run_floor(
+    cmd: list[str], cpu: int | None = None, timeout_s: float = 120
+) -> tuple[float, float]:
     """Runs one floor program, both its processes pinned to ``cpu`` when given."""
     def pin() -> None:
         if cpu is not None:
@@ -392,7 +394,8 @@ def format_table(result: dict[str, Any]) -> str:
              f"{'path':32} {'p50 us':>9} {'p99 us':>9} {'client CPU/frame':>17} "
              f"{'service CPU/frame':>18}"]
     for r in result["handoffs"]:
-        svc = "-" if r["service_cpu_us_per_frame"] is None else f"{r['service_cpu_us_per_frame']} us"
+        cpu = r["service_cpu_us_per_frame"]
+        svc = "-" if cpu is None else f"{cpu} us"
         lines.append(f"{r['name']:32} {r['p50_us']:>9} {r['p99_us']:>9} "
                      f"{str(r['client_cpu_us_per_frame']) + ' us':>17} {svc:>18}")
     for name, f in result["floors"].items():

@@ -14,6 +14,7 @@ with :func:`register_driver`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -260,10 +261,8 @@ class StreamWorker:
         self.state = "failed"
         self.stats.last_error = message
         log.warning("streaming session %s ended: %s", self.label, message)
-        try:
+        with contextlib.suppress(FencelineError):
             self._output_fence.set_status(STATUS_ABANDONED)
-        except FencelineError:
-            pass
 
     def describe(self) -> dict[str, Any]:
         s = self.stats
