@@ -323,18 +323,30 @@ def test_spin_gate_lets_only_its_slots_spin() -> None:
     assert SpinGate(0).try_enter() is None
 
 
-def test_zero_budget_always_blocks_and_fast_waits_spin() -> None:
-    assert AdaptiveSpin(0).budget_ns() == 0
+def feed(spin: AdaptiveSpin, waits: int, spun_ns: int, blocked_ns: int) -> list[int]:
+    """Runs ``waits`` waits that take ``spun_ns`` when spun first, ``blocked_ns`` when not."""
+    budgets = []
+    for _ in range(waits):
+        b = spin.budget_ns()
+        budgets.append(b)
+        spin.observe(spun_ns if b else blocked_ns, b)
+    return budgets
+
+
+def test_zero_budget_always_blocks() -> None:
+    spin = AdaptiveSpin(0)
+    assert feed(spin, 300, 1_000, 80_000) == [0] * 300 and not spin.spinning
+
+
+def test_waits_spin_when_spinning_is_faster_and_block_when_it_is_not() -> None:
     spin = AdaptiveSpin(50_000)
-    assert spin.budget_ns() == 50_000  # the first wait probes with the whole budget
-    spin.observe(3_000, 50_000)
-    assert 0 < spin.budget_ns() <= 50_000
-    for _ in range(20):  # waits far longer than the budget: block
-        spin.observe(16_000_000, spin.budget_ns())
-    budgets = [spin.budget_ns() for _ in range(64)]
-    assert budgets.count(0) == 63 and max(budgets) == 50_000  # blocked, with one probe
-    spin.observe(4_000, 50_000)  # the probe found the event fast: spin again
-    assert spin.budget_ns() > 0
+    budgets = feed(spin, 256, 3_000, 80_000)  # an idle machine: wakeups cost ~70 us
+    assert spin.spinning and sum(b > 0 for b in budgets[-128:]) >= 128 - 8
+    assert max(budgets[-100:]) <= 4 * 3_000 + 10_000  # the budget follows the waits
+    budgets = feed(spin, 512, 60_000, 15_000)  # a loaded machine: the spinner is in the way
+    assert not spin.spinning and sum(b > 0 for b in budgets[-256:]) <= 2 * 8  # explorations
+    budgets = feed(spin, 512, 16_000_000, 16_000_000)  # 60 fps: later than any spin
+    assert not spin.spinning and sum(b > 0 for b in budgets[-256:]) <= 2 * 8
 
 
 def test_a_waiter_gives_its_spin_slot_back_before_it_sleeps() -> None:

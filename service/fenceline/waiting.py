@@ -1,12 +1,11 @@
 """Adaptive spin-then-block waiting (docs/streaming.md, "Waiting").
 
-A blocking wakeup across CPUs costs ~70 us on a small machine, more than a small model's run,
-while spinning costs a core. A waiter spins only when the event it waits for has recently come
-sooner than its budget: it keeps a moving average of observed waits (the frame interval minus
-the work, for a renderer's frame loop) and spins for twice that, never past ``max_spin_ns``;
-when waits are longer than the budget it blocks at once. Blocking inflates the observed waits
-by the wakeup itself, so a blocked waiter probes with a full budget every ``PROBE_EVERY`` waits
-and returns to spinning when the probe finds the event fast. A budget of zero always blocks.
+On an idle small machine a blocking wakeup across CPUs costs ~70 us, more than a small model's
+run, and spinning wins; on a loaded one the wakeup is cheap and a spinner only keeps the CPU
+from the thread it waits for. Neither can be known in advance, so each waiter measures both:
+it uses whichever of "spin, then block" and "block at once" has recently made its waits
+shorter, re-checks the other now and then, and never spins when its events come later than the
+spin budget (a 60 fps renderer). A budget of zero always blocks.
 
 Spinning is rationed per process by a :class:`SpinGate`: at most ``slots`` waiters spin at
 once (by default half the CPUs this process may run on, at least one); the others block at
@@ -23,7 +22,8 @@ from typing import Protocol
 from fenceline import _native
 
 _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
-PROBE_EVERY = 64
+EXPLORE_EVERY = 128
+EXPLORE_FOR = 8
 SPIN_SLACK_NS = 10_000
 
 
@@ -82,51 +82,69 @@ def set_spinners(slots: int | None) -> SpinGate:
 
 class AdaptiveSpin:
     """The spin budget of one waiter (one fence wait loop, one socket). Not thread-safe: give
-    each waiting thread its own."""
+    each waiting thread its own.
 
-    __slots__ = ("max_spin_ns", "denied", "_avg_ns", "_blocked", "_probing", "_gate")
+    It keeps two moving averages of how long its waits took, one for waits that spun first and
+    one for waits that blocked at once, and uses whichever has been faster; every
+    ``EXPLORE_EVERY`` waits it spends ``EXPLORE_FOR`` waits on the other one to keep both
+    current. Spinning is chosen only while spun waits average within the budget, and the
+    budget follows them: ``min(max_spin_ns, 4 * average + 10 us)``.
+    """
+
+    __slots__ = ("max_spin_ns", "denied", "gate", "_spin_avg", "_block_avg", "_spinning", "_n")
 
     def __init__(self, max_spin_ns: int, spin_gate: SpinGate | None = None) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
         self.max_spin_ns = max_spin_ns
         self.denied = 0  # waits that blocked at once because every spinner slot was taken
-        self._avg_ns: float | None = None
-        self._blocked = 0
-        self._probing = False
-        self._gate = spin_gate
+        self._spin_avg: float | None = None
+        self._block_avg: float | None = None
+        self._spinning = True
+        self._n = 0
+        self.gate = spin_gate  # None: the process gate
 
     @property
     def average_wait_ns(self) -> float:
-        return self._avg_ns or 0.0
+        """The moving average of the waits of the way now preferred."""
+        return (self._spin_avg if self._spinning else self._block_avg) or 0.0
+
+    @property
+    def spinning(self) -> bool:
+        """Whether spinning is preferred now."""
+        return self._spinning and self.max_spin_ns > 0
 
     def budget_ns(self) -> int:
         """How long the next wait should spin before it sleeps."""
         m = self.max_spin_ns
         if m == 0:
             return 0
-        avg = self._avg_ns
-        if avg is None:
-            self._probing = True
-            return m
-        if avg <= m:
-            # Generous against jitter: a miss costs a full wakeup (~70 us across CPUs), far
-            # more than a few microseconds of extra spin on a hit.
-            return int(min(m, 4 * avg + SPIN_SLACK_NS))
-        self._blocked += 1
-        if self._blocked >= PROBE_EVERY:
-            self._blocked = 0
-            self._probing = True
-            return m
-        return 0
+        self._n += 1
+        spin = self._spinning
+        if self._n % EXPLORE_EVERY >= EXPLORE_EVERY - EXPLORE_FOR:
+            spin = not spin
+        if not spin:
+            return 0
+        avg = self._spin_avg
+        # Generous against jitter: a miss costs a full wakeup, far more than a few extra
+        # microseconds of spin on a hit.
+        return m if avg is None else int(min(m, 4 * avg + SPIN_SLACK_NS))
 
     def observe(self, waited_ns: int, budget_ns: int = 0) -> None:
         """Feeds back how long the last wait took and the budget it was given."""
-        if self._avg_ns is None or (self._probing and waited_ns <= budget_ns):
-            self._avg_ns = float(waited_ns)
+        w = float(waited_ns)
+        if budget_ns:
+            a = self._spin_avg
+            self._spin_avg = w if a is None else a + (w - a) * 0.125
         else:
-            self._avg_ns += (waited_ns - self._avg_ns) * 0.125
-        self._probing = False
+            a = self._block_avg
+            self._block_avg = w if a is None else a + (w - a) * 0.125
+        s, b = self._spin_avg, self._block_avg
+        if s is not None and s > self.max_spin_ns:
+            self._spinning = False  # the event comes later than any spin: sleep at once
+        elif s is not None and b is not None:
+            # 10% hysteresis, so two close averages do not flip the choice every wait
+            self._spinning = s < b * (1.1 if self._spinning else 0.9)
 
     def wait_fence(self, fence: _Waitable, value: int, timeout_ns: int = -1) -> int:
         """Waits for ``fence`` to reach ``value`` (``timeout_ns`` < 0: forever) and returns the
@@ -136,7 +154,7 @@ class AdaptiveSpin:
         budget = self.budget_ns()
         t0 = time.perf_counter_ns()
         if budget:
-            slot = (self._gate or _gate).try_enter()
+            slot = (self.gate or _gate).try_enter()
             if slot is None:
                 self.denied += 1
                 budget = 0

@@ -71,11 +71,12 @@ class IpcClient:
                 socket.send_fds(self._sock, [frame], fds)
             else:
                 self._sock.send(frame)
+            budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
             data, got_fds = _native.recv_message(
-                self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, self._spin.budget_ns()
+                self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
             )
-            self._spin.observe(time.perf_counter_ns() - t0)
+            self._spin.observe(time.perf_counter_ns() - t0, budget)
         except (OSError, FencelineError) as e:
             raise ClientError(f"IPC transport failed: {e}") from None
         for f in got_fds:

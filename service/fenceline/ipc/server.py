@@ -83,7 +83,7 @@ class Connection:
                     continue
                 except OSError:
                     break
-                self._spin.observe(time.perf_counter_ns() - t0)
+                self._spin.observe(time.perf_counter_ns() - t0, budget)
                 if data is None:
                     break
                 request_id = 0

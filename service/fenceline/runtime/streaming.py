@@ -276,6 +276,7 @@ class StreamWorker:
             "last_error": s.last_error,
             "spin": {
                 "max_us": self.spin.max_spin_ns / 1e3,
+                "spinning": self.spin.spinning,
                 "average_wait_us": round(self.spin.average_wait_ns / 1e3, 3),
                 "denied": self.spin.denied,
             },
