@@ -118,6 +118,24 @@ def error(args: argparse.Namespace, client: IpcClient, r: Renderer) -> None:
     emit({"steps": steps, "final": client.stop_session(sid)})
 
 
+def statuses(args: argparse.Namespace, client: IpcClient, r: Renderer) -> None:
+    """The renderer reports a failed frame through its input fence, then abandons it."""
+    sid = r.connect(client, args.model, args.policy, args.spin_us)
+    steps = [r.step(args.seed, 1)]
+    r.fin.set_status(2)  # frame 2 failed on the renderer's side
+    steps.append(r.step(args.seed, 2))
+    r.fin.set_status(0)
+    steps.append(r.step(args.seed, 3))
+    r.fin.set_status(1)  # the renderer gives up its input fence
+    ok = r.fout.wait(4, 5.0)
+    abandoned = {"ok": ok, "value": r.fout.value, "status": r.fout.status,
+                 "session": client.describe("session", sid)["stream"]}
+    r.fin.set_status(0)
+    client.start_session(sid)
+    steps.append(r.step(args.seed, 4))
+    emit({"steps": steps, "abandoned": abandoned, "final": client.stop_session(sid)})
+
+
 def progress(args: argparse.Namespace, client: IpcClient, r: Renderer) -> None:
     """Waits for "go", then streams frames and records when each came back."""
     sid = r.connect(client, args.model, args.policy, args.spin_us)
@@ -162,7 +180,8 @@ def named(args: argparse.Namespace, r: Renderer) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["sequence", "skip", "error", "progress", "hold", "named"])
+    p.add_argument("scenario", choices=["sequence", "skip", "error", "statuses", "progress",
+                                        "hold", "named"])
     p.add_argument("--socket")
     p.add_argument("--model", default="add_64x64")
     p.add_argument("--policy", default="latest")

@@ -191,6 +191,21 @@ def test_model_error_marks_the_output_fence_and_the_next_frame_recovers(
     assert "Traceback" not in service.log_text()
 
 
+def test_input_fence_status_is_passed_on_to_the_output_fence(
+    service: Service, tmp_path: Path
+) -> None:
+    result, _ = run_renderer(service, tmp_path, "statuses")
+    ok, failed, recovered, resumed = result["steps"]
+    assert ok["ok"] and recovered["ok"] and resumed["ok"]
+    assert failed == {"n": 2, "ok": False, "value": 2, "status": 2}  # not run, not stalled
+    abandoned = result["abandoned"]
+    assert (abandoned["ok"], abandoned["value"], abandoned["status"]) == (False, 3, 1)
+    assert abandoned["session"]["state"] == "failed"
+    assert "abandoned" in abandoned["session"]["last_error"]
+    stream = result["final"]["stream"]
+    assert (stream["frames"], stream["failed"], stream["last_value"]) == (3, 1, 4)
+
+
 # -- lifetime ------------------------------------------------------------------------------------
 
 

@@ -208,6 +208,10 @@ class StreamWorker:
                 raise Conflict("the streaming session is stopped")
             if self._thread is not None and self._thread.is_alive():
                 return
+            if self._output_fence.status == STATUS_ABANDONED:
+                # Set when the worker last ended on its own; live again before start returns,
+                # so the renderer's next wait does not end on the old status.
+                self._output_fence.set_status(STATUS_LIVE)
             self._halt = False
             self.state = "running"
             self._thread = threading.Thread(
