@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -370,22 +370,53 @@ def floors() -> dict[str, Any]:
 # -- one run --------------------------------------------------------------------------------------
 
 
+def merge(parts: list[Handoff]) -> Handoff:
+    """One handoff from rounds of the same path."""
+    frames = [len(p.latencies_s) for p in parts]
+    total = sum(frames)
+    svc = [p.service_cpu_s_per_frame for p in parts]
+    client = sum(p.client_cpu_s_per_frame * n for p, n in zip(parts, frames, strict=True))
+    service = None
+    if all(v is not None for v in svc):
+        service = sum((v or 0.0) * n for v, n in zip(svc, frames, strict=True)) / total
+    return Handoff(parts[0].name, [x for p in parts for x in p.latencies_s], client / total,
+                   service)
+
+
 def measure_all(socket_path: Path | str, model: str = "add_64x64",
-                shape: tuple[int, ...] = SHAPE_64, frames: int = 20_000) -> dict[str, Any]:
+                shape: tuple[int, ...] = SHAPE_64, frames: int = 20_000,
+                rounds: int = 4) -> dict[str, Any]:
     """Every row, in one run: in process, request per frame, streaming blocking and adaptive,
-    the floors."""
-    warmup = max(100, frames // 20)
-    rows = [
-        measure_in_process(model, frames, warmup),
-        measure_request_per_frame(socket_path, model, shape, frames, warmup),
-        measure_streaming(socket_path, model, shape, frames, warmup, spin_us=0),
-        measure_streaming(socket_path, model, shape, frames, warmup, spin_us=None),
+    the floors. The paths take turns, ``rounds`` times ``frames / rounds`` frames each, so a
+    change in the machine's load during the run touches them all alike."""
+    per_round = max(1, frames // rounds)
+    warmup = max(100, per_round // 10)
+    paths: list[Callable[[], Handoff]] = [
+        lambda: measure_in_process(model, per_round, warmup),
+        lambda: measure_request_per_frame(socket_path, model, shape, per_round, warmup),
+        lambda: measure_streaming(socket_path, model, shape, per_round, warmup, spin_us=0),
+        lambda: measure_streaming(socket_path, model, shape, per_round, warmup, spin_us=None),
     ]
+    parts: list[list[Handoff]] = [[] for _ in paths]
+    load_before = os.getloadavg()[0]
+    for _ in range(rounds):
+        for i, path in enumerate(paths):
+            parts[i].append(path())
+    rows = [merge(p) for p in parts]
+    floor = floors()
+    inproc, request, _, adaptive = (r.percentile_us(0.5) for r in rows)
+    uds = floor["uds_round_trip"]["p50_us"]
     return {
         "model": model,
         "cpus": len(os.sched_getaffinity(0)),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "handoffs": [r.summary() for r in rows],
-        "floors": floors(),
+        "floors": floor,
+        "targets": {
+            # issue 9: at most 15 us over the in-process run, and within 1.5x of the floor
+            "streaming_adaptive_over_in_process_us": round(adaptive - inproc, 2),
+            "request_ipc_over_floor_plus_in_process": round(request / (uds + inproc), 2),
+        },
     }
 
 
@@ -401,7 +432,13 @@ def format_table(result: dict[str, Any]) -> str:
     for name, f in result["floors"].items():
         if isinstance(f, dict):
             lines.append(f"floor: {name:25} {f['p50_us']:>9} {f['p99_us']:>9}")
-    lines.append(f"floors from {result['floors']['origin']}")
+    lines.append(f"floors from {result['floors']['origin']}; load average "
+                 f"{result['load_average'][0]} -> {result['load_average'][1]}")
+    t = result["targets"]
+    lines.append(f"streaming adaptive p50 - in-process p50: "
+                 f"{t['streaming_adaptive_over_in_process_us']} us (target <= 15)")
+    lines.append(f"request IPC p50 / (socket floor p50 + in-process p50): "
+                 f"{t['request_ipc_over_floor_plus_in_process']} (target <= 1.5)")
     return "\n".join(lines)
 
 
