@@ -23,7 +23,7 @@ from fenceline.errors import FencelineError, InvalidRequest
 from fenceline.ipc import codec
 from fenceline.ipc.codec import Kind
 from fenceline.runtime.service import Runtime, ViewSpec
-from fenceline.runtime.session import Session
+from fenceline.runtime.session import RunResult, Session
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.ipc")
@@ -52,6 +52,7 @@ class Connection:
         # RUN looks sessions up by their raw id; the cache holds only this owner's sessions.
         self._sessions: dict[bytes, Session] = {}
         self._spin = AdaptiveSpin(server.spin_ns)
+        self._ran: tuple[Session, RunResult] | None = None  # the last RUN, recorded after reply
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -87,6 +88,7 @@ class Connection:
                 if data is None:
                     break
                 request_id = 0
+                self._ran = None
                 try:
                     frame = codec.decode(data)
                     request_id = frame.request_id
@@ -106,6 +108,8 @@ class Connection:
                     reply = codec.encode_error(request_id, FencelineError("internal error; see the service log"))
                 if not self._send(reply):
                     break
+                if self._ran is not None:  # after the reply: the renderer is not kept waiting
+                    self.runtime.record_run(*self._ran, "ipc")
         finally:
             self.close()
 
@@ -140,8 +144,10 @@ class Connection:
             session = self.runtime.session(self.owner, run.session_id.hex())
             self._sessions[run.session_id] = session
         r = self.runtime.run_session(
-            session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc"
+            session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc",
+            record=False,
         )
+        self._ran = (session, r)
         return codec.encode_run_reply(
             frame.request_id,
             codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000, r.total_ns // 1000),

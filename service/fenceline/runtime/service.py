@@ -353,7 +353,10 @@ class Runtime:
         timeout_ms: int | None,
         *,
         transport: str,
+        record: bool = True,
     ) -> RunResult:
+        """One request-mode run. ``record=False`` leaves the metrics to the caller
+        (:meth:`record_run`), so a transport can send its reply first."""
         if session.stream is not None:
             raise Conflict(
                 "this session streams: it runs by itself when its input fence advances; RUN is "
@@ -367,11 +370,15 @@ class Runtime:
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
         result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+        if record:
+            self.record_run(session, result, transport)
+        return result
+
+    def record_run(self, session: Session, result: RunResult, transport: str) -> None:
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
         )
-        return result
 
     # -- owners ---------------------------------------------------------------------------
 
