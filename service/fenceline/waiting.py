@@ -164,11 +164,14 @@ class AdaptiveSpin:
                     r = fence.wait(value, spin, spin)  # spins, never sleeps
                 finally:
                     slot.release()
-                if r != _WAIT_TIMED_OUT or 0 <= timeout_ns <= spin:
+                if r != _WAIT_TIMED_OUT:
                     self.observe(time.perf_counter_ns() - t0, budget)
+                    return r
+                if 0 <= timeout_ns <= spin:
                     return r
                 if timeout_ns >= 0:
                     timeout_ns = max(0, timeout_ns - (time.perf_counter_ns() - t0))
         r = fence.wait(value, timeout_ns, 0)
-        self.observe(time.perf_counter_ns() - t0, budget)
+        if r != _WAIT_TIMED_OUT:  # a timeout says how long nothing came, not how fast it comes
+            self.observe(time.perf_counter_ns() - t0, budget)
         return r

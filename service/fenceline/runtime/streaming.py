@@ -136,19 +136,23 @@ class HostStreamDriver(StreamDriver):
         if self._errored:
             self._out.set_status(STATUS_LIVE)  # before the value: waiters on it see live
             self._errored = False
+            if self.stats.failed:
+                log.info("frame %d ran: the output fence is live again", target)
         if self._signal(target):
             self.stats.frames += 1
             self._m_frames.inc()
             self._m_seconds.observe((time.perf_counter_ns() - seen) / 1e9)
 
     def _fail(self, target: int, reason: str, message: str) -> None:
+        if not self._errored:  # one line per run of failures, not one per frame
+            log.warning("frame %d failed (%s), and so may the next ones until one runs: %s",
+                        target, reason, message)
         # The status goes first, so a waiter woken by the value sees error, not live.
         self._out.set_status(STATUS_ERROR)
         self._errored = True
         self.stats.failed += 1
         self.stats.last_error = message
         self._m_failed[reason].inc()
-        log.warning("frame %d failed (%s): %s", target, reason, message)
         self._signal(target)
 
     def _signal(self, target: int) -> bool:
