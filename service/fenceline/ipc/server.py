@@ -110,6 +110,7 @@ class Connection:
                     break
                 if self._ran is not None:  # after the reply: the renderer is not kept waiting
                     self.runtime.record_run(*self._ran, "ipc")
+                    self._ran = None
         finally:
             self.close()
 
