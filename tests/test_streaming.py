@@ -443,6 +443,8 @@ def test_builtin_floor_programs_build_and_measure(
 
 
 def test_handoff_measurements_report_latency_and_cpu(service: Service) -> None:
+    runs = metric(service, "fenceline_session_runs_total", 0.0, model="add_64x64",
+                  transport="ipc")
     for h in (
         bench.measure_request_per_frame(service.socket, frames=200, warmup=20),
         bench.measure_streaming(service.socket, frames=200, warmup=20, spin_us=0),
@@ -451,3 +453,6 @@ def test_handoff_measurements_report_latency_and_cpu(service: Service) -> None:
         s = h.summary()
         assert s["frames"] == 200 and 0 < s["p50_us"] <= s["p99_us"]
         assert h.client_cpu_s_per_frame >= 0 and h.service_cpu_s_per_frame is not None
+    # request-per-frame runs are recorded after their reply is sent, every one of them
+    assert metric(service, "fenceline_session_runs_total", model="add_64x64",
+                  transport="ipc") == runs + 220
