@@ -153,19 +153,27 @@ def test_streaming_session_outputs_equal_direct_onnxruntime_runs(
     }
 
 
-@pytest.mark.parametrize(("policy", "runs", "skipped"), [("latest", 2, 3), ("every", 5, 0)])
+@pytest.mark.parametrize(
+    ("policy", "frames", "runs", "skipped"),
+    [
+        ("latest", 5, 2, 3),
+        ("every", 5, 5, 0),
+        ("every", 2000, 1 + 1024, 2000 - 1 - 1024),  # at most 1024 values of backlog
+    ],
+)
 def test_values_reached_while_paused_follow_the_policy(
-    service: Service, tmp_path: Path, reference: Any, policy: str, runs: int, skipped: int
+    service: Service, tmp_path: Path, reference: Any, policy: str, frames: int, runs: int,
+    skipped: int,
 ) -> None:
-    result, r = run_renderer(service, tmp_path, "skip", "--frames", "5", "--seed", "3",
+    result, r = run_renderer(service, tmp_path, "skip", "--frames", str(frames), "--seed", "3",
                              "--policy", policy)
     assert result["first"]["ok"] and result["paused_state"] == "paused"
     assert result["value_while_paused"] == 1, "a paused session ran a frame"
-    assert result["ok"] and result["value"] == 5
+    assert result["ok"] and result["value"] == frames
     stream = result["final"]["stream"]
     assert (stream["frames"], stream["skipped"], stream["failed"]) == (runs, skipped, 0)
     assert result["final"]["runs"] == runs
-    np.testing.assert_array_equal(r.outputs()[0], reference("add_64x64", frame(3, 5)))
+    np.testing.assert_array_equal(r.outputs()[0], reference("add_64x64", frame(3, frames)))
 
 
 def test_model_error_marks_the_output_fence_and_the_next_frame_recovers(
