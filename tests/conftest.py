@@ -3,6 +3,7 @@ process's fds and mappings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -47,11 +48,22 @@ class Service:
         """What the service's open fds point at."""
         out = []
         for fd in os.listdir(f"/proc/{self.pid}/fd"):
-            try:
+            with contextlib.suppress(OSError):  # closed between listdir and readlink
                 out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
-            except OSError:
-                pass
         return out
+
+    def settled(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
+        """(fds, maps) once they have stopped changing (earlier tests' connections closed)."""
+        last, since = (sorted(self.fds()), self.maps()), time.monotonic()
+        deadline = since + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = (sorted(self.fds()), self.maps())
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                break
+        return last
 
     def maps(self) -> list[str]:
         """The service's shared-memory mappings (memfds and /dev/shm objects)."""
@@ -67,7 +79,7 @@ def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
     sock = tmp / "fenceline.sock"
     log = tmp / "service.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with log.open("wb") as out:  # the child keeps its own copy of the fd
+    with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
              "--port", str(port), "--socket", str(sock), *extra],

@@ -19,13 +19,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conftest import Service
 from fenceline import _native
 from fenceline.bench import streaming as bench
 from fenceline.client import Fence, HttpClient, ServiceError, SharedFrame, View
 from fenceline.models import build_repository
 from fenceline.waiting import AdaptiveSpin, SpinGate
-from stream_renderer import NBYTES, SHAPE, frame
+from tests.conftest import Service
+from tests.stream_renderer import NBYTES, SHAPE, frame
 
 RENDERER = Path(__file__).with_name("stream_renderer.py")
 

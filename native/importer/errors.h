@@ -7,7 +7,15 @@
 
 namespace fl {
 
-enum class Code { InvalidArgument, NotFound, Conflict, Unsupported, ResourceExhausted, OsError };
+enum class Code {
+  InvalidArgument,
+  NotFound,
+  Conflict,
+  Unsupported,
+  ResourceExhausted,
+  DeviceLost,
+  OsError
+};
 
 class Error : public std::runtime_error {
  public:

@@ -102,7 +102,26 @@ std::shared_ptr<Mapping> Mapping::from_fd(int fd, std::uint64_t offset, std::uin
   m->size_ = static_cast<std::size_t>(size);
   m->fd_ = guard.release();
   m->writable_ = writable;
+  m->end_in_object_ = offset + size;
+  // A renderer that shrinks its object under our mapping would make our next access fault
+  // (SIGBUS). Seal memfds against shrinking where the creator allowed sealing; everything else
+  // is checked with fstat before each run (check_size).
+  if (::fcntl(m->fd_, F_ADD_SEALS, F_SEAL_SHRINK) == 0) {
+    m->sealed_ = true;
+  } else {
+    const int seals = ::fcntl(m->fd_, F_GET_SEALS);
+    m->sealed_ = seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+  }
   return m;
+}
+
+void Mapping::check_size() const {
+  if (sealed_) return;
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw Error(Code::DeviceLost, errno_message("fstat", errno));
+  if (static_cast<std::uint64_t>(st.st_size) < end_in_object_)
+    throw Error(Code::DeviceLost, "the shared memory was truncated to " +
+                                      std::to_string(st.st_size) + " bytes while mapped");
 }
 
 Mapping::~Mapping() {
@@ -176,7 +195,7 @@ std::shared_ptr<HostMemory> HostMemory::create_shm(const std::string &name, std:
 std::shared_ptr<HostMemory> HostMemory::create_memfd(const std::string &name,
                                                      std::uint64_t size) {
   if (size == 0) throw Error(Code::InvalidArgument, "size must be positive");
-  int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+  int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) throw_os("memfd_create", errno);
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int err = errno;

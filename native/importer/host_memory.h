@@ -24,9 +24,15 @@ class Mapping {
   std::size_t size() const { return size_; }
   bool writable() const { return writable_; }
   int fd() const { return fd_; }
+  // True when the object can no longer shrink, so the mapping can never fault.
+  bool sealed() const { return sealed_; }
+  // Throws DeviceLost when the object now ends before the end of the mapping.
+  void check_size() const;
 
  private:
   Mapping() = default;
+  std::uint64_t end_in_object_ = 0;
+  bool sealed_ = false;
   void *map_base_ = nullptr;
   std::size_t map_length_ = 0;
   std::uint8_t *data_ = nullptr;

@@ -27,6 +27,7 @@ void translate(std::exception_ptr p) {
       case fl::Code::Conflict: cls = "Conflict"; break;
       case fl::Code::Unsupported: cls = "Unsupported"; break;
       case fl::Code::ResourceExhausted: cls = "ResourceExhausted"; break;
+      case fl::Code::DeviceLost: cls = "DeviceLost"; break;
       case fl::Code::OsError: cls = "FencelineError"; break;
     }
     py::object type = py::module_::import("fenceline.errors").attr(cls);
@@ -87,6 +88,13 @@ PYBIND11_MODULE(_native, mod) {
                              })
       .def_property_readonly("name", &fl::HostMemory::name)
       .def_property_readonly("closed", &fl::HostMemory::closed)
+      .def_property_readonly("sealed",
+                             [](const fl::HostMemory &h) { return h.mapping()->sealed(); },
+                             "True when the object cannot shrink (memfd with F_SEAL_SHRINK).")
+      .def(
+          "check", [](const fl::HostMemory &h) { h.mapping()->check_size(); },
+          "Raises DeviceLost when the object was truncated below the mapping (an access "
+          "would fault).")
       .def(
           "array",
           [](const fl::HostMemory &h, const py::dtype &dtype, std::vector<std::int64_t> shape,

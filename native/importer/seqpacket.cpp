@@ -57,9 +57,12 @@ std::vector<int> take_fds(const std::vector<char> &control) {
 Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns) {
   // One extra byte tells a message of exactly max_bytes from a longer, truncated one even where
   // MSG_TRUNC is not reported.
-  std::string buf(max_bytes + 1, '\0');
+  // Reused per thread: a fresh 64 KiB buffer per frame would cost more than the receive.
+  thread_local std::string buf;
+  thread_local std::vector<char> control;
+  buf.resize(max_bytes + 1);
   const std::size_t control_size = CMSG_SPACE(sizeof(int) * (max_fds > 0 ? max_fds : 1));
-  std::vector<char> control(control_size);
+  control.resize(control_size);
   int msg_flags = 0;
   auto transient = [] { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; };
   ssize_t n = -1;
@@ -108,8 +111,7 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
                 too_long ? "frame longer than " + std::to_string(max_bytes) + " bytes"
                          : "frame carries more than " + std::to_string(max_fds) + " fds");
   }
-  buf.resize(static_cast<std::size_t>(n));
-  out.data = std::move(buf);
+  out.data.assign(buf.data(), static_cast<std::size_t>(n));
   return out;
 }
 

@@ -27,6 +27,20 @@ class ServeSettings:
     fence_spin_us: int = 50
     max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
     log_level: str = "info"
+    client_shared_memory: bool = True  # Triton's system shared-memory registration
+    allow_uids: frozenset[int] | None = None  # None: the service's own uid
+    token_file: Path | None = None
+    max_body_mb: int = 256
+    max_sessions: int = 256
+    max_imports: int = 1024
+    max_mapped_mb: int = 16384
+    max_inflight: int = 64
+
+    def token(self) -> str | None:
+        if self.token_file is None:
+            return None
+        token = self.token_file.read_text().strip()
+        return token or None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -43,5 +57,15 @@ class ServeSettings:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
         if self.max_spinners is not None and self.max_spinners < 0:
             raise InvalidArgument("--max-spinners is 0 or more (0: fence waits never spin)")
+        if self.token_file is not None:
+            if not self.token_file.is_file():
+                raise InvalidArgument(f"--token-file {self.token_file}: no such file")
+            if not self.token_file.read_text().strip():
+                raise InvalidArgument(f"--token-file {self.token_file} is empty")
+        for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-sessions", self.max_sessions),
+                            ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
+                            ("--max-inflight", self.max_inflight)):
+            if value <= 0:
+                raise InvalidArgument(f"{flag} must be positive")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")

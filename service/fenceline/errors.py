@@ -83,6 +83,27 @@ class ModelError(FencelineError):
     ipc_code = 10
 
 
+class PermissionDenied(FencelineError):
+    """This peer or token may not use the service (IPC peer uid not allowed)."""
+
+    code = "permission_denied"
+    ipc_code = 11
+
+
+class Unauthenticated(FencelineError):
+    """Send the service's bearer token (``Authorization: Bearer ...``)."""
+
+    code = "unauthenticated"
+    ipc_code = 12
+
+
+class Unavailable(FencelineError):
+    """The service is shutting down; reconnect once it is back."""
+
+    code = "unavailable"
+    ipc_code = 13
+
+
 ALL: tuple[type[FencelineError], ...] = (
     FencelineError,
     InvalidArgument,
@@ -94,6 +115,9 @@ ALL: tuple[type[FencelineError], ...] = (
     DeviceLost,
     InvalidRequest,
     ModelError,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
 )
 BY_IPC_CODE: dict[int, type[FencelineError]] = {cls.ipc_code: cls for cls in ALL}
 BY_CODE: dict[str, type[FencelineError]] = {cls.code: cls for cls in ALL}

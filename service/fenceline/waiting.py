@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from fenceline import _native
@@ -146,11 +147,15 @@ class AdaptiveSpin:
             # 10% hysteresis, so two close averages do not flip the choice every wait
             self._spinning = s < b * (1.1 if self._spinning else 0.9)
 
-    def wait_fence(self, fence: _Waitable, value: int, timeout_ns: int = -1) -> int:
+    def wait_fence(
+        self, fence: _Waitable, value: int, timeout_ns: int = -1,
+        sleep: Callable[[int, int], int] | None = None,
+    ) -> int:
         """Waits for ``fence`` to reach ``value`` (``timeout_ns`` < 0: forever) and returns the
         native WAIT_* result. The spin runs as its own native call while this waiter holds a
         spinner slot; the slot is given back before the wait blocks on the futex, so a sleeping
-        waiter never keeps another from spinning."""
+        waiter never keeps another from spinning. ``sleep(value, timeout_ns)``, when given, does
+        the blocking part instead of one plain native wait."""
         budget = self.budget_ns()
         t0 = time.perf_counter_ns()
         if budget:
@@ -171,7 +176,7 @@ class AdaptiveSpin:
                     return r
                 if timeout_ns >= 0:
                     timeout_ns = max(0, timeout_ns - (time.perf_counter_ns() - t0))
-        r = fence.wait(value, timeout_ns, 0)
+        r = fence.wait(value, timeout_ns, 0) if sleep is None else sleep(value, timeout_ns)
         if r != _WAIT_TIMED_OUT:  # a timeout says how long nothing came, not how fast it comes
             self.observe(time.perf_counter_ns() - t0, budget)
         return r

@@ -6,11 +6,20 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
-from fenceline.api import errors, interop, kserve
+from fenceline.api import errors, interop, kserve, triton_shm
+from fenceline.api.security import BearerToken, BodyLimit
+from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.service import Runtime
 
 
-def create_app(runtime: Runtime) -> FastAPI:
+def create_app(
+    runtime: Runtime,
+    inference: InferenceSettings | None = None,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = 256 << 20,
+) -> FastAPI:
+    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``."""
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -19,7 +28,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.state.ready = True
     errors.install(app, runtime.metrics)
+    kserve.install(app, runtime, inference)
     app.include_router(kserve.router)
+    app.include_router(triton_shm.router)
     app.include_router(interop.router)
 
     registry = runtime.metrics.registry
@@ -28,4 +39,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if token:
+        app.add_middleware(BearerToken, token=token)
     return app

@@ -27,8 +27,18 @@ STATUS: dict[type[errors.FencelineError], int] = {
     errors.ModelError: 500,
     errors.Unsupported: 501,
     errors.DeviceLost: 503,
+    errors.PermissionDenied: 403,
+    errors.Unauthenticated: 401,
+    errors.Unavailable: 503,
     errors.TimedOut: 504,
     errors.FencelineError: 500,
+}
+
+# The KServe routes answer as Triton does, which has no 409 or 422: a client mistake there is a
+# 400 (Triton's INVALID_ARG and ALREADY_EXISTS), as tritonclient users and Triton's qa expect.
+KSERVE_STATUS: dict[type[errors.FencelineError], int] = {
+    errors.Conflict: 400,
+    errors.InvalidRequest: 400,
 }
 
 HTTP_CODES: dict[int, str] = {
@@ -41,10 +51,12 @@ HTTP_CODES: dict[int, str] = {
 }
 
 
-def status_of(exc: errors.FencelineError) -> int:
+def status_of(exc: errors.FencelineError, transport: str = "http") -> int:
     for cls in type(exc).__mro__:
+        if transport == "kserve" and cls in KSERVE_STATUS:
+            return KSERVE_STATUS[cls]
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 
@@ -66,13 +78,16 @@ def install(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(errors.FencelineError)
     async def fenceline_error(request: Request, exc: errors.FencelineError) -> JSONResponse:
-        metrics.errors.labels(transport_of(request), exc.code).inc()
-        return error_response(status_of(exc), exc.message, exc.code)
+        transport = transport_of(request)
+        metrics.errors.labels(transport, exc.code).inc()
+        return error_response(status_of(exc, transport), exc.message, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        metrics.errors.labels(transport_of(request), errors.InvalidRequest.code).inc()
-        return error_response(422, _validation_message(exc), errors.InvalidRequest.code)
+        transport = transport_of(request)
+        metrics.errors.labels(transport, errors.InvalidRequest.code).inc()
+        status = KSERVE_STATUS[errors.InvalidRequest] if transport == "kserve" else 422
+        return error_response(status, _validation_message(exc), errors.InvalidRequest.code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

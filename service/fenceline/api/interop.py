@@ -18,7 +18,7 @@ from fenceline.api.schemas import (
     SessionCreateRequest,
 )
 from fenceline.errors import InvalidArgument
-from fenceline.runtime.service import Runtime, ViewSpec
+from fenceline.runtime.service import Runtime
 
 OWNER = "http"
 
@@ -74,17 +74,10 @@ def delete_fence(id: str, request: Request) -> Response:
     return Response(status_code=204)
 
 
-def view_specs(views: dict[str, Any]) -> dict[str, ViewSpec]:
-    return {
-        name: ViewSpec(v.memory, v.offset_bytes, v.datatype, list(v.shape))
-        for name, v in views.items()
-    }
-
-
 @router.post("/sessions", status_code=201)
 def post_session(body: SessionCreateRequest, request: Request) -> dict[str, Any]:
     return runtime(request).create_session(
-        OWNER, body.model, view_specs(body.inputs), view_specs(body.outputs), body.wait_fence,
+        OWNER, body.model, body.input_specs(), body.output_specs(), body.wait_fence,
         body.signal_fence, mode=body.mode, policy=body.policy, spin_us=body.spin_us,
         start=body.start,
     )

@@ -1,15 +1,48 @@
-"""KServe v2 routes: health and model metadata."""
+"""KServe v2 routes, answered the way Triton answers them: server and model metadata, health,
+readiness, and inference with JSON tensors, the binary tensor data extension and Triton's
+shared-memory parameters (regions live in :mod:`fenceline.api.triton_shm`).
+
+Success is exactly 200; every error body is ``{"error": ...}`` (the app's handlers, with the
+KServe status table of :mod:`fenceline.api.errors`). Decoding, the run and encoding happen in
+the threadpool, so a large frame never blocks the event loop.
+"""
 
 from __future__ import annotations
 
+import json
+import zlib
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
+from fenceline.api.triton_shm import cuda_shared_memory_available
+from fenceline.errors import InvalidArgument, Unsupported
+from fenceline.interop.datatypes import datatype
+from fenceline.runtime.inference import (
+    InferenceSettings,
+    InferRequest,
+    InferResult,
+    InputTensor,
+    KServeInference,
+    OutputRequest,
+    ShmRef,
+    check_u64,
+    tensor_nbytes,
+)
 from fenceline.runtime.service import Runtime
 
 router = APIRouter(prefix="/v2", tags=["kserve"])
+
+HEADER_LENGTH = "inference-header-content-length"
+ALIGN = 64  # binary tensor data lands at this alignment in the request buffer
+MAX_HEADER_BYTES = 64 << 20
 
 
 def runtime(request: Request) -> Runtime:
@@ -17,9 +50,27 @@ def runtime(request: Request) -> Runtime:
     return rt
 
 
+def kserve(request: Request) -> KServeInference:
+    k: KServeInference = request.app.state.kserve
+    return k
+
+
+def install(app: Any, runtime: Runtime, settings: InferenceSettings | None) -> None:
+    app.state.kserve = KServeInference(runtime, settings)
+
+
+# -- metadata and health --------------------------------------------------------------------
+
+
 @router.get("")
-def server_metadata() -> dict[str, Any]:
-    return {"name": "fenceline", "version": __version__, "extensions": ["interop"]}
+def server_metadata(request: Request) -> dict[str, Any]:
+    extensions = ["binary_tensor_data", "model_configuration", "model_repository"]
+    if kserve(request).shm.enabled:
+        extensions.append("system_shared_memory")
+    if cuda_shared_memory_available():
+        extensions.append("cuda_shared_memory")
+    extensions.append("interop")
+    return {"name": "fenceline", "version": __version__, "extensions": extensions}
 
 
 @router.get("/health/live")
@@ -46,3 +97,341 @@ def model_version_metadata(name: str, version: str, request: Request) -> dict[st
 def model_ready(name: str, request: Request) -> Response:
     runtime(request).models.get(name)
     return Response(status_code=200)
+
+
+@router.get("/models/{name}/versions/{version}/ready")
+def model_version_ready(name: str, version: str, request: Request) -> Response:
+    runtime(request).models.get(name, version)
+    return Response(status_code=200)
+
+
+def _config_tensors(specs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "data_type": f"TYPE_{s.datatype.name}", "dims": s.shape}
+            for s in specs.values()]
+
+
+@router.get("/models/{name}/config")
+def model_config(name: str, request: Request) -> dict[str, Any]:
+    m = runtime(request).models.get(name)
+    return {
+        "name": m.name,
+        "platform": "onnxruntime_onnx",
+        "backend": "onnxruntime",
+        "max_batch_size": 0,
+        "input": _config_tensors(m.inputs),
+        "output": _config_tensors(m.outputs),
+    }
+
+
+@router.get("/models/{name}/versions/{version}/config")
+def model_version_config(name: str, version: str, request: Request) -> dict[str, Any]:
+    runtime(request).models.get(name, version)
+    return model_config(name, request)
+
+
+@router.post("/repository/index")
+def repository_index(request: Request) -> list[dict[str, Any]]:
+    return [{"name": m.name, "version": m.version, "state": "READY"}
+            for m in runtime(request).models]
+
+
+# -- inference ------------------------------------------------------------------------------
+
+
+@router.post("/models/{name}/infer")
+async def infer(name: str, request: Request) -> Response:
+    return await _infer(request, name, None)
+
+
+@router.post("/models/{name}/versions/{version}/infer")
+async def infer_version(name: str, version: str, request: Request) -> Response:
+    return await _infer(request, name, version)
+
+
+async def _infer(request: Request, name: str, version: str | None) -> Response:
+    k = kserve(request)
+    body, header_length = await read_body(request, k.settings.max_request_bytes)
+
+    def work() -> Response:
+        header = parse_header(body[:header_length])
+        req = decode_request(header, body[header_length:], name, version)
+        return encode_result(k.infer(req))
+
+    return await run_in_threadpool(work)
+
+
+def _aligned(n: int, header_length: int) -> memoryview:
+    """n writable bytes placed so the binary data after the JSON header starts aligned."""
+    buf = np.empty(n + ALIGN, np.uint8)
+    start = (-(buf.ctypes.data + header_length)) % ALIGN
+    return buf.data[start : start + n]
+
+
+def _int_header(request: Request, key: str) -> int | None:
+    raw = request.headers.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"Unable to parse {key}, got: {raw!r}") from None
+    if value < 0:
+        raise InvalidArgument(f"{key} must not be negative, got: {raw!r}")
+    return value
+
+
+async def read_body(request: Request, limit: int) -> tuple[memoryview, int]:
+    """The whole request body in one aligned buffer, and the JSON header's length."""
+    try:
+        return await _read_body(request, limit)
+    except ClientDisconnect:
+        raise InvalidArgument("the client went away before sending the whole body") from None
+
+
+async def _read_body(request: Request, limit: int) -> tuple[memoryview, int]:
+    too_large = f"the request body is larger than this service's limit of {limit} bytes"
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip", "deflate"):
+        raise HTTPException(415, f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
+    length = _int_header(request, "content-length")
+    header_length = _int_header(request, HEADER_LENGTH)
+    if length is not None and length > limit:
+        raise HTTPException(413, too_large)
+    if encoding == "identity" and length is not None:
+        body = _aligned(length, header_length or 0)
+        pos = 0
+        async for chunk in request.stream():
+            if pos + len(chunk) > length:
+                raise InvalidArgument("the request body is longer than its Content-Length")
+            body[pos : pos + len(chunk)] = chunk
+            pos += len(chunk)
+        if pos != length:
+            raise InvalidArgument(f"the request body ended after {pos} of {length} bytes")
+    else:
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise HTTPException(413, too_large)
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        if encoding != "identity":
+            raw = _decompress(raw, encoding, limit, too_large)
+        body = _aligned(len(raw), header_length or 0)
+        body[:] = raw
+    if header_length is None:
+        header_length = len(body)
+    if header_length > len(body):
+        raise InvalidArgument(
+            f"inference header size should be in range (0, {len(body)}), got: {header_length}"
+        )
+    return body, header_length
+
+
+def _decompress(raw: bytes, encoding: str, limit: int, too_large: str) -> bytes:
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(raw, limit + 1)
+    except zlib.error as e:
+        raise InvalidArgument(f"the {encoding} request body does not decompress: {e}") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise HTTPException(413, too_large)
+    return out
+
+
+def parse_header(raw: memoryview) -> dict[str, Any]:
+    if len(raw) > MAX_HEADER_BYTES:
+        raise InvalidArgument(f"the inference header is over {MAX_HEADER_BYTES} bytes")
+    try:
+        header = json.loads(bytes(raw))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
+    if not isinstance(header, dict):
+        raise InvalidArgument("the inference request must be a JSON object")
+    return header
+
+
+def _params(obj: dict[str, Any], what: str) -> dict[str, Any]:
+    p = obj.get("parameters", {})
+    if not isinstance(p, dict):
+        raise InvalidArgument(f"{what}: 'parameters' must be a JSON object")
+    return p
+
+
+def _shm_ref(params: dict[str, Any], what: str) -> ShmRef | None:
+    region = params.get("shared_memory_region")
+    if region is None:
+        if "shared_memory_byte_size" in params or "shared_memory_offset" in params:
+            raise InvalidArgument(f"{what}: shared_memory_byte_size needs shared_memory_region")
+        return None
+    if not isinstance(region, str) or not region:
+        raise InvalidArgument(f"{what}: shared_memory_region must be a non-empty string")
+    if "shared_memory_byte_size" not in params:
+        raise InvalidArgument(
+            f"{what}: 'shared_memory_byte_size' is required with shared_memory_region"
+        )
+    size = check_u64(params["shared_memory_byte_size"], f"{what}: shared_memory_byte_size")
+    offset = check_u64(params.get("shared_memory_offset", 0), f"{what}: shared_memory_offset")
+    return ShmRef(region, size, offset)
+
+
+def _name(obj: Any, what: str) -> str:
+    if not isinstance(obj, dict):
+        raise InvalidArgument(f"each {what} must be a JSON object")
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"each {what} needs a string 'name'")
+    return name
+
+
+def _shape(raw: Any, what: str) -> list[int]:
+    if not isinstance(raw, list) or len(raw) > 16 or not all(
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in raw
+    ):
+        raise InvalidArgument(f"{what}: 'shape' must be a list of at most 16 non-negative ints")
+    return list(raw)
+
+
+def decode_request(
+    header: dict[str, Any], binary: memoryview, model: str, version: str | None
+) -> InferRequest:
+    params = _params(header, "the request")
+    if params.get("sequence_id") not in (None, 0, ""):
+        raise InvalidArgument(
+            f"inference request to model '{model}' must not specify a non-zero or non-empty "
+            "correlation ID: fenceline serves no sequence models"
+        )
+    request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise InvalidArgument("Unable to parse 'inputs': a non-empty list is required")
+    inputs = []
+    pos = 0
+    for raw in raw_inputs:
+        name = _name(raw, "input")
+        what = f"input '{name}'"
+        dt = datatype(raw.get("datatype"))
+        shape = _shape(raw.get("shape"), what)
+        p = _params(raw, what)
+        shm = _shm_ref(p, what)
+        size = p.get("binary_data_size")
+        sources = (shm is not None) + (size is not None) + ("data" in raw)
+        if sources != 1:
+            raise InvalidArgument(
+                f"{what} needs exactly one of 'data', binary_data_size or shared_memory_region"
+            )
+        t = InputTensor(name, dt, shape, shm=shm)
+        if size is not None:
+            size = check_u64(size, f"{what}: binary_data_size")
+            need = tensor_nbytes(dt, shape)
+            if size != need:
+                raise InvalidArgument(
+                    f"unexpected total byte size {size} for input '{name}', expecting {need}"
+                )
+            if pos + size > len(binary):
+                raise InvalidArgument(
+                    f"unexpected size for input '{name}', expecting {pos + size - len(binary)} "
+                    f"additional bytes for model '{model}'"
+                )
+            t.array = np.frombuffer(binary[pos : pos + size], dt.numpy).reshape(shape)
+            t.binary = True
+            pos += size
+        elif shm is None:
+            t.array = _json_array(raw["data"], dt.numpy, shape, what)
+        inputs.append(t)
+    if pos != len(binary):
+        raise InvalidArgument(
+            f"unexpected additional input data for model '{model}': {len(binary) - pos} bytes "
+            "after the last binary input"
+        )
+    binary_output = params.get("binary_data_output", False)
+    if not isinstance(binary_output, bool):
+        raise InvalidArgument("binary_data_output must be true or false")
+    outputs = None
+    if "outputs" in header:
+        if not isinstance(header["outputs"], list):
+            raise InvalidArgument("'outputs' must be a list")
+        outputs = [_decode_output(o, binary_output) for o in header["outputs"]]
+    return InferRequest(model, version, request_id, inputs, outputs, binary_output)
+
+
+def _decode_output(raw: Any, binary_default: bool) -> OutputRequest:
+    name = _name(raw, "output")
+    what = f"output '{name}'"
+    p = _params(raw, what)
+    if "classification" in p:
+        raise Unsupported(f"{what}: the classification extension is not supported")
+    shm = _shm_ref(p, what)
+    binary = p.get("binary_data", binary_default)
+    if not isinstance(binary, bool):
+        raise InvalidArgument(f"{what}: binary_data must be true or false")
+    return OutputRequest(name, binary and shm is None, shm)
+
+
+def _json_array(data: Any, dtype: np.dtype, shape: list[int], what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise InvalidArgument(f"{what}: 'data' does not hold {dtype} values: {e}") from None
+    want = int(np.prod(shape, dtype=np.int64))
+    if arr.size != want:
+        raise InvalidArgument(
+            f"{what}: 'data' holds {arr.size} elements, its shape {shape} needs {want}"
+        )
+    return np.ascontiguousarray(arr.reshape(shape))
+
+
+def encode_result(result: InferResult) -> Response:
+    outputs = []
+    parts: list[memoryview] = []
+    for o in result.outputs:
+        entry: dict[str, Any] = {"name": o.name, "datatype": o.datatype.name, "shape": o.shape}
+        if o.shm is not None:
+            entry["parameters"] = {"shared_memory_region": o.shm.region,
+                                   "shared_memory_byte_size": o.nbytes}
+            if o.shm.offset:
+                entry["parameters"]["shared_memory_offset"] = o.shm.offset
+        elif o.binary:
+            assert o.array is not None
+            entry["parameters"] = {"binary_data_size": o.array.nbytes}
+            parts.append(o.array.reshape(-1).view(np.uint8).data)
+        else:
+            assert o.array is not None
+            entry["data"] = o.array.reshape(-1).tolist()
+        outputs.append(entry)
+    header: dict[str, Any] = {"model_name": result.model_name,
+                              "model_version": result.model_version}
+    if result.id is not None:
+        header["id"] = result.id
+    header["outputs"] = outputs
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    if not parts:
+        return Response(encoded, status_code=200, media_type="application/json")
+    return TensorResponse(encoded, parts)
+
+
+class TensorResponse(Response):
+    """The JSON header, then each binary output straight from its array (no joined copy)."""
+
+    def __init__(self, header: bytes, parts: list[memoryview]) -> None:
+        total = len(header) + sum(p.nbytes for p in parts)
+        super().__init__(
+            None,
+            status_code=200,
+            headers={"Inference-Header-Content-Length": str(len(header)),
+                     "Content-Length": str(total)},
+            media_type="application/octet-stream",
+        )
+        self.header = header
+        self.parts = parts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.header, "more_body": True})
+        for part in self.parts:
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fenceline.runtime.service import ViewSpec
+
 U64 = Field(ge=0, lt=2**64)
 
 
@@ -32,6 +34,9 @@ class ViewRequest(Strict):
     datatype: str = Field(description="KServe datatype name: FP32, FP16, UINT8, INT64, ...")
     shape: list[int] = Field(max_length=16)
 
+    def spec(self) -> ViewSpec:
+        return ViewSpec(self.memory, self.offset_bytes, self.datatype, list(self.shape))
+
 
 class SessionCreateRequest(Strict):
     model: str
@@ -54,6 +59,12 @@ class SessionCreateRequest(Strict):
         "default: the service's --fence-spin-us",
     )
     start: bool = Field(True, description="streaming only: start at once (else paused)")
+
+    def input_specs(self) -> dict[str, ViewSpec]:
+        return {name: v.spec() for name, v in self.inputs.items()}
+
+    def output_specs(self) -> dict[str, ViewSpec]:
+        return {name: v.spec() for name, v in self.outputs.items()}
 
 
 class RunRequest(Strict):

@@ -25,6 +25,18 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="most fence waiters of the service that spin at once (default: half the "
                    "CPUs it may use, at least 1; 0: never spin); docs/streaming.md")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
+                   help="a uid that may use the IPC socket; repeatable (default: the service's own)")
+    p.add_argument("--token-file", type=Path,
+                   help="require Authorization: Bearer <the file's contents> on HTTP")
+    p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
+    p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
+    p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")
+    p.add_argument("--max-inflight", type=int, default=64, help="HTTP runs in flight per client")
+    p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="let KServe clients register Triton system shared-memory regions "
+                   "(default on; --no-client-shared-memory answers those routes with 501)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     bench.add_argument("--json", type=Path, help="also write the results as JSON here")
 
+    soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
+    soak.add_argument("--renderers", type=int, default=4)
+    soak.add_argument("--seconds", type=float, default=60.0)
+    soak.add_argument("--kill-every", type=float, default=5.0, help="mean seconds between kills")
+    soak.add_argument("--warmup", type=float, default=10.0)
+    soak.add_argument("--json", type=Path, help="also write the report as JSON here")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
@@ -54,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.command == "soak":
+            from fenceline.cli.soak import soak_from_args
+
+            return soak_from_args(args)
         from fenceline.bench import run_bench
 
         return run_bench(quick=args.quick, json_path=args.json)

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from fenceline.client.errors import ClientError, ServiceError
-from fenceline.client.ipc import View, _stream_fields
+from fenceline.client.ipc import View, session_body
 
 
 class HttpClient:
@@ -58,14 +58,8 @@ class HttpClient:
     ) -> dict[str, Any]:
         """A session; with ``mode="streaming"`` the service runs each new value of
         ``wait_fence`` by itself and signals ``signal_fence`` with it (docs/streaming.md)."""
-        body: dict[str, Any] = {
-            "model": model,
-            "inputs": {k: v.body() for k, v in inputs.items()},
-            "outputs": {k: v.body() for k, v in outputs.items()},
-            "wait_fence": wait_fence,
-            "signal_fence": signal_fence,
-            **_stream_fields(mode, policy, spin_us, start),
-        }
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence, mode=mode,
+                            policy=policy, spin_us=spin_us, start=start)
         return dict(self._request("POST", "/v2/interop/sessions", body))
 
     def run(

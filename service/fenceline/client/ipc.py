@@ -43,6 +43,27 @@ class View:
         }
 
 
+def session_body(
+    model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
+    signal_fence: str, *, mode: str = "request", policy: str = "latest",
+    spin_us: int | None = None, start: bool = True,
+) -> dict[str, Any]:
+    """The session-create body, the same over IPC and HTTP. The streaming fields
+    (docs/streaming.md) are sent only for a streaming session."""
+    body: dict[str, Any] = {
+        "model": model,
+        "inputs": {k: v.body() for k, v in inputs.items()},
+        "outputs": {k: v.body() for k, v in outputs.items()},
+        "wait_fence": wait_fence,
+        "signal_fence": signal_fence,
+    }
+    if mode != "request":
+        body.update(mode=mode, policy=policy, start=start)
+        if spin_us is not None:
+            body["spin_us"] = spin_us
+    return body
+
+
 class IpcClient:
     def __init__(
         self, path: str | Path | None = None, *, max_spin_ns: int = 100_000, name: str = "python"
@@ -59,7 +80,11 @@ class IpcClient:
         self._ids = itertools.count(1)
         self._spin = AdaptiveSpin(max_spin_ns)
         self._closed = False
-        self.server = self._call(Kind.HELLO, {"client": name})
+        try:
+            self.server = self._call(Kind.HELLO, {"client": name})
+        except BaseException:
+            self.close()
+            raise
 
     # -- transport ------------------------------------------------------------------------
 
@@ -67,10 +92,14 @@ class IpcClient:
         if self._closed:
             raise ClientError("the client is closed")
         try:
-            if fds:
-                socket.send_fds(self._sock, [frame], fds)
-            else:
-                self._sock.send(frame)
+            try:
+                if fds:
+                    socket.send_fds(self._sock, [frame], fds)
+                else:
+                    self._sock.send(frame)
+            except OSError:
+                self._raise_refusal()
+                raise
             budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
             data, got_fds = _native.recv_message(
@@ -87,12 +116,24 @@ class IpcClient:
             reply = codec.decode(data)
         except FencelineError as e:
             raise ClientError(f"bad reply from the service: {e}") from None
+        if reply.kind == Kind.ERROR and reply.request_id in (0, request_id):
+            # request_id 0: the connection itself was refused (peer not allowed, shutting down)
+            err = codec.decode_error(reply.body)
+            raise ServiceError(err.message, err.code)
         if reply.request_id != request_id:
             raise ClientError(f"reply {reply.request_id} does not answer request {request_id}")
+        return reply
+
+    def _raise_refusal(self) -> None:
+        """The service may have refused the connection with an ERROR before closing it."""
+        try:
+            data = self._sock.recv(codec.MAX_FRAME, socket.MSG_DONTWAIT)
+            reply = codec.decode(data)
+        except (OSError, FencelineError):
+            return
         if reply.kind == Kind.ERROR:
             err = codec.decode_error(reply.body)
             raise ServiceError(err.message, err.code)
-        return reply
 
     def _call(self, kind: Kind, body: dict[str, Any], fds: list[int] | None = None) -> Any:
         rid = next(self._ids)
@@ -145,14 +186,8 @@ class IpcClient:
     ) -> dict[str, Any]:
         """A session; with ``mode="streaming"`` the service runs each new value of
         ``wait_fence`` by itself and signals ``signal_fence`` with it (docs/streaming.md)."""
-        body: dict[str, Any] = {
-            "model": model,
-            "inputs": {k: v.body() for k, v in inputs.items()},
-            "outputs": {k: v.body() for k, v in outputs.items()},
-            "wait_fence": wait_fence,
-            "signal_fence": signal_fence,
-            **_stream_fields(mode, policy, spin_us, start),
-        }
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence, mode=mode,
+                            policy=policy, spin_us=spin_us, start=start)
         return dict(self._call(Kind.CREATE_SESSION, body))
 
     def run(
@@ -210,12 +245,3 @@ class IpcClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _stream_fields(mode: str, policy: str, spin_us: int | None, start: bool) -> dict[str, Any]:
-    """The session body's streaming fields; none for a request-mode session."""
-    if mode == "request":
-        return {}
-    fields: dict[str, Any] = {"mode": mode, "policy": policy, "start": start}
-    if spin_us is not None:
-        fields["spin_us"] = spin_us
-    return fields

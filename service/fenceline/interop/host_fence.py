@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from fenceline import _native
-from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unsupported
+from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
 from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
+
+# Long waits sleep in slices of this length so a shutdown can end them.
+CANCEL_SLICE_NS = 100_000_000
 
 
 class FenceImport:
@@ -25,9 +29,27 @@ class FenceImport:
     def status(self) -> int:
         return int(self.handle.status)
 
-    def wait(self, value: int, timeout_ns: int, spin_ns: int) -> None:
-        """Returns once the fence reaches ``value``; raises TimedOut or DeviceLost."""
-        self.raise_for(self.handle.wait(value, timeout_ns, spin_ns), value, timeout_ns)
+    def wait(
+        self, value: int, timeout_ns: int, spin_ns: int, cancel: threading.Event | None = None
+    ) -> None:
+        """Returns once the fence reaches ``value``; raises TimedOut, DeviceLost, or Unavailable
+        when ``cancel`` is set meanwhile."""
+        self.raise_for(self.wait_result(value, timeout_ns, spin_ns, cancel), value, timeout_ns)
+
+    def wait_result(
+        self, value: int, timeout_ns: int, spin_ns: int = 0, cancel: threading.Event | None = None
+    ) -> int:
+        """The native WAIT_* result; raises Unavailable when ``cancel`` is set meanwhile."""
+        first = min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns
+        r = int(self.handle.wait(value, first, spin_ns))
+        if r == _native.WAIT_TIMED_OUT and cancel is not None and timeout_ns > CANCEL_SLICE_NS:
+            left = timeout_ns - CANCEL_SLICE_NS
+            while r == _native.WAIT_TIMED_OUT and left > 0:
+                if cancel.is_set():
+                    raise Unavailable("the service is shutting down")
+                r = int(self.handle.wait(value, min(left, CANCEL_SLICE_NS), 0))
+                left -= CANCEL_SLICE_NS
+        return r
 
     def raise_for(self, result: int, value: int, timeout_ns: int) -> None:
         """Turns a native WAIT_* result for ``value`` into nothing (reached) or the error."""

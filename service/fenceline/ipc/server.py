@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -19,10 +20,10 @@ from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native
 from fenceline.api.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
-from fenceline.errors import FencelineError, InvalidRequest
+from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, Unavailable
 from fenceline.ipc import codec
 from fenceline.ipc.codec import Kind
-from fenceline.runtime.service import Runtime, ViewSpec
+from fenceline.runtime.service import Runtime
 from fenceline.runtime.session import RunResult, Session
 from fenceline.waiting import AdaptiveSpin
 
@@ -105,7 +106,8 @@ class Connection:
                 except Exception:
                     log.exception("unexpected error on %s", self.owner)
                     metrics.errors.labels("ipc", "internal").inc()
-                    reply = codec.encode_error(request_id, FencelineError("internal error; see the service log"))
+                    internal = FencelineError("internal error; see the service log")
+                    reply = codec.encode_error(request_id, internal)
                 if not self._send(reply):
                     break
                 if self._ran is not None:  # after the reply: the renderer is not kept waiting
@@ -132,8 +134,7 @@ class Connection:
         try:
             if handler is None:
                 raise InvalidRequest(f"unknown message kind 0x{frame.kind:04x}")
-            result = handler(frame.body, fds)
-            fds = []  # the handler took them
+            result = handler(frame.body, fds)  # a handler takes the fds it uses off the list
         finally:
             self._close_fds(fds)
         return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
@@ -197,12 +198,8 @@ class Connection:
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(SessionCreateRequest, body)
-
-        def specs(views: dict[str, Any]) -> dict[str, ViewSpec]:
-            return {n: ViewSpec(v.memory, v.offset_bytes, v.datatype, list(v.shape)) for n, v in views.items()}
-
         return self.runtime.create_session(
-            self.owner, req.model, specs(req.inputs), specs(req.outputs), req.wait_fence,
+            self.owner, req.model, req.input_specs(), req.output_specs(), req.wait_fence,
             req.signal_fence, mode=req.mode, policy=req.policy, spin_us=req.spin_us,
             start=req.start,
         )
@@ -245,11 +242,28 @@ class Connection:
                 self.runtime.metrics.ipc_connections.dec()
 
 
+PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    pid, uid, gid = PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
+    return pid, uid, gid
+
+
 class IpcServer:
-    def __init__(self, runtime: Runtime, path: Path | None = None, spin_ns: int = 100_000) -> None:
+    """``allow_uids``: peers whose uid may connect (SO_PEERCRED); default the service's own."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        path: Path | None = None,
+        spin_ns: int = 100_000,
+        allow_uids: frozenset[int] | None = None,
+    ) -> None:
         self.runtime = runtime
         self.path = Path(path) if path is not None else default_socket_path()
         self.spin_ns = spin_ns
+        self.allow_uids = allow_uids if allow_uids is not None else frozenset({os.getuid()})
         self._sock: socket.socket | None = None
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
@@ -288,12 +302,40 @@ class IpcServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            pid, uid, _gid = peer_credentials(conn)
+            if uid not in self.allow_uids:
+                log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
+                self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
+                self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))
+                continue
+            if self.runtime.closing.is_set():
+                self._refuse(conn, Unavailable("the service is shutting down"))
+                continue
             c = Connection(self, conn, next(self._numbers))
             with self._lock:
                 self._connections.add(c)
             self.runtime.metrics.ipc_connections.inc()
             self.runtime.metrics.ipc_connections_total.inc()
             c.thread.start()
+
+    @staticmethod
+    def _refuse(conn: socket.socket, err: FencelineError) -> None:
+        """Answers the peer's first request with `err`, then closes. Closing at once would drop
+        the answer: a Unix socket closed with unread data resets its peer."""
+
+        def answer() -> None:
+            with conn:
+                conn.settimeout(1.0)
+                request_id = 0
+                with contextlib.suppress(OSError, FencelineError):
+                    request_id = codec.decode(conn.recv(codec.MAX_FRAME)).request_id
+                with contextlib.suppress(OSError):
+                    conn.send(codec.encode_error(request_id, err))
+                    conn.shutdown(socket.SHUT_WR)
+                    while conn.recv(codec.MAX_FRAME):
+                        pass
+
+        threading.Thread(target=answer, name="fenceline-ipc-refuse", daemon=True).start()
 
     def forget(self, c: Connection) -> bool:
         with self._lock:

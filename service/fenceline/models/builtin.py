@@ -3,8 +3,11 @@
 - ``add_<h>x<w>``: y = x + 1 over 1x3xHxW FP32, the synthetic frame model of the benchmarks.
 - ``nan_guard_<h>x<w>``: y = x + 1 like ``add_``, but the run fails (a Reshape to an impossible
   shape) when any input element is NaN: a real model error, provoked by data, for tests.
+- ``add_dynamic``: y = x + 1 over 1x3xHxW FP32 with H and W left free (shapes known per run).
+- ``slow_add_64x64``: y = x + 1 over 1x3x64x64 FP32 after a Loop of exact multiplies by one, so
+  a run stays in flight for about half a second (for lifetime tests, not benchmarks).
 - ``image_filter``: a real image operation for the demo: a depthwise 3x3 sharpen convolution,
-  then exposure and Reinhard tone mapping with display gamma, over 1x3x720x1280 FP32.
+  then exposure and Reinhard tone mapping (x / (1 + x)), over 1x3x720x1280 FP32.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def _model(graph: onnx.GraphProto) -> bytes:
     return m.SerializeToString()
 
 
-def add_model(shape: list[int], datatype: int = TensorProto.FLOAT) -> bytes:
+def add_model(shape: list[int | str], datatype: int = TensorProto.FLOAT) -> bytes:
     x = helper.make_tensor_value_info("x", datatype, shape)
     y = helper.make_tensor_value_info("y", datatype, shape)
     np_type = helper.tensor_dtype_to_np_dtype(datatype)
@@ -62,7 +65,36 @@ def nan_guard_model(shape: list[int]) -> bytes:
     return _model(helper.make_graph(nodes, "nan_guard", [x], [y], inits))
 
 
-def image_filter_model(height: int = 720, width: int = 1280, exposure: float = 1.6) -> bytes:
+def slow_add_model(shape: list[int], trips: int) -> bytes:
+    def vi(name: str, dt: int, dims: list[int]) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, dt, dims)
+
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["acc_in", "one_b"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+         vi("acc_in", TensorProto.FLOAT, shape)],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(np.ones([1], np.float32), "one_b")],
+    )
+    inits = [
+        numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+        numpy_helper.from_array(np.array(True), "cond"),
+        numpy_helper.from_array(np.ones([1], np.float32), "one"),
+    ]
+    nodes = [
+        helper.make_node("Loop", ["trips", "cond", "x"], ["acc"], body=body),
+        helper.make_node("Add", ["acc", "one"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "slow_add", [vi("x", TensorProto.FLOAT, shape)], [vi("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return _model(graph)
+
+
+def image_filter_model(height: int = 720, width: int = 1280, exposure: float = 2.0) -> bytes:
     shape = [1, 3, height, width]
     sharpen = np.array([[0, -1, 0], [-1, 5, -1], [0, -1, 0]], dtype=np.float32)
     weights = np.stack([sharpen[None]] * 3)  # 3x1x3x3, one kernel per channel
@@ -70,15 +102,13 @@ def image_filter_model(height: int = 720, width: int = 1280, exposure: float = 1
         numpy_helper.from_array(weights, "sharpen"),
         numpy_helper.from_array(np.array([exposure], dtype=np.float32), "exposure"),
         numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one"),
-        numpy_helper.from_array(np.array([1 / 2.2], dtype=np.float32), "inv_gamma"),
     ]
     nodes = [
         helper.make_node("Conv", ["image", "sharpen"], ["sharp"], group=3, pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["sharp"], ["positive"]),
         helper.make_node("Mul", ["positive", "exposure"], ["exposed"]),
         helper.make_node("Add", ["exposed", "one"], ["denominator"]),
-        helper.make_node("Div", ["exposed", "denominator"], ["mapped"]),
-        helper.make_node("Pow", ["mapped", "inv_gamma"], ["display"]),
+        helper.make_node("Div", ["exposed", "denominator"], ["display"]),
     ]
     graph = helper.make_graph(
         nodes,
@@ -98,18 +128,23 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_64x64_fp16": lambda: add_model([1, 3, 64, 64], TensorProto.FLOAT16),
     "image_filter": lambda: image_filter_model(),
     "nan_guard_64x64": lambda: nan_guard_model([1, 3, 64, 64]),
+    "slow_add_64x64": lambda: slow_add_model([1, 3, 64, 64], 250_000),
+    "add_dynamic": lambda: add_model([1, 3, "height", "width"]),
 }
 
 
 def build_repository(root: Path, names: list[str] | None = None) -> Path:
-    """Writes ``root/<name>/1/model.onnx`` for each builtin model not already there."""
+    """Writes ``root/<name>/1/model.onnx`` for each builtin model, unless the same bytes are
+    already there (a cache written by an older fenceline is refreshed)."""
     for name in names if names is not None else list(BUILTIN):
         path = root / name / "1" / "model.onnx"
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(BUILTIN[name]())
-            tmp.replace(path)
+        data = BUILTIN[name]()
+        if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
     return root
 
 

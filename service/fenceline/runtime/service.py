@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
+from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.host_fence import FenceImport, import_fence
@@ -50,6 +50,17 @@ class RuntimeSettings:
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
     max_stream_spin_ns: int = 1_000_000  # the most a streaming session may ask to spin per wait
+    max_mapped_bytes_per_owner: int = 16 << 30
+    max_inflight_runs_per_owner: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
+                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_inflight_runs_per_owner"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be positive")
+        if self.spin_ns < 0:
+            raise InvalidArgument("spin_ns must not be negative")
 
 
 class Table(Generic[T]):
@@ -88,6 +99,8 @@ class Runtime:
         self.fences: Table[FenceImport] = Table("fence")
         self.sessions: Table[Session] = Table("session")
         self._lock = threading.RLock()
+        self._inflight: dict[str, int] = {}
+        self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -96,12 +109,25 @@ class Runtime:
 
     # -- memory ---------------------------------------------------------------------------
 
-    def _check_import_quota(self, owner: str) -> None:
-        n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
+    def _check_import_quota(self, owner: str, fd: int | None) -> None:
+        """Refuses an import over the client's limit; a received fd is closed then."""
+        with self._lock:
+            n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
         if n >= self.settings.max_imports_per_owner:
+            if fd is not None:
+                os.close(fd)
             raise ResourceExhausted(
                 f"at most {self.settings.max_imports_per_owner} imports per client"
             )
+
+    def _release(self, table: Table[Any], owner: str, id: str) -> Any:
+        """Removes an unused object from `table` and returns it for closing."""
+        with self._lock:
+            entry = table.get(owner, id)
+            if entry.users:
+                raise Conflict(f"{table.kind} {id} is in use by {len(entry.users)} session(s)")
+            del table.entries[id]
+        return entry.obj
 
     def import_memory(
         self,
@@ -114,18 +140,20 @@ class Runtime:
         offset_bytes: int = 0,
         access: Access = "read_write",
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         mem = import_memory(
             handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
             access=access,
         )
         with self._lock:
+            mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
+            limit = self.settings.max_mapped_bytes_per_owner
+            if mapped + mem.size_bytes > limit:
+                mem.close()
+                raise ResourceExhausted(
+                    f"importing {mem.size_bytes} bytes would map more than {limit} bytes for "
+                    "this client; release memory first"
+                )
             entry = self.memory.add(owner, mem)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
@@ -149,12 +177,7 @@ class Runtime:
             return self._memory_info(self.memory.get(owner, id))
 
     def release_memory(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.memory.get(owner, id)
-            if entry.users:
-                raise Conflict(f"memory {id} is in use by {len(entry.users)} session(s)")
-            del self.memory.entries[id]
-        self._close_memory(entry.obj)
+        self._close_memory(self._release(self.memory, owner, id))
 
     def _close_memory(self, mem: MemoryImport) -> None:
         mem.close()
@@ -166,13 +189,7 @@ class Runtime:
     def import_fence(
         self, owner: str, fence_type: str, *, name: str | None = None, fd: int | None = None
     ) -> dict[str, Any]:
-        try:
-            with self._lock:
-                self._check_import_quota(owner)
-        except Exception:
-            if fd is not None:
-                os.close(fd)
-            raise
+        self._check_import_quota(owner, fd)
         fence = import_fence(fence_type, name=name, fd=fd)
         with self._lock:
             entry = self.fences.add(owner, fence)
@@ -195,12 +212,7 @@ class Runtime:
             return self._fence_info(self.fences.get(owner, id))
 
     def release_fence(self, owner: str, id: str) -> None:
-        with self._lock:
-            entry = self.fences.get(owner, id)
-            if entry.users:
-                raise Conflict(f"fence {id} is in use by {len(entry.users)} session(s)")
-            del self.fences.entries[id]
-        self._close_fence(entry.obj)
+        self._close_fence(self._release(self.fences, owner, id))
 
     def _close_fence(self, fence: FenceImport) -> None:
         fence.close()
@@ -262,8 +274,8 @@ class Runtime:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
                 session.stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
             entry = self.sessions.add(owner, session)
-            for e in (*used, wait, signal):
-                e.users.add(entry.id)
+            for user in (*used, wait, signal):
+                user.users.add(entry.id)
         if session.stream is not None:
             session.stream.label = entry.id[:8]
         self.metrics.sessions.labels(m.name).inc()
@@ -323,9 +335,10 @@ class Runtime:
             entry.obj.stream.stop()  # joins the worker; outside the table lock
         entry.obj.close()  # waits for a run in flight, outside the table lock
         with self._lock:
-            for table in (self.memory, self.fences):
-                for e in table.entries.values():  # type: ignore[attr-defined]
-                    e.users.discard(id)
+            for users in [m.users for m in self.memory.entries.values()] + [
+                f.users for f in self.fences.entries.values()
+            ]:
+                users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
 
     def session(self, owner: str, id: str) -> Session:
@@ -343,7 +356,20 @@ class Runtime:
         transport: str = "http",
     ) -> RunResult:
         session = self.session(owner, session_id)
-        return self.run_session(session, wait_value, signal_value, timeout_ms, transport=transport)
+        with self._lock:
+            n = self._inflight.get(owner, 0)
+            if n >= self.settings.max_inflight_runs_per_owner:
+                raise ResourceExhausted(
+                    f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
+                )
+            self._inflight[owner] = n + 1
+        try:
+            return self.run_session(
+                session, wait_value, signal_value, timeout_ms, transport=transport
+            )
+        finally:
+            with self._lock:
+                self._inflight[owner] -= 1
 
     def run_session(
         self,
@@ -363,13 +389,17 @@ class Runtime:
                 "for sessions created with mode 'request'"
             )
         s = self.settings
+        if self.closing.is_set():
+            raise Unavailable("the service is shutting down")
         if timeout_ms is None:
             timeout_ms = s.default_timeout_ms
         if not 0 <= timeout_ms <= s.max_timeout_ms:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns)
+        result = session.run(
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+        )
         if record:
             self.record_run(session, result, transport)
         return result
@@ -391,12 +421,12 @@ class Runtime:
         with self._lock:
             mems = self.memory.owned_by(owner)
             fences = self.fences.owned_by(owner)
-            for e in mems:
-                del self.memory.entries[e.id]
+            for m in mems:
+                del self.memory.entries[m.id]
             for f in fences:
                 del self.fences.entries[f.id]
-        for e in mems:
-            self._close_memory(e.obj)
+        for m in mems:
+            self._close_memory(m.obj)
         for f in fences:
             self._close_fence(f.obj)
         n = len(session_ids) + len(mems) + len(fences)
@@ -406,8 +436,11 @@ class Runtime:
 
     def owners(self) -> set[str]:
         with self._lock:
-            return {e.owner for t in (self.memory, self.fences, self.sessions) for e in t.entries.values()}  # type: ignore[attr-defined]
+            tables: tuple[Table[Any], ...] = (self.memory, self.fences, self.sessions)
+            return {e.owner for t in tables for e in t.entries.values()}
 
     def close(self) -> None:
+        """Fails waiting runs with ``unavailable``, then releases every object."""
+        self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fenceline._native import WAIT_REACHED
 from fenceline.errors import Conflict, InvalidArgument, ModelError
 from fenceline.interop.host_fence import FenceImport
-from fenceline.interop.host_memory import TensorBinding
+from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
 from fenceline.waiting import AdaptiveSpin
 
@@ -18,8 +19,7 @@ if TYPE_CHECKING:
     from fenceline.runtime.streaming import StreamWorker
 
 
-@dataclass(frozen=True)
-class RunResult:
+class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
     signal_value: int
     wait_ns: int
     infer_ns: int
@@ -71,6 +71,10 @@ class Session:
         self._spin = AdaptiveSpin(0)
         self._lock = threading.Lock()
         self._closed = False
+        # Renderer memory that could shrink under the mapping is checked before each run.
+        self._unsealed = _unique_unsealed(b.memory for b in (*inputs.values(), *outputs.values()))
+        self._wait_handle = wait_fence.handle
+        self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
         for name, b in inputs.items():
             self._binding.bind_input(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
@@ -82,7 +86,12 @@ class Session:
         return {name: self.model.device for name in self.outputs}
 
     def run(
-        self, wait_value: int, signal_value: int | None, timeout_ns: int, spin_ns: int
+        self,
+        wait_value: int,
+        signal_value: int | None,
+        timeout_ns: int,
+        spin_ns: int,
+        cancel: threading.Event | None = None,
     ) -> RunResult:
         """wait(input fence >= wait_value) -> run -> signal(output fence := signal_value).
 
@@ -92,15 +101,24 @@ class Session:
             if self._closed:
                 raise Conflict("the session is closed")
             start = time.perf_counter_ns()
-            current = self.signal_fence.value
+            current = self._signal_handle.value
             if target <= current:
                 raise Conflict(
                     f"signal_value {target} is not above the output fence's value {current}"
                 )
-            self._spin.max_spin_ns = spin_ns
-            r = self._spin.wait_fence(self.wait_fence.handle, wait_value, timeout_ns)
-            self.wait_fence.raise_for(r, wait_value, timeout_ns)
+            # Fast path: one native call when the value is already there; else an adaptive,
+            # rationed spin (fenceline.waiting), then the full wait (slices, cancellation).
+            if self._wait_handle.wait(wait_value, 0, 0) != WAIT_REACHED:
+                self._spin.max_spin_ns = spin_ns
+                fence = self.wait_fence
+                r = self._spin.wait_fence(
+                    self._wait_handle, wait_value, timeout_ns,
+                    lambda v, t: fence.wait_result(v, t, 0, cancel),
+                )
+                fence.raise_for(r, wait_value, timeout_ns)
             waited = time.perf_counter_ns()
+            for handle in self._unsealed:
+                handle.check()
             assert self.model.session is not None
             try:
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
@@ -108,7 +126,7 @@ class Session:
             except Exception as e:  # onnxruntime's own error types
                 raise ModelError(f"model {self.model.name!r} failed: {e}") from e
             inferred = time.perf_counter_ns()
-            self.signal_fence.signal(target)
+            self._signal_handle.signal(target)
             end = time.perf_counter_ns()
             self.runs += 1
             self.last_signal_value = target
@@ -120,6 +138,8 @@ class Session:
         with self._lock:
             if self._closed:
                 raise Conflict("the session is closed")
+            for handle in self._unsealed:
+                handle.check()
             assert self.model.session is not None
             t0 = time.perf_counter_ns()
             try:
@@ -151,6 +171,14 @@ class Session:
         if self.stream is not None:
             info["stream"] = self.stream.describe()
         return info
+
+
+def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for m in memories:
+        if not m.handle.sealed:
+            seen[id(m)] = m.handle
+    return list(seen.values())
 
 
 def _view_info(b: TensorBinding) -> dict[str, Any]:

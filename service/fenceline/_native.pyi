@@ -1,0 +1,130 @@
+"""
+fenceline's native importer: host memory, host timeline fences, IPC receive.
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import typing
+__all__: list[str] = ['FENCE_PAGE_SIZE', 'HostFence', 'HostMemory', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'recv_message']
+class HostMemory:
+    @staticmethod
+    def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
+        ...
+    @staticmethod
+    def create_shm(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
+        ...
+    @staticmethod
+    def from_fd(fd: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
+        """
+        Takes ownership of fd, also when it raises.
+        """
+    @staticmethod
+    def open_shm(name: str, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
+        ...
+    def array(self, dtype: numpy.dtype[typing.Any], shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], offset: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray:
+        """
+        A numpy array over the mapping; it keeps the mapping alive.
+        """
+    def check(self) -> None:
+        """
+        Raises DeviceLost when the object was truncated below the mapping (an access would fault).
+        """
+    def close(self) -> None:
+        ...
+    def unlink(self) -> None:
+        ...
+    @property
+    def address(self) -> int:
+        ...
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def fd(self) -> int:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def sealed(self) -> bool:
+        """
+        True when the object cannot shrink (memfd with F_SEAL_SHRINK).
+        """
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def writable(self) -> bool:
+        ...
+class TensorView:
+    def __init__(self, memory: HostMemory, offset: typing.SupportsInt | typing.SupportsIndex, element_size: typing.SupportsInt | typing.SupportsIndex, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], need_write: bool = False) -> None:
+        ...
+    def array(self, dtype: numpy.dtype[typing.Any]) -> numpy.ndarray:
+        ...
+    @property
+    def address(self) -> int:
+        ...
+    @property
+    def nbytes(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def shape(self) -> list[int]:
+        ...
+class HostFence:
+    @staticmethod
+    def create_memfd(name: str) -> HostFence:
+        ...
+    @staticmethod
+    def create_shm(name: str) -> HostFence:
+        ...
+    @staticmethod
+    def from_fd(fd: typing.SupportsInt | typing.SupportsIndex) -> HostFence:
+        """
+        Takes ownership of fd, also when it raises.
+        """
+    @staticmethod
+    def open_shm(name: str) -> HostFence:
+        ...
+    def close(self) -> None:
+        ...
+    def set_status(self, status: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def signal(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def unlink(self) -> None:
+        ...
+    def wait(self, value: typing.SupportsInt | typing.SupportsIndex, timeout_ns: typing.SupportsInt | typing.SupportsIndex = -1, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
+        """
+        Waits with the GIL released. Returns one of the WAIT_* constants.
+        """
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def fd(self) -> int:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def status(self) -> int:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+def can_import_fence(kind: str) -> bool:
+    ...
+def can_import_memory(kind: str) -> bool:
+    ...
+def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple:
+    """
+    Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at EOF. Spins up to spin_ns with the GIL released, then blocks.
+    """
+FENCE_PAGE_SIZE: int = 4096
+WAIT_ABANDONED: int = 2
+WAIT_ERRORED: int = 3
+WAIT_REACHED: int = 0
+WAIT_TIMED_OUT: int = 1

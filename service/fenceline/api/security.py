@@ -1,0 +1,74 @@
+"""Bearer-token check and request body limit, as plain ASGI middleware (no per-route code)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Health probes answer without a token: orchestrators call them without credentials.
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
+
+
+async def _reply(send: Send, status: int, message: str, code: str, headers: list[Any] | None = None) -> None:
+    body = json.dumps({"error": message, "code": code}).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+class BearerToken:
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            got = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected):
+                await _reply(send, 401, "this service needs Authorization: Bearer <token>",
+                             "unauthenticated", [(b"www-authenticate", b"Bearer")])
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        too_big = f"request body over the {self.max_bytes}-byte limit"
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _reply(send, 413, too_big, "payload_too_large")
+            return
+        seen = 0
+        replied = False
+
+        async def limited() -> Message:
+            nonlocal seen, replied
+            message = await receive()
+            if message["type"] == "http.request" and not replied:
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    # Answer now; the app then sees a disconnect and its own reply is dropped.
+                    replied = True
+                    await _reply(send, 413, too_big, "payload_too_large")
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if not replied:
+                await send(message)
+
+        await self.app(scope, limited, guarded_send)

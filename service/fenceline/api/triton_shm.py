@@ -1,0 +1,118 @@
+"""Triton's shared-memory extensions: ``/v2/systemsharedmemory/...`` and
+``/v2/cudasharedmemory/...``.
+
+System regions are imported through the host_shm importer once, at registration
+(:class:`fenceline.runtime.inference.SystemSharedMemory`); inference binds them in place. CUDA
+shared memory needs fenceline's CUDA backend: without it every CUDA route answers 501 and
+``GET /v2`` leaves ``cuda_shared_memory`` out of its extensions, so a client can ask first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from fenceline.errors import InvalidArgument, Unsupported
+from fenceline.runtime.inference import KServeInference, SystemSharedMemory
+
+router = APIRouter(prefix="/v2", tags=["triton shared memory"])
+
+
+def cuda_shared_memory_available() -> bool:
+    """CUDA IPC registration needs a CUDA backend that this build does not have yet."""
+    return False
+
+
+def shm(request: Request) -> SystemSharedMemory:
+    k: KServeInference = request.app.state.kserve
+    return k.shm
+
+
+def ok() -> Response:
+    return Response(status_code=200)
+
+
+# -- system shared memory -------------------------------------------------------------------
+
+
+@router.get("/systemsharedmemory/status")
+def system_status(request: Request) -> list[dict[str, Any]]:
+    return shm(request).status()
+
+
+@router.get("/systemsharedmemory/region/{name}/status")
+def system_region_status(name: str, request: Request) -> list[dict[str, Any]]:
+    return shm(request).status(name)
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw else {}
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return body
+
+
+@router.post("/systemsharedmemory/region/{name}/register")
+async def system_register(name: str, request: Request) -> Response:
+    regions = shm(request)
+    regions.check_enabled()
+    body = await _json_object(request)
+    if "key" not in body:
+        raise InvalidArgument("Shared memory register request has no 'key' field")
+    if "byte_size" not in body:
+        raise InvalidArgument("Shared memory register request has no 'byte_size' field")
+    regions.register(name, body["key"], body.get("offset", 0), body["byte_size"])
+    return ok()
+
+
+@router.post("/systemsharedmemory/region/{name}/unregister")
+def system_unregister(name: str, request: Request) -> Response:
+    shm(request).unregister(name)
+    return ok()
+
+
+@router.post("/systemsharedmemory/unregister")
+def system_unregister_all(request: Request) -> Response:
+    shm(request).unregister()
+    return ok()
+
+
+# -- CUDA shared memory ---------------------------------------------------------------------
+
+
+def _no_cuda() -> Unsupported:
+    return Unsupported(
+        "CUDA shared memory is not available on this service: it needs fenceline's CUDA "
+        "backend and a GPU; use system shared memory (/v2/systemsharedmemory) instead"
+    )
+
+
+@router.get("/cudasharedmemory/status")
+def cuda_status() -> Response:
+    raise _no_cuda()
+
+
+@router.get("/cudasharedmemory/region/{name}/status")
+def cuda_region_status(name: str) -> Response:
+    raise _no_cuda()
+
+
+@router.post("/cudasharedmemory/region/{name}/register")
+def cuda_register(name: str) -> Response:
+    raise _no_cuda()
+
+
+@router.post("/cudasharedmemory/region/{name}/unregister")
+def cuda_unregister(name: str) -> Response:
+    raise _no_cuda()
+
+
+@router.post("/cudasharedmemory/unregister")
+def cuda_unregister_all() -> Response:
+    raise _no_cuda()

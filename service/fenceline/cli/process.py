@@ -1,0 +1,61 @@
+"""Starting and stopping a ``fenceline serve`` process with builtin models (demo, bench)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from fenceline.errors import FencelineError
+from fenceline.models.builtin import build_repository, cache_dir
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_service(
+    models: list[str], workdir: Path, *, log_level: str = "warning", extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Starts ``fenceline serve`` with builtin models in its own process; returns it once ready."""
+    repo = cache_dir()
+    if any(not (repo / m / "1" / "model.onnx").is_file() for m in models):
+        print(f"building models {', '.join(models)} in {repo} (first use)", flush=True)
+    build_repository(repo, models)
+    port = _free_port()
+    sock = workdir / "fenceline.sock"
+    args = [sys.executable, "-m", "fenceline", "serve", "--port", str(port), "--socket", str(sock),
+            "--log-level", log_level, *extra]
+    for m in models:
+        args += ["--model", f"{m}={repo / m / '1' / 'model.onnx'}"]
+    proc = subprocess.Popen(args)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FencelineError(f"the service exited with status {proc.returncode}")
+        try:
+            if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200 and sock.exists():
+                return proc, url, sock
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise FencelineError("the service did not become ready within 60 s")
+
+
+def stop_service(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,171 @@
+"""The soak harness: starts the service and N renderer processes, kills and restarts renderers
+at random, samples the service's RSS, fds, mappings and /dev/shm."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from fenceline.cli.process import start_service, stop_service
+
+
+@dataclass
+class Resources:
+    rss_kib: int
+    fds: int
+    mappings: int
+    shm_entries: int
+
+    @classmethod
+    def of(cls, pid: int) -> Resources:
+        rss = 0
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+        with open(f"/proc/{pid}/maps") as f:
+            maps = sum(1 for line in f if "memfd:" in line or "/dev/shm/" in line)
+        return cls(rss, len(os.listdir(f"/proc/{pid}/fd")), maps, len(os.listdir("/dev/shm")))
+
+
+@dataclass
+class SoakReport:
+    seconds: float
+    renderers: int
+    kills: int
+    runs: int
+    wrong_outputs: int
+    service_errors: dict[str, float]
+    start: Resources
+    end: Resources
+    samples: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def rss_growth(self) -> float:
+        return self.end.rss_kib / self.start.rss_kib - 1 if self.start.rss_kib else 0.0
+
+    def checks(self) -> dict[str, bool]:
+        return {
+            "rss within 10% of warm-up": abs(self.rss_growth) <= 0.10,
+            "same fd count": self.end.fds == self.start.fds,
+            "same mapping count": self.end.mappings == self.start.mappings,
+            "no stray /dev/shm entries": self.end.shm_entries <= self.start.shm_entries,
+            "no wrong outputs": self.wrong_outputs == 0,
+            "no service errors": not any(self.service_errors.values()),
+        }
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["rss_growth"] = self.rss_growth
+        d["checks"] = self.checks()
+        return json.dumps(d, indent=2)
+
+
+class Renderer:
+    def __init__(self, sock: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fenceline.soak.renderer", str(sock)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        self.runs = 0
+        self.bad = 0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            parts = line.split()
+            if len(parts) == 2:
+                self.runs, self.bad = int(parts[0]), int(parts[1])
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _service_errors(url: str) -> dict[str, float]:
+    errors: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("fenceline_api_errors_total{"):
+            labels, value = line.rsplit(" ", 1)
+            errors[labels[len("fenceline_api_errors_total") :]] = float(value)
+    return errors
+
+
+def _settle(pid: int, quiet_s: float = 1.0, timeout_s: float = 20.0) -> Resources:
+    last, since = Resources.of(pid), time.monotonic()
+    deadline = since + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = Resources.of(pid)
+        if (now.fds, now.mappings) != (last.fds, last.mappings):
+            since = time.monotonic()
+        last = now
+        if time.monotonic() - since >= quiet_s:
+            break
+    return last
+
+
+def run_soak(
+    renderers: int = 4, seconds: float = 60.0, kill_every: float = 5.0, warmup: float = 10.0,
+    seed: int = 0,
+) -> SoakReport:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="fenceline-soak-") as tmp:
+        proc, url, sock = start_service(["add_64x64"], Path(tmp))
+        pool: list[Renderer] = []
+        finished: list[Renderer] = []
+        try:
+            start = _settle(proc.pid)
+            pool = [Renderer(sock) for _ in range(renderers)]
+            time.sleep(warmup)
+            warm = Resources.of(proc.pid)
+            start = Resources(warm.rss_kib, start.fds, start.mappings, start.shm_entries)
+            kills, samples = 0, []
+            t0 = time.monotonic()
+            next_kill = t0 + kill_every
+            while (now := time.monotonic()) - t0 < seconds:
+                time.sleep(min(1.0, max(0.0, next_kill - now)))
+                if time.monotonic() >= next_kill:
+                    victim = pool.pop(rng.randrange(len(pool)))
+                    victim.kill()
+                    finished.append(victim)
+                    kills += 1
+                    pool.append(Renderer(sock))
+                    next_kill += kill_every * rng.uniform(0.5, 1.5)
+                r = Resources.of(proc.pid)
+                runs = sum(x.runs for x in pool + finished)
+                samples.append({"t": round(time.monotonic() - t0, 1), "runs": runs, **asdict(r)})
+                print(f"\rsoak {time.monotonic() - t0:6.0f}/{seconds:.0f} s  runs {runs:9d}  "
+                      f"kills {kills:4d}  rss {r.rss_kib / 1024:6.1f} MiB  fds {r.fds:3d}  "
+                      f"maps {r.mappings:3d}", end="", file=sys.stderr, flush=True)
+            print(file=sys.stderr)
+            for x in pool:
+                x.kill()
+            finished += pool
+            pool = []
+            end = _settle(proc.pid)
+            errors = _service_errors(url)
+        finally:
+            for x in pool:
+                x.kill()
+            stop_service(proc)
+    return SoakReport(
+        seconds, renderers, kills, sum(x.runs for x in finished), sum(x.bad for x in finished),
+        errors, start, end, samples,
+    )
