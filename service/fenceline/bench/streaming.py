@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -95,30 +94,29 @@ def measure_in_process(model: str = "add_64x64", frames: int = 20_000, warmup: i
                        repository: Path | None = None) -> Handoff:
     """onnxruntime's run over an IOBinding of preallocated buffers, loaded with the service's
     own session options: the work each frame costs without any handoff."""
-    from fenceline.models import build_repository
+    from fenceline.models.builtin import build_repository, cache_dir
     from fenceline.runtime.models import Model
 
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = repository or build_repository(Path(tmp), [model])
-        m = Model(model, "1", repo / model / "1" / "model.onnx")
-        m.load()
-        assert m.session is not None
-        x_spec, y_spec = m.inputs["x"], m.outputs["y"]
-        x = np.zeros(x_spec.shape, np.float32)
-        y = np.zeros(y_spec.shape, np.float32)
-        binding = m.session.io_binding()
-        binding.bind_input("x", "cpu", 0, np.float32, list(x.shape), x.ctypes.data)
-        binding.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
-        run, clock = m.session.run_with_iobinding, time.perf_counter_ns
-        for _ in range(warmup):
-            run(binding)
-        lat = []
-        cpu = _CpuMeter(None)
-        for _ in range(frames):
-            t0 = clock()
-            run(binding)
-            lat.append((clock() - t0) / 1e9)
-        client, _ = cpu.per_frame(frames)
+    repo = repository or build_repository(cache_dir(), [model])
+    m = Model(model, "1", repo / model / "1" / "model.onnx")
+    m.load()
+    assert m.session is not None
+    x_spec, y_spec = m.inputs["x"], m.outputs["y"]
+    x = np.zeros(x_spec.shape, np.float32)
+    y = np.zeros(y_spec.shape, np.float32)
+    binding = m.session.io_binding()
+    binding.bind_input("x", "cpu", 0, np.float32, list(x.shape), x.ctypes.data)
+    binding.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
+    run, clock = m.session.run_with_iobinding, time.perf_counter_ns
+    for _ in range(warmup):
+        run(binding)
+    lat = []
+    cpu = _CpuMeter(None)
+    for _ in range(frames):
+        t0 = clock()
+        run(binding)
+        lat.append((clock() - t0) / 1e9)
+    client, _ = cpu.per_frame(frames)
     return Handoff("in-process run", lat, client, None)
 
 
@@ -444,28 +442,14 @@ def format_table(result: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def _own_service(model: str) -> Iterator[Path]:
-    from fenceline.models import build_repository
+    from fenceline.cli.process import start_service, stop_service
 
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = build_repository(Path(tmp) / "models", [model])
-        sock = Path(tmp) / "fenceline.sock"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(repo),
-             "--port", str(port), "--socket", str(sock), "--log-level", "warning"],
-        )
+    with tempfile.TemporaryDirectory(prefix="fenceline-bench-") as tmp:
+        proc, _, sock = start_service([model], Path(tmp))
         try:
-            deadline = time.monotonic() + 60
-            while not sock.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("fenceline serve did not start")
-                time.sleep(0.1)
             yield sock
         finally:
-            proc.terminate()
-            proc.wait(20)
+            stop_service(proc)
 
 
 def main(argv: list[str] | None = None) -> int:
