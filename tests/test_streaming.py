@@ -333,6 +333,28 @@ def test_streaming_requests_are_validated(service: Service, http: HttpClient) ->
             http.release_fence(fb)
 
 
+def test_streaming_sessions_per_client_are_limited(model_repo: Path) -> None:
+    from fenceline.errors import ResourceExhausted
+    from fenceline.runtime.models import ModelRepository
+    from fenceline.runtime.service import Runtime, RuntimeSettings, ViewSpec
+
+    runtime = Runtime(ModelRepository.from_sources(model_repo, {}),
+                      settings=RuntimeSettings(max_streaming_sessions_per_owner=1))
+    with SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
+        try:
+            mem = runtime.import_memory("t", "host_fd", fd=os.dup(f.fd))["id"]
+            fa = runtime.import_fence("t", "host_timeline", fd=os.dup(a.fd))["id"]
+            fb = runtime.import_fence("t", "host_timeline", fd=os.dup(b.fd))["id"]
+            views = ({"x": ViewSpec(mem, 0, "FP32", SHAPE)},
+                     {"y": ViewSpec(mem, NBYTES, "FP32", SHAPE)})
+            runtime.create_session("t", "add_64x64", *views, fa, fb, mode="streaming")
+            with pytest.raises(ResourceExhausted, match="at most 1 streaming session"):
+                runtime.create_session("t", "add_64x64", *views, fa, fb, mode="streaming")
+            runtime.create_session("t", "add_64x64", *views, fa, fb)  # request mode: fine
+        finally:
+            runtime.close()
+
+
 # -- waiting -------------------------------------------------------------------------------------
 
 

@@ -50,12 +50,14 @@ class RuntimeSettings:
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
     max_stream_spin_ns: int = 1_000_000  # the most a streaming session may ask to spin per wait
+    max_streaming_sessions_per_owner: int = 64  # each has a thread while it runs
     max_mapped_bytes_per_owner: int = 16 << 30
     max_inflight_runs_per_owner: int = 64
 
     def __post_init__(self) -> None:
         for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
                      "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_streaming_sessions_per_owner",
                      "max_inflight_runs_per_owner"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"{name} must be positive")
@@ -247,9 +249,15 @@ class Runtime:
             )
         m = self.models.get(model)
         with self._lock:
-            if len(self.sessions.owned_by(owner)) >= self.settings.max_sessions_per_owner:
+            owned = self.sessions.owned_by(owner)
+            if len(owned) >= self.settings.max_sessions_per_owner:
                 raise ResourceExhausted(
                     f"at most {self.settings.max_sessions_per_owner} sessions per client"
+                )
+            limit = self.settings.max_streaming_sessions_per_owner
+            if mode == "streaming" and sum(e.obj.stream is not None for e in owned) >= limit:
+                raise ResourceExhausted(
+                    f"at most {limit} streaming sessions per client; stop one first"
                 )
             wait = self.fences.get(owner, wait_fence)
             signal = self.fences.get(owner, signal_fence)
