@@ -368,36 +368,56 @@ def test_spin_gate_lets_only_its_slots_spin() -> None:
     assert SpinGate(0).try_enter() is None
 
 
-def feed(spin: AdaptiveSpin, waits: int, spun_ns: int, blocked_ns: int) -> list[int]:
-    """Runs ``waits`` waits that take ``spun_ns`` when spun first, ``blocked_ns`` when not."""
+def feed(spin: AdaptiveSpin, waits: int, spun_ns: int, blocked_ns: int,
+         every_ns: int = 20_000) -> list[int]:
+    """Runs ``waits`` waits, one every ``every_ns`` on a fake clock, that take ``spun_ns`` when
+    spun first and ``blocked_ns`` when not; returns the budgets they were given."""
     budgets = []
     for _ in range(waits):
         b = spin.budget_ns()
         budgets.append(b)
         spin.observe(spun_ns if b else blocked_ns, b)
+        now = spin.clock() + every_ns
+        spin.clock = lambda now=now: now  # type: ignore[misc]
     return budgets
 
 
+PERIOD = 16 << 21  # one exploration window of 2**21 ns in every 16
+NOT_EXPLORING = 1 << 21  # a clock reading outside the exploration window
+
+
 def test_zero_budget_always_blocks() -> None:
-    spin = AdaptiveSpin(0)
-    assert feed(spin, 300, 1_000, 80_000) == [0] * 300 and not spin.spinning
+    spin = AdaptiveSpin(0, clock=lambda: 0)
+    assert feed(spin, 3000, 1_000, 80_000) == [0] * 3000 and not spin.spinning
 
 
 def test_waits_spin_when_spinning_is_faster_and_block_when_it_is_not() -> None:
-    spin = AdaptiveSpin(50_000)
-    budgets = feed(spin, 256, 3_000, 80_000)  # an idle machine: wakeups cost ~70 us
-    assert spin.spinning and sum(b > 0 for b in budgets[-128:]) >= 128 - 8
-    assert max(budgets[-100:]) <= 4 * 3_000 + 10_000  # the budget follows the waits
-    budgets = feed(spin, 512, 60_000, 15_000)  # a loaded machine: the spinner is in the way
-    assert not spin.spinning and sum(b > 0 for b in budgets[-256:]) <= 2 * 8  # explorations
-    budgets = feed(spin, 512, 16_000_000, 16_000_000)  # 60 fps: later than any spin
-    assert not spin.spinning and sum(b > 0 for b in budgets[-256:]) <= 2 * 8
+    spin = AdaptiveSpin(50_000, clock=lambda: NOT_EXPLORING)
+    n = PERIOD // 20_000
+    budgets = feed(spin, 2 * n, 3_000, 80_000)  # an idle machine: wakeups cost ~70 us
+    assert spin.spinning and sum(b > 0 for b in budgets[-n:]) >= 0.9 * n
+    assert max(budgets[-n:]) <= 4 * 3_000 + 10_000  # the budget follows the waits
+    budgets = feed(spin, 2 * n, 30_000, 15_000)  # a loaded machine: the spinner is in the way
+    assert not spin.spinning and sum(b > 0 for b in budgets[-n:]) <= 0.1 * n
+    budgets = feed(spin, 256, 16_000_000, 16_000_000, 16_666_667)  # 60 fps: later than a spin
+    assert not spin.spinning and sum(b > 0 for b in budgets) <= 0.2 * 256
+
+
+def test_exploration_windows_come_from_the_shared_clock() -> None:
+    """Two waiters with the same clock, in different processes, explore at the same time."""
+    a = AdaptiveSpin(50_000, clock=lambda: NOT_EXPLORING)
+    b = AdaptiveSpin(50_000, clock=lambda: NOT_EXPLORING + 12_345)
+    feed(a, 3000, 3_000, 80_000)
+    feed(b, 3000, 3_000, 80_000)
+    for t in range(0, 2 * PERIOD, 1 << 19):
+        a.clock = b.clock = lambda t=t: t  # type: ignore[misc]
+        assert (a.budget_ns() == 0) == (b.budget_ns() == 0)
 
 
 def test_a_waiter_gives_its_spin_slot_back_before_it_sleeps() -> None:
     gate = SpinGate(1)
     with Fence() as fence:
-        spin = AdaptiveSpin(1_000_000, gate)
+        spin = AdaptiveSpin(1_000_000, gate, clock=lambda: NOT_EXPLORING)
         results: list[int] = []
         waiter = threading.Thread(
             target=lambda: results.append(spin.wait_fence(fence.handle, 1, 5_000_000_000))
@@ -411,7 +431,7 @@ def test_a_waiter_gives_its_spin_slot_back_before_it_sleeps() -> None:
         assert results == [_native.WAIT_REACHED]
         held = gate.try_enter()  # while all slots are taken, waits block at once
         assert held is not None
-        other = AdaptiveSpin(1_000_000, gate)
+        other = AdaptiveSpin(1_000_000, gate, clock=lambda: NOT_EXPLORING)
         fence.signal(2)
         assert other.wait_fence(fence.handle, 3, 1_000_000) == _native.WAIT_TIMED_OUT
         assert other.denied == 1

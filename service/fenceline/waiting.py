@@ -23,8 +23,8 @@ from typing import Protocol
 from fenceline import _native
 
 _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
-EXPLORE_EVERY = 128
-EXPLORE_FOR = 8
+WINDOW_SHIFT = 21  # exploration windows of 2.1 ms ...
+WINDOWS_PER_PERIOD = 16  # ... one in every 16 (every 34 ms, 6% of the time)
 SPIN_SLACK_NS = 10_000
 
 
@@ -86,24 +86,33 @@ class AdaptiveSpin:
     each waiting thread its own.
 
     It keeps two moving averages of how long its waits took, one for waits that spun first and
-    one for waits that blocked at once, and uses whichever has been faster; every
-    ``EXPLORE_EVERY`` waits it spends ``EXPLORE_FOR`` waits on the other one to keep both
-    current. Spinning is chosen only while spun waits average within the budget, and the
-    budget follows them: ``min(max_spin_ns, 4 * average + 10 us)``.
+    one for waits that blocked at once, and uses whichever has been faster. During one window
+    of ``2**WINDOW_SHIFT`` ns in every ``WINDOWS_PER_PERIOD`` of the monotonic clock it uses
+    the other way, to keep both averages current, and decides again when the window ends.
+    The windows come from the system-wide clock, so a renderer and the service, both waiting on
+    each other, try the other way at the same time: spinning pays only when both sides spin,
+    which two waiters exploring at different times would never see. Spinning is chosen only
+    while spun waits average within the budget, and the budget follows them:
+    ``min(max_spin_ns, 4 * average + 10 us)``.
     """
 
-    __slots__ = ("max_spin_ns", "denied", "gate", "_spin_avg", "_block_avg", "_spinning", "_n")
+    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "_spin_avg", "_block_avg",
+                 "_spinning", "_exploring")
 
-    def __init__(self, max_spin_ns: int, spin_gate: SpinGate | None = None) -> None:
+    def __init__(
+        self, max_spin_ns: int, spin_gate: SpinGate | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
         self.max_spin_ns = max_spin_ns
         self.denied = 0  # waits that blocked at once because every spinner slot was taken
+        self.gate = spin_gate  # None: the process gate
+        self.clock = clock  # CLOCK_MONOTONIC in ns, shared by every process on the machine
         self._spin_avg: float | None = None
         self._block_avg: float | None = None
         self._spinning = True
-        self._n = 0
-        self.gate = spin_gate  # None: the process gate
+        self._exploring = False
 
     @property
     def average_wait_ns(self) -> float:
@@ -120,11 +129,11 @@ class AdaptiveSpin:
         m = self.max_spin_ns
         if m == 0:
             return 0
-        self._n += 1
-        spin = self._spinning
-        if self._n % EXPLORE_EVERY >= EXPLORE_EVERY - EXPLORE_FOR:
-            spin = not spin
-        if not spin:
+        explore = (self.clock() >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD == 0
+        if self._exploring and not explore:
+            self._decide()  # a window ended: both averages are fresh
+        self._exploring = explore
+        if self._spinning == explore:
             return 0
         avg = self._spin_avg
         # Generous against jitter: a miss costs a full wakeup, far more than a few extra
@@ -140,6 +149,10 @@ class AdaptiveSpin:
         else:
             a = self._block_avg
             self._block_avg = w if a is None else a + (w - a) * 0.125
+        if not self._exploring:
+            self._decide()
+
+    def _decide(self) -> None:
         s, b = self._spin_avg, self._block_avg
         if s is not None and s > self.max_spin_ns:
             self._spinning = False  # the event comes later than any spin: sleep at once
