@@ -34,6 +34,7 @@ from fenceline.client import Fence, IpcClient, SharedFrame, View
 
 SHAPE_64 = (1, 3, 64, 64)
 CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+ALL_CPUS = frozenset(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -335,13 +336,15 @@ def parse_floor(output: str) -> tuple[float, float]:
 def run_floor(
     cmd: list[str], cpu: int | None = None, timeout_s: float = 120
 ) -> tuple[float, float]:
-    """Runs one floor program, both its processes pinned to ``cpu`` when given."""
+    """Runs one floor program, both its processes pinned to ``cpu`` when given, else free on
+    every CPU this module started with (whatever the caller is pinned to now)."""
+    cpus = {cpu} if cpu is not None else ALL_CPUS
+
     def pin() -> None:
-        if cpu is not None:
-            os.sched_setaffinity(0, {cpu})
+        os.sched_setaffinity(0, cpus)
 
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout_s,
-                         preexec_fn=pin if cpu is not None else None)
+                         preexec_fn=pin)
     return parse_floor(out.stdout)
 
 
@@ -351,7 +354,7 @@ def floors() -> dict[str, Any]:
     round trip. Values in microseconds."""
     with tempfile.TemporaryDirectory() as tmp:
         cmds = build_floors(Path(tmp))
-        cpus = sorted(os.sched_getaffinity(0))
+        cpus = sorted(ALL_CPUS)
         rows: dict[str, Any] = {"origin": cmds["origin"][0]}
         for name, cmd, cpu in (
             ("uds_round_trip", cmds["uds"], None),
@@ -406,7 +409,8 @@ def measure_all(socket_path: Path | str, model: str = "add_64x64",
     uds = floor["uds_round_trip"]["p50_us"]
     return {
         "model": model,
-        "cpus": len(os.sched_getaffinity(0)),
+        "cpus": len(ALL_CPUS),
+        "placement": placement(socket_path),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "handoffs": [r.summary() for r in rows],
         "floors": floor,
@@ -418,8 +422,29 @@ def measure_all(socket_path: Path | str, model: str = "add_64x64",
     }
 
 
+def placement(socket_path: Path | str) -> str:
+    """Where the renderer (this process) and the service may run, e.g. "free" or "0 | 1"."""
+    with IpcClient(socket_path, name="bench") as c:
+        pid = c.server_pid
+    mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(pid)
+    if mine == theirs:
+        return "free"
+    return f"renderer on CPUs {sorted(mine)}, service on CPUs {sorted(theirs)}"
+
+
+def split_cpus(service_pid: int) -> None:
+    """Pins this process (the renderer) to the first CPU and every thread of the service to
+    the second; threads the service starts later inherit it."""
+    cpus = sorted(ALL_CPUS)
+    if len(cpus) < 2:
+        raise RuntimeError("--split-cpus needs two CPUs")
+    for tid in os.listdir(f"/proc/{service_pid}/task"):
+        os.sched_setaffinity(int(tid), {cpus[1]})
+    os.sched_setaffinity(0, {cpus[0]})
+
+
 def format_table(result: dict[str, Any]) -> str:
-    lines = [f"{result['model']} on {result['cpus']} CPUs",
+    lines = [f"{result['model']} on {result['cpus']} CPUs, {result['placement']}",
              f"{'path':32} {'p50 us':>9} {'p99 us':>9} {'client CPU/frame':>17} "
              f"{'service CPU/frame':>18}"]
     for r in result["handoffs"]:
@@ -458,9 +483,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="add_64x64")
     p.add_argument("--frames", type=int, default=20_000)
     p.add_argument("--json", type=Path, help="also write the result here")
+    p.add_argument("--split-cpus", action="store_true",
+                   help="renderer on the first CPU, the service on the second (the floors run "
+                   "free); default: both free, as the scheduler places them")
     args = p.parse_args(argv)
     with contextlib.ExitStack() as stack:
         sock = args.socket or stack.enter_context(_own_service(args.model))
+        if args.split_cpus:
+            with IpcClient(sock, name="bench") as c:
+                split_cpus(c.server_pid)
         result = measure_all(sock, args.model, frames=args.frames)
     print(format_table(result))
     if args.json:
@@ -474,5 +505,5 @@ if __name__ == "__main__":
 __all__ = [
     "Handoff", "build_floors", "find_floor_sources", "floors", "measure_all",
     "measure_in_process", "measure_request_per_frame", "measure_streaming", "parse_floor",
-    "process_cpu_s", "run_floor",
+    "placement", "process_cpu_s", "run_floor", "split_cpus",
 ]
