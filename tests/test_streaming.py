@@ -24,7 +24,7 @@ from fenceline.bench import streaming as bench
 from fenceline.client import Fence, HttpClient, ServiceError, SharedFrame, View
 from fenceline.models import build_repository
 from fenceline.waiting import AdaptiveSpin, SpinGate
-from tests.conftest import Service
+from tests.conftest import Service, start_service, stop_service
 from tests.stream_renderer import NBYTES, SHAPE, frame
 
 RENDERER = Path(__file__).with_name("stream_renderer.py")
@@ -436,6 +436,22 @@ def test_a_waiter_gives_its_spin_slot_back_before_it_sleeps() -> None:
         assert other.wait_fence(fence.handle, 3, 1_000_000) == _native.WAIT_TIMED_OUT
         assert other.denied == 1
         held.release()
+
+
+def test_a_service_without_spinner_slots_never_spins(model_repo: Path, tmp_path: Path) -> None:
+    svc = start_service(model_repo, tmp_path, "--max-spinners", "0")
+    try:
+        r = Renderer(svc, "hold", tmp_path, "--frames", "300")  # longer than a 2 ms window
+        steps = r.read()["steps"]
+        assert all(s["ok"] for s in steps)
+        r.send("stop")
+        spin = r.read()["stopped"]["stream"]["spin"]
+        assert spin["denied"] > 0  # it wanted to spin and blocked at once instead
+        r.send("exit")
+        r.finish()
+        assert "at most 0 spinning waiters" in svc.log_text()
+    finally:
+        stop_service(svc)
 
 
 def test_four_streaming_sessions_on_two_cores_all_make_progress(
