@@ -61,9 +61,14 @@ void check_range(std::uint64_t offset, std::uint64_t nbytes, std::uint64_t size,
 
 std::uint64_t tensor_nbytes(const std::vector<std::int64_t> &shape,
                             std::uint64_t element_size) {
-  std::uint64_t n = element_size;
+  bool empty = false;
   for (std::int64_t d : shape) {
     if (d < 0) throw Error(Code::InvalidArgument, "tensor dimensions must not be negative");
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;  // whatever the other dimensions, an empty tensor needs no bytes
+  std::uint64_t n = element_size;
+  for (std::int64_t d : shape) {
     if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n))
       throw Error(Code::InvalidArgument, "tensor shape overflows 64-bit byte count");
   }

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fenceline.errors import InvalidArgument
+from fenceline.logs import LOG_FORMATS, LogFormat
 
 
 def parse_model_arg(arg: str) -> tuple[str, Path]:
@@ -27,6 +28,7 @@ class ServeSettings:
     fence_spin_us: int = 50
     max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
     log_level: str = "info"
+    log_format: LogFormat = "text"
     client_shared_memory: bool = True  # Triton's system shared-memory registration
     allow_uids: frozenset[int] | None = None  # None: the service's own uid
     token_file: Path | None = None
@@ -69,3 +71,5 @@ class ServeSettings:
                 raise InvalidArgument(f"{flag} must be positive")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")
+        if self.log_format not in LOG_FORMATS:
+            raise InvalidArgument(f"--log-format is one of {', '.join(LOG_FORMATS)}")

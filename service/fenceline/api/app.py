@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
-from fenceline.api import errors, interop, kserve, triton_shm
+from fenceline.api import errors, interop, kserve, status, triton_shm
+from fenceline.api.request_ids import RequestIdMiddleware
 from fenceline.api.security import BearerToken, BodyLimit
 from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.service import Runtime
@@ -32,6 +35,8 @@ def create_app(
     app.include_router(kserve.router)
     app.include_router(triton_shm.router)
     app.include_router(interop.router)
+    app.include_router(status.router)
+    app.state.started = time.monotonic()
 
     registry = runtime.metrics.registry
 
@@ -42,4 +47,5 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if token:
         app.add_middleware(BearerToken, token=token)
+    app.add_middleware(RequestIdMiddleware)  # outermost: 401s and 413s get an id and a log line
     return app

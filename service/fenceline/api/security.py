@@ -8,8 +8,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# Health probes answer without a token: orchestrators call them without credentials.
-OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
+# Health probes answer without a token: orchestrators call them without credentials. /ui is a
+# static page with no data in it; the status JSON it polls needs the token.
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/ui")
 
 
 async def _reply(send: Send, status: int, message: str, code: str, headers: list[Any] | None = None) -> None:

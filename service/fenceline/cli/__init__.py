@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fenceline import __version__
 from fenceline.errors import FencelineError
+from fenceline.logs import LOG_FORMATS
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -24,7 +25,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-spinners", type=int, default=None, metavar="N",
                    help="most fence waiters of the service that spin at once (default: half the "
                    "CPUs it may use, at least 1; 0: never spin); docs/streaming.md")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
+                   help="text for a terminal, json: one object per line with request/session ids")
     p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
                    help="a uid that may use the IPC socket; repeatable (default: the service's own)")
     p.add_argument("--token-file", type=Path,

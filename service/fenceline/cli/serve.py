@@ -8,6 +8,7 @@ from types import FrameType
 
 import uvicorn
 
+from fenceline import logs
 from fenceline.api import create_app
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
@@ -31,6 +32,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         fence_spin_us=args.fence_spin_us,
         max_spinners=args.max_spinners,
         log_level=args.log_level,
+        log_format=args.log_format,
         allow_uids=frozenset(args.allow_uid) if args.allow_uid else None,
         token_file=args.token_file,
         max_body_mb=args.max_body_mb,
@@ -62,9 +64,7 @@ class _Server(uvicorn.Server):
 
 
 def serve(settings: ServeSettings) -> int:
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     spinners = set_spinners(settings.max_spinners)
     models = ModelRepository.from_sources(settings.model_repository, settings.models)
     runtime = Runtime(
@@ -91,6 +91,7 @@ def serve(settings: ServeSettings) -> int:
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+        log_config=None,  # logs.configure set up logging, uvicorn's loggers included
     )
     server = _Server(config, runtime)
     log.info(

@@ -3,7 +3,10 @@
 - :class:`IpcClient`: the Unix-socket fast path, with fd passing (docs/ipc.md).
 - :class:`HttpClient`: the HTTP control and run API.
 - :class:`SharedFrame` and :class:`Fence`: what a renderer creates and shares.
+- :func:`c_library_dir`: where the C client library is (:mod:`fenceline.client.c_api`).
 """
+
+from typing import Any
 
 from fenceline.client.errors import ClientError, ServiceError
 from fenceline.client.frames import Fence, SharedFrame
@@ -18,4 +21,15 @@ __all__ = [
     "ServiceError",
     "SharedFrame",
     "View",
+    "c_library_dir",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so `python -m fenceline.client.c_api` does not find its own module
+    # already imported by this package.
+    if name == "c_library_dir":
+        from fenceline.client.c_api import c_library_dir
+
+        return c_library_dir
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fenceline import __version__, _native
+from fenceline import __version__, _native, logs
 from fenceline.api.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, Unavailable
 from fenceline.ipc import codec
@@ -72,6 +72,7 @@ class Connection:
     # -- loop -----------------------------------------------------------------------------
 
     def _serve(self) -> None:
+        logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
         fd = self.sock.fileno()
         metrics = self.runtime.metrics
         try:
@@ -104,7 +105,9 @@ class Connection:
                     metrics.errors.labels("ipc", e.code).inc()
                     reply = codec.encode_error(request_id, e)
                 except Exception:
-                    log.exception("unexpected error on %s", self.owner)
+                    log.exception(
+                        "unexpected error on %s", self.owner, extra={"request_id": request_id}
+                    )
                     metrics.errors.labels("ipc", "internal").inc()
                     internal = FencelineError("internal error; see the service log")
                     reply = codec.encode_error(request_id, internal)
@@ -131,6 +134,7 @@ class Connection:
 
     def _control(self, frame: codec.Frame, fds: list[int]) -> bytes:
         handler = self._handlers.get(frame.kind)
+        logs.request_id.set(str(frame.request_id))
         try:
             if handler is None:
                 raise InvalidRequest(f"unknown message kind 0x{frame.kind:04x}")

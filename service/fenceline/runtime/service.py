@@ -285,11 +285,14 @@ class Runtime:
             for user in (*used, wait, signal):
                 user.users.add(entry.id)
         if session.stream is not None:
-            session.stream.label = entry.id[:8]
+            session.stream.label, session.stream.owner = entry.id[:8], owner
         self.metrics.sessions.labels(m.name).inc()
-        if session.stream is not None and start:
-            session.stream.start()
-        log.info("session %s: %s, %s mode", entry.id[:8], m.name, mode)
+        log.info("session created for model %s", m.name, extra=_ids(owner, entry.id))
+        if session.stream is not None:
+            log.info("the session streams, policy %s, spins up to %d us", policy,
+                     max_spin_ns // 1000, extra=_ids(owner, entry.id))
+            if start:
+                session.stream.start()
         return self._session_info(entry)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
@@ -348,6 +351,7 @@ class Runtime:
             ]:
                 users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
+        log.info("session released", extra=_ids(owner, id))
 
     def session(self, owner: str, id: str) -> Session:
         with self._lock:
@@ -442,6 +446,18 @@ class Runtime:
             log.info("released %d objects of %s", n, owner)
         return n
 
+    def snapshot(
+        self,
+    ) -> tuple[list[Entry[MemoryImport]], list[Entry[FenceImport]], list[Entry[Session]]]:
+        """Every object of every owner, for the admin status view. An object in the snapshot may
+        be released meanwhile: reading a closed fence raises FencelineError."""
+        with self._lock:
+            return (
+                list(self.memory.entries.values()),
+                list(self.fences.entries.values()),
+                list(self.sessions.entries.values()),
+            )
+
     def owners(self) -> set[str]:
         with self._lock:
             tables: tuple[Table[Any], ...] = (self.memory, self.fences, self.sessions)
@@ -452,3 +468,8 @@ class Runtime:
         self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
+
+
+def _ids(owner: str, session_id: str) -> dict[str, str]:
+    # Logs carry a prefix: enough to correlate with a client, not enough to use the session.
+    return {"owner": owner, "session_id": session_id[:8]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -31,6 +32,9 @@ class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest
             "infer": self.infer_ns / 1e3,
             "total": self.total_ns / 1e3,
         }
+
+
+RECENT_RUNS = 128  # what the status page shows: fps and a latency sparkline
 
 
 class Session:
@@ -69,6 +73,8 @@ class Session:
         self.last_signal_value = 0
         self.stream: StreamWorker | None = None  # set for streaming sessions (runtime/streaming.py)
         self._spin = AdaptiveSpin(0)
+        # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
+        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._lock = threading.Lock()
         self._closed = False
         # Renderer memory that could shrink under the mapping is checked before each run.
@@ -130,7 +136,9 @@ class Session:
             end = time.perf_counter_ns()
             self.runs += 1
             self.last_signal_value = target
-        return RunResult(target, waited - start, inferred - waited, end - start)
+            result = RunResult(target, waited - start, inferred - waited, end - start)
+            self.recent.append((end, result))
+        return result
 
     def infer(self) -> int:
         """Runs the model once over the bound views, now, and returns how long it took (ns).

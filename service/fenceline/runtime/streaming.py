@@ -22,10 +22,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fenceline import _native
+from fenceline import _native, logs
 from fenceline.errors import Conflict, DeviceLost, FencelineError, ModelError, Unsupported
 from fenceline.metrics import Metrics
-from fenceline.runtime.session import Session
+from fenceline.runtime.session import RunResult, Session
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.streaming")
@@ -129,7 +129,7 @@ class HostStreamDriver(StreamDriver):
             self._fail(target, "input_error", f"the input fence reports an error at {reached}")
             return
         try:
-            self.session.infer()
+            infer_ns = self.session.infer()
         except ModelError as e:
             self._fail(target, "model_error", e.message)
             return
@@ -139,9 +139,12 @@ class HostStreamDriver(StreamDriver):
             if self.stats.failed:
                 log.info("frame %d ran: the output fence is live again", target)
         if self._signal(target):
+            end = time.perf_counter_ns()
             self.stats.frames += 1
+            # For the status page: no request waited, so wait is 0 and total is seen -> signalled.
+            self.session.recent.append((end, RunResult(target, 0, infer_ns, end - seen)))
             self._m_frames.inc()
-            self._m_seconds.observe((time.perf_counter_ns() - seen) / 1e9)
+            self._m_seconds.observe((end - seen) / 1e9)
 
     def _fail(self, target: int, reason: str, message: str) -> None:
         if not self._errored:  # one line per run of failures, not one per frame
@@ -194,6 +197,7 @@ class StreamWorker:
                 f"build; streaming fence types: {', '.join(sorted(DRIVERS))}"
             )
         self.label = ""  # for thread names and logs: the session id's first digits
+        self.owner = ""
         self.policy: Policy = policy
         self.spin = AdaptiveSpin(max_spin_ns)
         self.stats = StreamStats()
@@ -250,6 +254,8 @@ class StreamWorker:
     def _loop(self) -> None:
         driver = self._driver
         assert driver is not None
+        logs.owner.set(self.owner)  # this thread's context: every record it logs carries them
+        logs.session_id.set(self.label)
         try:
             driver.resume()
             while not self._halt:

@@ -90,6 +90,11 @@ class Renderer:
             if len(parts) == 2:
                 self.runs, self.bad = int(parts[0]), int(parts[1])
 
+    def wait_running(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.runs == 0 and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
@@ -133,6 +138,9 @@ def run_soak(
         try:
             start = _settle(proc.pid)
             pool = [Renderer(sock) for _ in range(renderers)]
+            # Warm-up counts from when every renderer is running, however slow their start.
+            for x in pool:
+                x.wait_running(60)
             time.sleep(warmup)
             warm = Resources.of(proc.pid)
             start = Resources(warm.rss_kib, start.fds, start.mappings, start.shm_entries)
@@ -147,6 +155,7 @@ def run_soak(
                     finished.append(victim)
                     kills += 1
                     pool.append(Renderer(sock))
+                    pool[-1].wait_running(30)  # only running renderers count as victims
                     next_kill += kill_every * rng.uniform(0.5, 1.5)
                 r = Resources.of(proc.pid)
                 runs = sum(x.runs for x in pool + finished)

@@ -1,0 +1,296 @@
+/* fenceline C client: share frame buffers and timeline fences with the fenceline service and run
+ * models on them over its IPC socket (docs/c-api.md, docs/ipc.md, docs/fences.md).
+ *
+ * Conventions (after ONNX Runtime's C API):
+ * - Everything is reached through the table FlGetApi(FL_API_VERSION) returns. A library that
+ *   cannot serve the version a program was compiled against returns NULL. The table only grows
+ *   by appending members, so a program built against version N runs on a library of any later
+ *   version.
+ * - Objects are opaque handles made by Create*, Open* or Import* and freed by the matching
+ *   Release*. Every Release* accepts NULL.
+ * - Functions that can fail return FlStatus*: NULL on success, else a status the caller owns
+ *   and frees with ReleaseStatus. On failure, out-parameters are left untouched.
+ * - Every out-parameter says who frees it. Strings a getter returns belong to the object they
+ *   came from and stay valid until it is released.
+ * - The library keeps no global state: any number of clients, frames and fences may coexist in a
+ *   process, each independent.
+ * - Each function states whether it is thread-safe. "Thread-safe" means any thread may call it at
+ *   any time, also on the same object. Release* may be called from any thread, but not while
+ *   another call uses the same object (the caller orders them).
+ */
+#ifndef FENCELINE_CLIENT_H
+#define FENCELINE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FL_EXPORT
+#else
+#define FL_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define FL_API_VERSION 1u
+
+/* Status codes. 1..999 are the service's stable IPC codes (fenceline.errors, ipc_code); they are
+ * append-only and named by what the caller should do next. 1000 and up are raised by this
+ * library alone. A service newer than this header may send a code not listed here: treat it as
+ * FL_ERROR_INTERNAL. */
+typedef enum FlErrorCode {
+  FL_OK = 0,
+  FL_ERROR_INTERNAL = 1,           /* a bug or an OS failure; the message says which */
+  FL_ERROR_INVALID_ARGUMENT = 2,   /* fix the call: a value is out of range or malformed */
+  FL_ERROR_NOT_FOUND = 3,          /* the model, memory, fence or session does not exist */
+  FL_ERROR_CONFLICT = 4,           /* the object's state forbids it (in use, value not above) */
+  FL_ERROR_UNSUPPORTED = 5,        /* this build or machine cannot do it */
+  FL_ERROR_TIMED_OUT = 6,          /* the fence did not reach the value in time; nothing ran */
+  FL_ERROR_RESOURCE_EXHAUSTED = 7, /* a limit was reached; release something or retry */
+  FL_ERROR_DEVICE_LOST = 8,        /* the peer behind a fence is gone (abandoned, error) */
+  FL_ERROR_INVALID_REQUEST = 9,    /* the service could not parse the request */
+  FL_ERROR_MODEL = 10,             /* the model failed on this input */
+  FL_ERROR_PERMISSION_DENIED = 11, /* this process's uid is not on the service's allow-list */
+  FL_ERROR_UNAUTHENTICATED = 12,   /* a bearer token is missing (HTTP only) */
+  FL_ERROR_UNAVAILABLE = 13,       /* the service is shutting down: reconnect once it is back */
+  FL_ERROR_TRANSPORT = 1000,       /* the connection failed or closed: create a new client */
+  FL_ERROR_PROTOCOL = 1001         /* the service's reply does not parse: versions differ */
+} FlErrorCode;
+
+typedef enum FlAccess { FL_ACCESS_READ_WRITE = 0, FL_ACCESS_READ_ONLY = 1 } FlAccess;
+
+/* The status word of a host timeline fence (docs/fences.md). */
+typedef enum FlFenceStatus {
+  FL_FENCE_LIVE = 0,
+  FL_FENCE_ABANDONED = 1, /* the signaller is gone; waiters stop waiting */
+  FL_FENCE_ERROR = 2      /* the signaller reports that the value it reached is bad */
+} FlFenceStatus;
+
+/* Run's timeout_ms that means "the service's default" (10 s unless configured). */
+#define FL_TIMEOUT_DEFAULT 0xFFFFFFFFu
+/* WaitFence's timeout_ns that means "no deadline". */
+#define FL_WAIT_FOREVER (-1)
+/* Object ids are this many lowercase hex digits. */
+#define FL_ID_LENGTH 32
+
+typedef struct FlStatus FlStatus;
+typedef struct FlClient FlClient;             /* one connection to the service */
+typedef struct FlFrame FlFrame;               /* a shared-memory buffer this process maps */
+typedef struct FlFence FlFence;               /* a host timeline fence this process maps */
+typedef struct FlMemoryImport FlMemoryImport; /* memory the service has imported for a client */
+typedef struct FlFenceImport FlFenceImport;   /* a fence the service has imported for a client */
+typedef struct FlSession FlSession;           /* a model bound to views and two fences */
+
+/* Where one model input or output lives: `rank` dimensions in `shape`, `datatype` a KServe name
+ * ("FP32", "FP16", "UINT8", ...), at `offset_bytes` inside `memory`. The caller owns every
+ * pointer; CreateSession only reads them during the call. */
+typedef struct FlTensorView {
+  const char *name;
+  const FlMemoryImport *memory;
+  uint64_t offset_bytes;
+  const char *datatype;
+  const int64_t *shape;
+  size_t rank;
+} FlTensorView;
+
+/* What CreateSession binds. Every input and output of the model must be bound. The service waits
+ * on wait_fence before each run and signals signal_fence after it. */
+typedef struct FlSessionDesc {
+  const char *model;
+  const FlTensorView *inputs;
+  size_t input_count;
+  const FlTensorView *outputs;
+  size_t output_count;
+  const FlFenceImport *wait_fence;
+  const FlFenceImport *signal_fence;
+} FlSessionDesc;
+
+/* What the service reports for one run; times in microseconds measured in the service. */
+typedef struct FlRunResult {
+  uint64_t signal_value; /* the value the service set on the signal fence */
+  uint32_t wait_us;      /* waiting for the input fence */
+  uint32_t infer_us;     /* running the model */
+  uint32_t total_us;     /* from receiving RUN to signalling */
+  uint32_t reserved;
+} FlRunResult;
+
+typedef struct FlApi FlApi;
+
+struct FlApi {
+  /* ---- status ------------------------------------------------------------------------------ */
+
+  /* The code of a status; FL_OK for NULL. Thread-safe. */
+  FlErrorCode (*GetErrorCode)(const FlStatus *status);
+  /* Its message, owned by the status; "" for NULL. Thread-safe. */
+  const char *(*GetErrorMessage)(const FlStatus *status);
+  /* Frees a status. Accepts NULL. */
+  void (*ReleaseStatus)(FlStatus *status);
+  /* The stable name of a code ("not_found", ...), a static string; "unknown" for others.
+   * Thread-safe. */
+  const char *(*GetErrorCodeName)(FlErrorCode code);
+
+  /* ---- frames: shared memory this process creates or opens ---------------------------------- */
+
+  /* Creates a zero-filled buffer of size_bytes and maps it read-write. shm_name NULL makes an
+   * anonymous memfd (sent to the service as an fd); a name ("/my-frame": '/' then letters,
+   * digits, '.', '_', '-') makes a POSIX shared-memory object that must not exist yet, and
+   * ReleaseFrame unlinks it. A memfd allows sealing: the service seals it against shrinking when
+   * it imports it. *out is freed with ReleaseFrame. Thread-safe. */
+  FlStatus *(*CreateFrame)(const char *shm_name, uint64_t size_bytes, FlFrame **out);
+  /* Maps an existing named object whole (made by another process, which keeps the duty to
+   * unlink it). *out is freed with ReleaseFrame, which never unlinks it. Thread-safe. */
+  FlStatus *(*OpenFrame)(const char *shm_name, FlAccess access, FlFrame **out);
+  /* The mapped bytes, owned by the frame, valid until ReleaseFrame. Thread-safe. */
+  void *(*GetFrameData)(const FlFrame *frame);
+  /* The mapped size in bytes. Thread-safe. */
+  uint64_t (*GetFrameSize)(const FlFrame *frame);
+  /* The frame's fd, owned by the frame (do not close it). Thread-safe. */
+  int (*GetFrameFd)(const FlFrame *frame);
+  /* The shared-memory name, owned by the frame; NULL for a memfd. Thread-safe. */
+  const char *(*GetFrameName)(const FlFrame *frame);
+  /* Unmaps and closes; unlinks the name if CreateFrame made it. Imports of the frame in the
+   * service keep their own mapping until released. Accepts NULL. */
+  void (*ReleaseFrame)(FlFrame *frame);
+
+  /* ---- fences: host timeline fences, usable without the service ----------------------------- */
+
+  /* Creates a fence at value 0, live. shm_name NULL makes a memfd fence, else a named one that
+   * must not exist yet and that ReleaseFence unlinks. *out is freed with ReleaseFence.
+   * Thread-safe. */
+  FlStatus *(*CreateFence)(const char *shm_name, FlFence **out);
+  /* Opens a fence another process created, by name. Fails with FL_ERROR_INVALID_ARGUMENT when
+   * the object is not a version-1 host timeline page. *out is freed with ReleaseFence, which
+   * never unlinks. Thread-safe. */
+  FlStatus *(*OpenFence)(const char *shm_name, FlFence **out);
+  /* Opens a fence from an fd (e.g. received over a socket). The fd stays the caller's: the
+   * fence keeps a duplicate. *out is freed with ReleaseFence. Thread-safe. */
+  FlStatus *(*OpenFenceFd)(int fd, FlFence **out);
+  /* The current value and status word. Thread-safe, lock-free. */
+  uint64_t (*GetFenceValue)(const FlFence *fence);
+  FlFenceStatus (*GetFenceStatus)(const FlFence *fence);
+  /* The fence's fd, owned by the fence. Thread-safe. */
+  int (*GetFenceFd)(const FlFence *fence);
+  /* The name, owned by the fence; NULL for a memfd fence. Thread-safe. */
+  const char *(*GetFenceName)(const FlFence *fence);
+  /* Sets the value and wakes every waiter in every process. Values never go backwards: a value
+   * not above the current one fails with FL_ERROR_CONFLICT and changes nothing. Thread-safe,
+   * lock-free (one futex wake). */
+  FlStatus *(*SignalFence)(FlFence *fence, uint64_t value);
+  /* Waits until the value is at least `value`: spins briefly (adaptively, at most the fence's
+   * max spin), then sleeps on the futex. timeout_ns FL_WAIT_FOREVER waits without deadline.
+   * Fails with FL_ERROR_TIMED_OUT when the deadline passes first, FL_ERROR_DEVICE_LOST when the
+   * fence is abandoned or reports an error. Thread-safe: any number of threads may wait. */
+  FlStatus *(*WaitFence)(FlFence *fence, uint64_t value, int64_t timeout_ns);
+  /* Sets the status word (FL_FENCE_ABANDONED before a signaller exits, FL_FENCE_ERROR when a
+   * value is bad) and wakes every waiter. Thread-safe. */
+  FlStatus *(*SetFenceStatus)(FlFence *fence, FlFenceStatus status);
+  /* The longest WaitFence spins before it sleeps (default 100 us; 0: always sleep at once).
+   * Thread-safe. */
+  void (*SetFenceMaxSpin)(FlFence *fence, int64_t max_spin_ns);
+  /* Unmaps and closes; unlinks the name if CreateFence made it. Accepts NULL. */
+  void (*ReleaseFence)(FlFence *fence);
+
+  /* ---- client: one connection ---------------------------------------------------------------- */
+
+  /* Writes the default socket path, as the service computes it: $XDG_RUNTIME_DIR/fenceline/
+   * fenceline.sock, else /tmp/fenceline-<uid>/fenceline/fenceline.sock. Fails with
+   * FL_ERROR_INVALID_ARGUMENT when buf_size is too small. Thread-safe. */
+  FlStatus *(*GetDefaultSocketPath)(char *buf, size_t buf_size);
+  /* Connects (socket_path NULL: the default path) and says hello; client_name (NULL: "c") shows
+   * in the service log. A service that refuses the connection answers with its reason
+   * (FL_ERROR_PERMISSION_DENIED, FL_ERROR_UNAVAILABLE); one that is not there with
+   * FL_ERROR_TRANSPORT. *out is freed with ReleaseClient. Thread-safe.
+   * Calls on one client are serialized by its lock; for runs in parallel use one client per
+   * thread. */
+  FlStatus *(*CreateClient)(const char *socket_path, const char *client_name, FlClient **out);
+  /* The service's hello reply as JSON (server, version, protocol, capabilities), owned by the
+   * client. Thread-safe. */
+  const char *(*GetServerInfo)(const FlClient *client);
+  /* The longest a call spins for its reply before it sleeps in poll (default 100 us, adaptive;
+   * 0: always sleep). Thread-safe. */
+  void (*SetClientMaxSpin)(FlClient *client, int64_t max_spin_ns);
+  /* Closes the connection: the service releases every object this client created. Handles
+   * made from the client stay valid to release (releasing them then frees only local memory);
+   * any other use fails with FL_ERROR_TRANSPORT. Accepts NULL. */
+  void (*ReleaseClient)(FlClient *client);
+
+  /* ---- imports: memory and fences the service maps for this client -------------------------- */
+
+  /* Imports a frame: a memfd travels as an fd, a named frame by its name. *out is freed with
+   * ReleaseMemoryImport. Thread-safe. */
+  FlStatus *(*ImportFrame)(FlClient *client, const FlFrame *frame, FlAccess access,
+                           FlMemoryImport **out);
+  /* Imports [offset_bytes, offset_bytes + size_bytes) of a shared-memory fd (memfd, shm or a
+   * file); size_bytes 0 means "to the end". The fd stays the caller's (the service receives its
+   * own copy). A memfd that allows sealing is sealed against shrinking by the service. *out is
+   * freed with ReleaseMemoryImport. Thread-safe. */
+  FlStatus *(*ImportMemoryFd)(FlClient *client, int fd, uint64_t offset_bytes,
+                              uint64_t size_bytes, FlAccess access, FlMemoryImport **out);
+  /* The same for a named POSIX shared-memory object the service opens itself. Thread-safe. */
+  FlStatus *(*ImportMemoryName)(FlClient *client, const char *shm_name, uint64_t offset_bytes,
+                                uint64_t size_bytes, FlAccess access, FlMemoryImport **out);
+  /* The service's id of the import (FL_ID_LENGTH hex digits), owned by the handle. Thread-safe. */
+  const char *(*GetMemoryImportId)(const FlMemoryImport *memory);
+  /* Drops this handle. The service releases the import once no session made from it is left
+   * (sessions hold their imports). Accepts NULL. */
+  void (*ReleaseMemoryImport)(FlMemoryImport *memory);
+
+  /* Imports a fence: a memfd fence travels as an fd, a named one by its name. *out is freed with
+   * ReleaseFenceImport. Thread-safe. */
+  FlStatus *(*ImportFence)(FlClient *client, const FlFence *fence, FlFenceImport **out);
+  /* Imports a fence from an fd, which stays the caller's. Thread-safe. */
+  FlStatus *(*ImportFenceFd)(FlClient *client, int fd, FlFenceImport **out);
+  /* Imports a named fence the service opens itself. Thread-safe. */
+  FlStatus *(*ImportFenceName)(FlClient *client, const char *shm_name, FlFenceImport **out);
+  /* The service's id of the import, owned by the handle. Thread-safe. */
+  const char *(*GetFenceImportId)(const FlFenceImport *fence);
+  /* Drops this handle; the service releases the import once no session made from it is left.
+   * Accepts NULL. */
+  void (*ReleaseFenceImport)(FlFenceImport *fence);
+
+  /* ---- sessions ------------------------------------------------------------------------------ */
+
+  /* Binds a model to views and fences. Bounds, datatypes and shapes are checked by the service
+   * (an out-of-bounds view fails with FL_ERROR_INVALID_ARGUMENT). The session holds the imports
+   * it uses until it is released. *out is freed with ReleaseSession. Thread-safe. */
+  FlStatus *(*CreateSession)(FlClient *client, const FlSessionDesc *desc, FlSession **out);
+  /* A handle for an existing session of this client by its id (e.g. from a log or another
+   * thread). No message is sent: an unknown id fails at Run with FL_ERROR_NOT_FOUND. The handle
+   * does not own the session: ReleaseSession on it frees only the handle. Thread-safe. */
+  FlStatus *(*OpenSession)(FlClient *client, const char *session_id, FlSession **out);
+  /* The session's id, owned by the handle. Thread-safe. */
+  const char *(*GetSessionId)(const FlSession *session);
+  /* One frame: the service waits until the wait fence reaches wait_value (at most timeout_ms;
+   * FL_TIMEOUT_DEFAULT: the service's default), runs the model in place and sets the signal fence
+   * to signal_value (0: wait_value). When Run returns FL_OK the outputs are written and the
+   * signal fence is set. A timeout fails with FL_ERROR_TIMED_OUT having run and signalled
+   * nothing. out may be NULL; else the caller's struct is filled. Thread-safe (serialized per
+   * client). */
+  FlStatus *(*Run)(FlSession *session, uint64_t wait_value, uint64_t signal_value,
+                   uint32_t timeout_ms, FlRunResult *out);
+  /* Releases the session in the service (waiting for a run in flight there) and frees the
+   * handle, then drops its hold on its imports. Accepts NULL. */
+  void (*ReleaseSession)(FlSession *session);
+
+  /* ---- introspection -------------------------------------------------------------------------- */
+
+  /* The service's description of one of this client's objects as JSON; kind is "memory",
+   * "fence" or "session". *out_json is the caller's, freed with FreeString. Thread-safe. */
+  FlStatus *(*Describe)(FlClient *client, const char *kind, const char *id, char **out_json);
+  /* Frees a string this library allocated for the caller. Accepts NULL. */
+  void (*FreeString)(char *str);
+  /* The library's version ("0.1.0"), a static string. Thread-safe. */
+  const char *(*GetVersionString)(void);
+};
+
+/* The function table for `version` (pass FL_API_VERSION), or NULL when this library cannot serve
+ * it. The table is static and immutable. Thread-safe. */
+FL_EXPORT const FlApi *FlGetApi(uint32_t version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

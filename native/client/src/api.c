@@ -1,0 +1,64 @@
+/* The versioned entry point: one immutable table of functions per API version. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static FlErrorCode get_error_code(const FlStatus *s) { return fl_status_code(s); }
+static const char *get_error_message(const FlStatus *s) { return fl_status_message(s); }
+static void free_string(char *s) { free(s); }
+static const char *version_string(void) { return FL_CLIENT_VERSION_STRING; }
+
+static const FlApi api_v1 = {
+    .GetErrorCode = get_error_code,
+    .GetErrorMessage = get_error_message,
+    .ReleaseStatus = fl_status_release,
+    .GetErrorCodeName = fl_code_name,
+    .CreateFrame = fl_frame_create,
+    .OpenFrame = fl_frame_open,
+    .GetFrameData = fl_frame_data,
+    .GetFrameSize = fl_frame_size,
+    .GetFrameFd = fl_frame_fd,
+    .GetFrameName = fl_frame_name,
+    .ReleaseFrame = fl_frame_release,
+    .CreateFence = fl_fence_create,
+    .OpenFence = fl_fence_open,
+    .OpenFenceFd = fl_fence_open_fd,
+    .GetFenceValue = fl_fence_value,
+    .GetFenceStatus = fl_fence_status,
+    .GetFenceFd = fl_fence_fd,
+    .GetFenceName = fl_fence_name,
+    .SignalFence = fl_fence_signal,
+    .WaitFence = fl_fence_wait,
+    .SetFenceStatus = fl_fence_set_status,
+    .SetFenceMaxSpin = fl_fence_set_max_spin,
+    .ReleaseFence = fl_fence_release,
+    .GetDefaultSocketPath = fl_default_socket_path,
+    .CreateClient = fl_client_create,
+    .GetServerInfo = fl_client_server_info,
+    .SetClientMaxSpin = fl_client_set_max_spin,
+    .ReleaseClient = fl_client_release,
+    .ImportFrame = fl_import_frame,
+    .ImportMemoryFd = fl_import_memory_fd,
+    .ImportMemoryName = fl_import_memory_name,
+    .GetMemoryImportId = fl_memory_import_id,
+    .ReleaseMemoryImport = fl_memory_import_release,
+    .ImportFence = fl_import_fence,
+    .ImportFenceFd = fl_import_fence_fd,
+    .ImportFenceName = fl_import_fence_name,
+    .GetFenceImportId = fl_fence_import_id,
+    .ReleaseFenceImport = fl_fence_import_release,
+    .CreateSession = fl_session_create,
+    .OpenSession = fl_session_open,
+    .GetSessionId = fl_session_id,
+    .Run = fl_session_run,
+    .ReleaseSession = fl_session_release,
+    .Describe = fl_describe,
+    .FreeString = free_string,
+    .GetVersionString = version_string,
+};
+
+FL_EXPORT const FlApi *FlGetApi(uint32_t version) {
+  /* Version N's table is a prefix of every later one, so one table serves 1..FL_API_VERSION. */
+  if (version == 0 || version > FL_API_VERSION) return NULL;
+  return &api_v1;
+}

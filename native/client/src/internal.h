@@ -1,0 +1,148 @@
+/* Internal declarations shared by the C client's translation units. */
+#ifndef FENCELINE_CLIENT_INTERNAL_H
+#define FENCELINE_CLIENT_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fenceline/fenceline_client.h"
+
+#define FL_CLIENT_VERSION_STRING "0.1.0"
+
+/* ---- status (status.c) ------------------------------------------------------------------------ */
+
+FlStatus *fl_status(FlErrorCode code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A status for an errno from `what`, mapped like the service's importer maps OS errors. */
+FlStatus *fl_status_errno(const char *what, int err);
+FlErrorCode fl_status_code(const FlStatus *s);
+const char *fl_status_message(const FlStatus *s);
+void fl_status_release(FlStatus *s);
+const char *fl_code_name(FlErrorCode code);
+
+/* ---- adaptive spin (spin.c): spin only while the awaited event recently came sooner than the
+ * budget, as fenceline.waiting.AdaptiveSpin does. Fields are atomics so several threads may wait
+ * on one fence. ---------------------------------------------------------------------------- */
+
+typedef struct fl_spin {
+  _Atomic int64_t max_ns;
+  _Atomic int64_t avg_ns;
+} fl_spin;
+
+void fl_spin_init(fl_spin *s, int64_t max_ns);
+int64_t fl_spin_budget(fl_spin *s);
+void fl_spin_observe(fl_spin *s, int64_t waited_ns);
+
+/* ---- shared memory helpers (shared.c) ---------------------------------------------------------- */
+
+/* NULL when `name` is a valid shared-memory name, else the reason. */
+FlStatus *fl_check_shm_name(const char *name);
+
+/* ---- frames and fences (shared.c) ------------------------------------------------------------- */
+
+FlStatus *fl_frame_create(const char *shm_name, uint64_t size, FlFrame **out);
+FlStatus *fl_frame_open(const char *shm_name, FlAccess access, FlFrame **out);
+void *fl_frame_data(const FlFrame *f);
+uint64_t fl_frame_size(const FlFrame *f);
+int fl_frame_fd(const FlFrame *f);
+const char *fl_frame_name(const FlFrame *f);
+void fl_frame_release(FlFrame *f);
+
+FlStatus *fl_fence_create(const char *shm_name, FlFence **out);
+FlStatus *fl_fence_open(const char *shm_name, FlFence **out);
+FlStatus *fl_fence_open_fd(int fd, FlFence **out);
+uint64_t fl_fence_value(const FlFence *f);
+FlFenceStatus fl_fence_status(const FlFence *f);
+int fl_fence_fd(const FlFence *f);
+const char *fl_fence_name(const FlFence *f);
+FlStatus *fl_fence_signal(FlFence *f, uint64_t value);
+FlStatus *fl_fence_wait(FlFence *f, uint64_t value, int64_t timeout_ns);
+FlStatus *fl_fence_set_status(FlFence *f, FlFenceStatus status);
+void fl_fence_set_max_spin(FlFence *f, int64_t ns);
+void fl_fence_release(FlFence *f);
+
+/* ---- client (client.c) and remote objects (remote.c) ------------------------------------------ */
+
+FlStatus *fl_default_socket_path(char *buf, size_t size);
+FlStatus *fl_client_create(const char *path, const char *name, FlClient **out);
+const char *fl_client_server_info(const FlClient *c);
+void fl_client_set_max_spin(FlClient *c, int64_t ns);
+void fl_client_release(FlClient *c);
+void fl_client_ref(FlClient *c);
+void fl_client_unref(FlClient *c);
+
+/* Frame kinds of docs/ipc.md. */
+enum {
+  FL_KIND_HELLO = 0x0001,
+  FL_KIND_IMPORT_MEMORY = 0x0002,
+  FL_KIND_RELEASE_MEMORY = 0x0003,
+  FL_KIND_IMPORT_FENCE = 0x0004,
+  FL_KIND_RELEASE_FENCE = 0x0005,
+  FL_KIND_CREATE_SESSION = 0x0006,
+  FL_KIND_RELEASE_SESSION = 0x0007,
+  FL_KIND_DESCRIBE = 0x0008,
+  FL_KIND_RUN = 0x0010,
+  FL_KIND_ERROR = 0x7FFF
+};
+
+/* Sends one JSON control request (with up to one fd, -1 for none) and receives its reply. On
+ * success *reply points at the reply's JSON body inside the client's buffer, valid while the
+ * caller holds the client's lock; fl_client_call takes and releases the lock itself and copies
+ * the body into a fresh malloc'd, NUL-terminated string the caller frees. */
+FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t body_len, int fd,
+                         char **reply, size_t *reply_len);
+/* Like fl_client_call but sends a fixed binary RUN body and decodes the binary reply. */
+FlStatus *fl_client_run(FlClient *c, const uint8_t session_id[16], uint64_t wait_value,
+                        uint64_t signal_value, uint32_t timeout_ms, FlRunResult *out);
+
+FlStatus *fl_import_frame(FlClient *c, const FlFrame *f, FlAccess access, FlMemoryImport **out);
+FlStatus *fl_import_memory_fd(FlClient *c, int fd, uint64_t offset, uint64_t size,
+                              FlAccess access, FlMemoryImport **out);
+FlStatus *fl_import_memory_name(FlClient *c, const char *name, uint64_t offset, uint64_t size,
+                                FlAccess access, FlMemoryImport **out);
+const char *fl_memory_import_id(const FlMemoryImport *m);
+void fl_memory_import_release(FlMemoryImport *m);
+FlStatus *fl_import_fence(FlClient *c, const FlFence *f, FlFenceImport **out);
+FlStatus *fl_import_fence_fd(FlClient *c, int fd, FlFenceImport **out);
+FlStatus *fl_import_fence_name(FlClient *c, const char *name, FlFenceImport **out);
+const char *fl_fence_import_id(const FlFenceImport *f);
+void fl_fence_import_release(FlFenceImport *f);
+FlStatus *fl_session_create(FlClient *c, const FlSessionDesc *desc, FlSession **out);
+FlStatus *fl_session_open(FlClient *c, const char *id, FlSession **out);
+const char *fl_session_id(const FlSession *s);
+FlStatus *fl_session_run(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                         uint32_t timeout_ms, FlRunResult *out);
+void fl_session_release(FlSession *s);
+FlStatus *fl_describe(FlClient *c, const char *kind, const char *id, char **out_json);
+
+/* ---- JSON (json.c): a writer for request bodies, a reader for the few reply fields we need -- */
+
+typedef struct fl_json_writer {
+  char *buf;
+  size_t cap;
+  size_t len;
+  int overflow;   /* set once the body would not fit */
+  int need_comma; /* a value was written at the current nesting level */
+} fl_json_writer;
+
+void fl_jw_init(fl_json_writer *w, char *buf, size_t cap);
+void fl_jw_begin_object(fl_json_writer *w);
+void fl_jw_end_object(fl_json_writer *w);
+void fl_jw_begin_array(fl_json_writer *w);
+void fl_jw_end_array(fl_json_writer *w);
+void fl_jw_key(fl_json_writer *w, const char *key);
+void fl_jw_string(fl_json_writer *w, const char *s);
+void fl_jw_uint(fl_json_writer *w, uint64_t v);
+void fl_jw_int(fl_json_writer *w, int64_t v);
+
+/* Finds top-level key `key` of the JSON object in [json, json+len) and, when its value is a
+ * string, writes it unescaped and NUL-terminated into out. Returns 0, or -1 when the key is
+ * absent, not a string, does not fit, or the text before it is not a JSON object. It stops at
+ * the match: validate the whole text first (fl_json_validate) where that matters. */
+int fl_json_get_string(const char *json, size_t len, const char *key, char *out, size_t out_size);
+
+/* 0 when [json, json+len) is one well-formed JSON value (with surrounding whitespace). */
+int fl_json_validate(const char *json, size_t len);
+
+#endif

@@ -1,0 +1,605 @@
+/* Checks of libfenceline_client against a live service (tests/test_c_client.py runs them).
+ *
+ *   test_client SOCKET CHECK   runs one check, prints "ok CHECK: detail", exits 0 (1 on failure)
+ *   test_client SOCKET all     runs every check
+ *   test_client SOCKET hold    sets up a session, prints "ready", then runs frames until killed
+ *   test_client - list         prints the names of the checks
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_GET_SEALS; clock_gettime, nanosleep under -std=c11 */
+#endif
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fenceline/fenceline_client.h"
+
+static const FlApi *api;
+static const char *socket_path;
+static char detail[512];
+
+#define FAIL(...)                                                  \
+  do {                                                             \
+    fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__);           \
+    fprintf(stderr, __VA_ARGS__);                                  \
+    fprintf(stderr, "\n");                                         \
+    exit(1);                                                       \
+  } while (0)
+
+/* The call must succeed. */
+#define OK(call)                                                                          \
+  do {                                                                                    \
+    FlStatus *st_ = (call);                                                               \
+    if (st_ != NULL)                                                                      \
+      FAIL("%s: [%s] %s", #call, api->GetErrorCodeName(api->GetErrorCode(st_)),           \
+           api->GetErrorMessage(st_));                                                    \
+  } while (0)
+
+/* The call must fail with `code`; its message goes into `detail`. */
+#define FAILS_WITH(code, call)                                                            \
+  do {                                                                                    \
+    FlStatus *st_ = (call);                                                               \
+    if (st_ == NULL) FAIL("%s succeeded, expected %s", #call, api->GetErrorCodeName(code)); \
+    if (api->GetErrorCode(st_) != (code))                                                 \
+      FAIL("%s: got [%s] %s, expected %s", #call,                                         \
+           api->GetErrorCodeName(api->GetErrorCode(st_)), api->GetErrorMessage(st_),      \
+           api->GetErrorCodeName(code));                                                  \
+    snprintf(detail, sizeof detail, "[%s] %s", api->GetErrorCodeName(code),               \
+             api->GetErrorMessage(st_));                                                  \
+    api->ReleaseStatus(st_);                                                              \
+  } while (0)
+
+#define EXPECT(cond)                         \
+  do {                                       \
+    if (!(cond)) FAIL("expected %s", #cond); \
+  } while (0)
+
+static const int64_t SHAPE[4] = {1, 3, 64, 64};
+#define ELEMENTS (3 * 64 * 64)
+#define NBYTES (ELEMENTS * sizeof(float))
+
+static void unique_name(char *buf, size_t n, const char *what) {
+  static unsigned counter; /* test program only; the library keeps no such state */
+  snprintf(buf, n, "/fl-ctest-%d-%s-%u", (int)getpid(), what, ++counter);
+}
+
+/* A complete add_64x64 setup: input and output in one frame, two fences. */
+typedef struct setup {
+  FlClient *client;
+  FlFrame *frame;
+  FlFence *ready, *done;
+  FlMemoryImport *memory;
+  FlFenceImport *ready_import, *done_import;
+  FlSession *session;
+  float *in, *out;
+} setup;
+
+static void make_setup(setup *s, int named) {
+  char frame_name[64], ready_name[64], done_name[64];
+  unique_name(frame_name, sizeof frame_name, "frame");
+  unique_name(ready_name, sizeof ready_name, "ready");
+  unique_name(done_name, sizeof done_name, "done");
+  memset(s, 0, sizeof *s);
+  OK(api->CreateClient(socket_path, "c-test", &s->client));
+  OK(api->CreateFrame(named ? frame_name : NULL, 2 * NBYTES, &s->frame));
+  OK(api->CreateFence(named ? ready_name : NULL, &s->ready));
+  OK(api->CreateFence(named ? done_name : NULL, &s->done));
+  OK(api->ImportFrame(s->client, s->frame, FL_ACCESS_READ_WRITE, &s->memory));
+  OK(api->ImportFence(s->client, s->ready, &s->ready_import));
+  OK(api->ImportFence(s->client, s->done, &s->done_import));
+  FlTensorView in = {"x", s->memory, 0, "FP32", SHAPE, 4};
+  FlTensorView out = {"y", s->memory, NBYTES, "FP32", SHAPE, 4};
+  FlSessionDesc d = {"add_64x64", &in, 1, &out, 1, s->ready_import, s->done_import};
+  OK(api->CreateSession(s->client, &d, &s->session));
+  s->in = api->GetFrameData(s->frame);
+  s->out = s->in + ELEMENTS;
+}
+
+static void free_setup(setup *s) {
+  api->ReleaseSession(s->session);
+  api->ReleaseMemoryImport(s->memory);
+  api->ReleaseFenceImport(s->ready_import);
+  api->ReleaseFenceImport(s->done_import);
+  api->ReleaseClient(s->client);
+  api->ReleaseFence(s->ready);
+  api->ReleaseFence(s->done);
+  api->ReleaseFrame(s->frame);
+}
+
+static void run_frame(setup *s, uint64_t value) {
+  for (int i = 0; i < ELEMENTS; ++i) s->in[i] = (float)(i % 251) * 0.5f + (float)value;
+  OK(api->SignalFence(s->ready, value));
+  FlRunResult r;
+  OK(api->Run(s->session, value, 0, FL_TIMEOUT_DEFAULT, &r));
+  EXPECT(r.signal_value == value);
+  EXPECT(api->GetFenceValue(s->done) == value);
+  for (int i = 0; i < ELEMENTS; ++i)
+    if (s->out[i] != s->in[i] + 1.0f) FAIL("frame %llu element %d wrong", (unsigned long long)value, i);
+}
+
+/* ---- checks without the service ----------------------------------------------------------- */
+
+static void check_api_version(void) {
+  EXPECT(FlGetApi(0) == NULL);
+  EXPECT(FlGetApi(FL_API_VERSION + 1) == NULL);
+  EXPECT(FlGetApi(FL_API_VERSION) == api);
+  EXPECT(strcmp(api->GetVersionString(), "0.1.0") == 0);
+  EXPECT(api->GetErrorCode(NULL) == FL_OK);
+  EXPECT(strcmp(api->GetErrorMessage(NULL), "") == 0);
+  EXPECT(strcmp(api->GetErrorCodeName(FL_ERROR_NOT_FOUND), "not_found") == 0);
+  EXPECT(strcmp(api->GetErrorCodeName((FlErrorCode)555), "unknown") == 0);
+  snprintf(detail, sizeof detail, "version %s", api->GetVersionString());
+}
+
+static void check_release_accepts_null(void) {
+  api->ReleaseStatus(NULL);
+  api->ReleaseFrame(NULL);
+  api->ReleaseFence(NULL);
+  api->ReleaseClient(NULL);
+  api->ReleaseMemoryImport(NULL);
+  api->ReleaseFenceImport(NULL);
+  api->ReleaseSession(NULL);
+  api->FreeString(NULL);
+  snprintf(detail, sizeof detail, "every Release* took NULL");
+}
+
+static void check_fence_signal_and_wait(void) {
+  FlFence *f = NULL, *peer = NULL;
+  OK(api->CreateFence(NULL, &f));
+  EXPECT(api->GetFenceValue(f) == 0 && api->GetFenceStatus(f) == FL_FENCE_LIVE);
+  EXPECT(api->GetFenceName(f) == NULL && api->GetFenceFd(f) >= 0);
+  OK(api->SignalFence(f, 5));
+  OK(api->WaitFence(f, 5, 0));
+  OK(api->WaitFence(f, 3, 0));
+  FAILS_WITH(FL_ERROR_CONFLICT, api->SignalFence(f, 5));
+  FAILS_WITH(FL_ERROR_TIMED_OUT, api->WaitFence(f, 6, 2000000));
+  OK(api->OpenFenceFd(api->GetFenceFd(f), &peer)); /* a second mapping of the same page */
+  OK(api->SignalFence(peer, 9));
+  EXPECT(api->GetFenceValue(f) == 9);
+  api->ReleaseFence(peer);
+  api->ReleaseFence(f);
+  snprintf(detail, sizeof detail, "values only go up; timeout reported");
+}
+
+typedef struct signal_later {
+  FlFence *fence;
+  uint64_t value;
+  int delay_ms;
+} signal_later;
+
+static void *signal_thread(void *arg) {
+  signal_later *s = arg;
+  struct timespec d = {0, (long)s->delay_ms * 1000000L};
+  nanosleep(&d, NULL);
+  api->ReleaseStatus(api->SignalFence(s->fence, s->value));
+  return NULL;
+}
+
+static void check_fence_wakes_waiter_in_other_thread(void) {
+  FlFence *f = NULL;
+  OK(api->CreateFence(NULL, &f));
+  api->SetFenceMaxSpin(f, 0); /* go straight to the futex */
+  signal_later s = {f, 7, 30};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, signal_thread, &s) == 0);
+  OK(api->WaitFence(f, 7, FL_WAIT_FOREVER));
+  pthread_join(t, NULL);
+  EXPECT(api->GetFenceValue(f) == 7);
+  api->ReleaseFence(f);
+  snprintf(detail, sizeof detail, "futex wait woken by signal");
+}
+
+static void check_fence_abandoned_ends_wait(void) {
+  FlFence *f = NULL;
+  OK(api->CreateFence(NULL, &f));
+  OK(api->SetFenceStatus(f, FL_FENCE_ABANDONED));
+  FAILS_WITH(FL_ERROR_DEVICE_LOST, api->WaitFence(f, 1, FL_WAIT_FOREVER));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->SetFenceStatus(f, (FlFenceStatus)7));
+  api->ReleaseFence(f);
+}
+
+static void check_named_fence_is_unlinked_by_creator(void) {
+  char name[64];
+  unique_name(name, sizeof name, "fence");
+  FlFence *f = NULL, *opened = NULL;
+  OK(api->CreateFence(name, &f));
+  EXPECT(strcmp(api->GetFenceName(f), name) == 0);
+  FAILS_WITH(FL_ERROR_CONFLICT, api->CreateFence(name, &opened));
+  OK(api->OpenFence(name, &opened));
+  OK(api->SignalFence(f, 3));
+  EXPECT(api->GetFenceValue(opened) == 3);
+  api->ReleaseFence(opened); /* an opener never unlinks */
+  OK(api->OpenFence(name, &opened));
+  api->ReleaseFence(opened);
+  api->ReleaseFence(f);
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->OpenFence(name, &opened));
+}
+
+static void check_open_fence_rejects_non_fence(void) {
+  FlFrame *fr = NULL;
+  FlFence *f = NULL;
+  OK(api->CreateFrame(NULL, 100, &fr));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->OpenFenceFd(api->GetFrameFd(fr), &f));
+  api->ReleaseFrame(fr);
+  OK(api->CreateFrame(NULL, 4096, &fr));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->OpenFenceFd(api->GetFrameFd(fr), &f));
+  api->ReleaseFrame(fr);
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->OpenFenceFd(-1, &f));
+}
+
+static void check_frames(void) {
+  char name[64];
+  unique_name(name, sizeof name, "frame");
+  FlFrame *a = NULL, *b = NULL;
+  OK(api->CreateFrame(NULL, 4096, &a));
+  EXPECT(api->GetFrameName(a) == NULL && api->GetFrameSize(a) == 4096);
+  ((unsigned char *)api->GetFrameData(a))[4095] = 7;
+  api->ReleaseFrame(a);
+  OK(api->CreateFrame(name, 8192, &a));
+  FAILS_WITH(FL_ERROR_CONFLICT, api->CreateFrame(name, 8192, &b));
+  OK(api->OpenFrame(name, FL_ACCESS_READ_ONLY, &b));
+  ((unsigned char *)api->GetFrameData(a))[100] = 42;
+  EXPECT(((unsigned char *)api->GetFrameData(b))[100] == 42 && api->GetFrameSize(b) == 8192);
+  api->ReleaseFrame(b);
+  api->ReleaseFrame(a);
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->OpenFrame(name, FL_ACCESS_READ_WRITE, &b));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateFrame("no-slash", 64, &a));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateFrame("/a/b", 64, &a));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateFrame(NULL, 0, &a));
+}
+
+static void check_default_socket_path(void) {
+  char buf[256], tiny[4];
+  OK(api->GetDefaultSocketPath(buf, sizeof buf));
+  EXPECT(strstr(buf, "fenceline/fenceline.sock") != NULL);
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->GetDefaultSocketPath(tiny, sizeof tiny));
+  snprintf(detail, sizeof detail, "%s", buf);
+}
+
+/* ---- checks against the service ----------------------------------------------------------- */
+
+static void check_connect_to_missing_socket_fails(void) {
+  FlClient *c = NULL;
+  FAILS_WITH(FL_ERROR_TRANSPORT, api->CreateClient("/nonexistent/fenceline.sock", NULL, &c));
+  EXPECT(c == NULL);
+}
+
+static void check_hello(void) {
+  FlClient *c = NULL;
+  OK(api->CreateClient(socket_path, NULL, &c));
+  const char *info = api->GetServerInfo(c);
+  EXPECT(strstr(info, "\"server\":\"fenceline\"") != NULL);
+  EXPECT(strstr(info, "\"host_timeline\":true") != NULL);
+  snprintf(detail, sizeof detail, "%.200s", info);
+  api->ReleaseClient(c);
+}
+
+static void check_run_by_fd(void) {
+  setup s;
+  make_setup(&s, 0);
+  for (uint64_t v = 1; v <= 20; ++v) run_frame(&s, v);
+  free_setup(&s);
+  snprintf(detail, sizeof detail, "20 frames, y == x + 1");
+}
+
+static void check_run_by_name(void) {
+  setup s;
+  make_setup(&s, 1);
+  for (uint64_t v = 1; v <= 20; ++v) run_frame(&s, v);
+  free_setup(&s);
+  snprintf(detail, sizeof detail, "20 frames, y == x + 1");
+}
+
+static void check_run_with_explicit_signal_value(void) {
+  setup s;
+  make_setup(&s, 0);
+  OK(api->SignalFence(s.ready, 1));
+  FlRunResult r;
+  OK(api->Run(s.session, 1, 100, FL_TIMEOUT_DEFAULT, &r));
+  EXPECT(r.signal_value == 100 && api->GetFenceValue(s.done) == 100);
+  /* The output fence must go up: signalling 100 again is a conflict. */
+  FAILS_WITH(FL_ERROR_CONFLICT, api->Run(s.session, 1, 100, FL_TIMEOUT_DEFAULT, NULL));
+  free_setup(&s);
+}
+
+static void check_unknown_session(void) {
+  setup s;
+  make_setup(&s, 0);
+  FlSession *ghost = NULL;
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->OpenSession(s.client, "not-an-id", &ghost));
+  OK(api->OpenSession(s.client, "0123456789abcdef0123456789abcdef", &ghost));
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->Run(ghost, 1, 0, 100, NULL));
+  api->ReleaseSession(ghost); /* frees the handle only */
+  run_frame(&s, 1);           /* the connection is still good */
+  free_setup(&s);
+}
+
+static void check_session_of_other_client_is_not_found(void) {
+  setup s;
+  make_setup(&s, 0);
+  FlClient *other = NULL;
+  FlSession *borrowed = NULL;
+  OK(api->CreateClient(socket_path, "c-test-other", &other));
+  OK(api->OpenSession(other, api->GetSessionId(s.session), &borrowed));
+  OK(api->SignalFence(s.ready, 1));
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->Run(borrowed, 1, 0, 100, NULL));
+  api->ReleaseSession(borrowed);
+  api->ReleaseClient(other);
+  free_setup(&s);
+}
+
+static void check_out_of_bounds_view(void) {
+  setup s;
+  make_setup(&s, 0);
+  FlTensorView in = {"x", s.memory, 0, "FP32", SHAPE, 4};
+  FlTensorView out = {"y", s.memory, NBYTES + 4096, "FP32", SHAPE, 4};
+  FlSessionDesc d = {"add_64x64", &in, 1, &out, 1, s.ready_import, s.done_import};
+  FlSession *bad = NULL;
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateSession(s.client, &d, &bad));
+  EXPECT(bad == NULL && strstr(detail, "outside") != NULL);
+  free_setup(&s);
+}
+
+static void check_bad_session_requests(void) {
+  setup s;
+  make_setup(&s, 0);
+  FlSession *bad = NULL;
+  FlTensorView in = {"x", s.memory, 0, "FP32", SHAPE, 4};
+  FlTensorView out = {"y", s.memory, NBYTES, "FP32", SHAPE, 4};
+  FlSessionDesc d = {"no_such_model", &in, 1, &out, 1, s.ready_import, s.done_import};
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->CreateSession(s.client, &d, &bad));
+  d.model = "add_64x64";
+  in.datatype = "FP64";
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateSession(s.client, &d, &bad));
+  in.datatype = "FP32";
+  in.name = "wrong";
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateSession(s.client, &d, &bad));
+  in.name = "x";
+  d.output_count = 0;
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateSession(s.client, &d, &bad));
+  d.output_count = 1;
+  in.memory = NULL;
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateSession(s.client, &d, &bad));
+  free_setup(&s);
+}
+
+static void check_read_only_memory_cannot_be_output(void) {
+  setup s;
+  make_setup(&s, 0);
+  FlMemoryImport *ro = NULL;
+  OK(api->ImportFrame(s.client, s.frame, FL_ACCESS_READ_ONLY, &ro));
+  FlTensorView in = {"x", ro, 0, "FP32", SHAPE, 4};
+  FlTensorView out = {"y", ro, NBYTES, "FP32", SHAPE, 4};
+  FlSessionDesc d = {"add_64x64", &in, 1, &out, 1, s.ready_import, s.done_import};
+  FlSession *bad = NULL;
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->CreateSession(s.client, &d, &bad));
+  api->ReleaseMemoryImport(ro);
+  free_setup(&s);
+}
+
+static void check_fence_timeout(void) {
+  setup s;
+  make_setup(&s, 0);
+  OK(api->SignalFence(s.ready, 1));
+  FAILS_WITH(FL_ERROR_TIMED_OUT, api->Run(s.session, 2, 0, 50, NULL));
+  EXPECT(api->GetFenceValue(s.done) == 0); /* nothing ran, nothing signalled */
+  run_frame(&s, 2);
+  free_setup(&s);
+}
+
+static void check_abandoned_input_fence(void) {
+  setup s;
+  make_setup(&s, 0);
+  OK(api->SetFenceStatus(s.ready, FL_FENCE_ABANDONED));
+  FAILS_WITH(FL_ERROR_DEVICE_LOST, api->Run(s.session, 1, 0, 1000, NULL));
+  free_setup(&s);
+}
+
+static void check_import_errors(void) {
+  FlClient *c = NULL;
+  FlMemoryImport *m = NULL;
+  FlFenceImport *f = NULL;
+  OK(api->CreateClient(socket_path, NULL, &c));
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->ImportMemoryName(c, "/fl-ctest-missing", 0, 0,
+                                                      FL_ACCESS_READ_WRITE, &m));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->ImportMemoryName(c, "bad name", 0, 0,
+                                                             FL_ACCESS_READ_WRITE, &m));
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->ImportFenceName(c, "/fl-ctest-missing", &f));
+  FlFrame *fr = NULL;
+  OK(api->CreateFrame(NULL, 4096, &fr));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT,
+             api->ImportMemoryFd(c, api->GetFrameFd(fr), 8192, 0, FL_ACCESS_READ_WRITE, &m));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->ImportFenceFd(c, api->GetFrameFd(fr), &f));
+  OK(api->ImportMemoryFd(c, api->GetFrameFd(fr), 1024, 1024, FL_ACCESS_READ_WRITE, &m));
+  char *json = NULL;
+  OK(api->Describe(c, "memory", api->GetMemoryImportId(m), &json));
+  EXPECT(strstr(json, "\"size_bytes\":1024") != NULL);
+  api->FreeString(json);
+  FAILS_WITH(FL_ERROR_INVALID_REQUEST, api->Describe(c, "nothing", "x", &json));
+  api->ReleaseMemoryImport(m);
+  api->ReleaseFrame(fr);
+  api->ReleaseClient(c);
+}
+
+/* Handles may be released in any order: a session keeps its imports alive in the service. */
+static void check_release_order_does_not_matter(void) {
+  setup s;
+  make_setup(&s, 0);
+  char memory_id[64], session_id[64];
+  snprintf(memory_id, sizeof memory_id, "%s", api->GetMemoryImportId(s.memory));
+  snprintf(session_id, sizeof session_id, "%s", api->GetSessionId(s.session));
+  api->ReleaseMemoryImport(s.memory);
+  api->ReleaseFenceImport(s.ready_import);
+  s.memory = NULL;
+  s.ready_import = NULL;
+  run_frame(&s, 1);
+  char *json = NULL;
+  OK(api->Describe(s.client, "memory", memory_id, &json));
+  api->FreeString(json);
+  api->ReleaseSession(s.session);
+  s.session = NULL;
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->Describe(s.client, "session", session_id, &json));
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->Describe(s.client, "memory", memory_id, &json));
+  free_setup(&s);
+}
+
+static void check_use_after_client_release(void) {
+  setup s;
+  make_setup(&s, 0);
+  run_frame(&s, 1);
+  api->ReleaseClient(s.client);
+  s.client = NULL;
+  OK(api->SignalFence(s.ready, 2));
+  FAILS_WITH(FL_ERROR_TRANSPORT, api->Run(s.session, 2, 0, 100, NULL));
+  free_setup(&s); /* releasing handles after their client is safe */
+}
+
+/* The service seals an imported memfd against shrinking, which a shrink under its mapping
+ * would turn into a fault; CreateFrame's memfds allow it. */
+static void check_imported_memfd_is_sealed_against_shrinking(void) {
+  setup s;
+  make_setup(&s, 0);
+  int seals = fcntl(api->GetFrameFd(s.frame), F_GET_SEALS);
+  EXPECT(seals >= 0 && (seals & F_SEAL_SHRINK) != 0);
+  EXPECT(ftruncate(api->GetFrameFd(s.frame), 64) != 0);
+  run_frame(&s, 1);
+  free_setup(&s);
+  snprintf(detail, sizeof detail, "seals 0x%x", (unsigned)seals);
+}
+
+static void check_client_threads(void);
+
+typedef struct check_entry {
+  const char *name;
+  void (*fn)(void);
+  int needs_service;
+} check_entry;
+
+static const check_entry CHECKS[] = {
+    {"api_version", check_api_version, 0},
+    {"release_accepts_null", check_release_accepts_null, 0},
+    {"fence_signal_and_wait", check_fence_signal_and_wait, 0},
+    {"fence_wakes_waiter_in_other_thread", check_fence_wakes_waiter_in_other_thread, 0},
+    {"fence_abandoned_ends_wait", check_fence_abandoned_ends_wait, 0},
+    {"named_fence_is_unlinked_by_creator", check_named_fence_is_unlinked_by_creator, 0},
+    {"open_fence_rejects_non_fence", check_open_fence_rejects_non_fence, 0},
+    {"frames", check_frames, 0},
+    {"default_socket_path", check_default_socket_path, 0},
+    {"connect_to_missing_socket_fails", check_connect_to_missing_socket_fails, 0},
+    {"hello", check_hello, 1},
+    {"run_by_fd", check_run_by_fd, 1},
+    {"run_by_name", check_run_by_name, 1},
+    {"run_with_explicit_signal_value", check_run_with_explicit_signal_value, 1},
+    {"unknown_session", check_unknown_session, 1},
+    {"session_of_other_client_is_not_found", check_session_of_other_client_is_not_found, 1},
+    {"out_of_bounds_view", check_out_of_bounds_view, 1},
+    {"bad_session_requests", check_bad_session_requests, 1},
+    {"read_only_memory_cannot_be_output", check_read_only_memory_cannot_be_output, 1},
+    {"fence_timeout", check_fence_timeout, 1},
+    {"abandoned_input_fence", check_abandoned_input_fence, 1},
+    {"import_errors", check_import_errors, 1},
+    {"release_order_does_not_matter", check_release_order_does_not_matter, 1},
+    {"use_after_client_release", check_use_after_client_release, 1},
+    {"imported_memfd_is_sealed_against_shrinking",
+     check_imported_memfd_is_sealed_against_shrinking, 1},
+    {"client_threads", check_client_threads, 1},
+};
+
+#define CHECK_COUNT (sizeof CHECKS / sizeof CHECKS[0])
+
+/* Several threads share one client: calls are serialized, every reply reaches its caller. */
+static void *client_thread(void *arg) {
+  setup *s = arg;
+  for (uint64_t v = 1; v <= 50; ++v) {
+    OK(api->SignalFence(s->ready, v));
+    OK(api->Run(s->session, v, 0, FL_TIMEOUT_DEFAULT, NULL));
+    EXPECT(api->GetFenceValue(s->done) >= v);
+  }
+  return NULL;
+}
+
+static void check_client_threads(void) {
+  setup s[3];
+  make_setup(&s[0], 0);
+  for (int i = 1; i < 3; ++i) {
+    /* Sessions of their own on the first setup's client. */
+    memset(&s[i], 0, sizeof s[i]);
+    s[i].client = s[0].client;
+    OK(api->CreateFrame(NULL, 2 * NBYTES, &s[i].frame));
+    OK(api->CreateFence(NULL, &s[i].ready));
+    OK(api->CreateFence(NULL, &s[i].done));
+    OK(api->ImportFrame(s[i].client, s[i].frame, FL_ACCESS_READ_WRITE, &s[i].memory));
+    OK(api->ImportFence(s[i].client, s[i].ready, &s[i].ready_import));
+    OK(api->ImportFence(s[i].client, s[i].done, &s[i].done_import));
+    FlTensorView in = {"x", s[i].memory, 0, "FP32", SHAPE, 4};
+    FlTensorView out = {"y", s[i].memory, NBYTES, "FP32", SHAPE, 4};
+    FlSessionDesc d = {"add_64x64", &in, 1, &out, 1, s[i].ready_import, s[i].done_import};
+    OK(api->CreateSession(s[i].client, &d, &s[i].session));
+  }
+  pthread_t t[3];
+  for (int i = 0; i < 3; ++i) EXPECT(pthread_create(&t[i], NULL, client_thread, &s[i]) == 0);
+  for (int i = 0; i < 3; ++i) pthread_join(t[i], NULL);
+  for (int i = 1; i < 3; ++i) {
+    s[i].client = NULL;
+    free_setup(&s[i]);
+  }
+  free_setup(&s[0]);
+  snprintf(detail, sizeof detail, "3 threads x 50 runs on one client");
+}
+
+/* ---- hold: for the leak test, which kills this process with SIGKILL ------------------------ */
+
+static int hold(void) {
+  setup s;
+  make_setup(&s, 0);
+  setup named;
+  make_setup(&named, 1);
+  run_frame(&s, 1);
+  run_frame(&named, 1);
+  printf("ready %s %s\n", api->GetSessionId(s.session), api->GetSessionId(named.session));
+  fflush(stdout);
+  for (uint64_t v = 2; v < UINT64_MAX; ++v) {
+    run_frame(&s, v);
+    struct timespec d = {0, 1000000};
+    nanosleep(&d, NULL);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: test_client SOCKET CHECK|all|hold|list\n");
+    return 2;
+  }
+  api = FlGetApi(FL_API_VERSION);
+  if (api == NULL) {
+    fprintf(stderr, "FlGetApi(%u) returned NULL\n", FL_API_VERSION);
+    return 1;
+  }
+  socket_path = argv[1];
+  const char *which = argv[2];
+  if (strcmp(which, "list") == 0) {
+    for (size_t i = 0; i < CHECK_COUNT; ++i) printf("%s\n", CHECKS[i].name);
+    return 0;
+  }
+  if (strcmp(which, "hold") == 0) return hold();
+  int ran = 0;
+  for (size_t i = 0; i < CHECK_COUNT; ++i) {
+    if (strcmp(which, "all") != 0 && strcmp(which, CHECKS[i].name) != 0) continue;
+    detail[0] = '\0';
+    CHECKS[i].fn();
+    printf("ok %s: %s\n", CHECKS[i].name, detail);
+    fflush(stdout);
+    ++ran;
+  }
+  if (ran == 0) {
+    fprintf(stderr, "no check named %s\n", which);
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,93 @@
+"""Where the C client (``libfenceline_client``, docs/c-api.md) lives in this installation.
+
+The wheel carries the shared and static library, the header and a pkg-config file inside the
+package: ``fenceline/lib``, ``fenceline/include``, ``fenceline/lib/pkgconfig``. A C build finds
+them with ``python -m fenceline.client.c_api --cflags --libs`` or by adding ``--pkgconfig-path``
+to ``PKG_CONFIG_PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import fenceline
+from fenceline.client.errors import ClientError
+
+LIBRARY = "libfenceline_client.so"
+
+
+def _find(relative: str) -> Path:
+    # An editable install splits the package over the source tree and site-packages; what
+    # CMake installed is in one of the package's path entries.
+    for entry in fenceline.__path__:
+        candidate = Path(entry) / relative
+        if candidate.exists():
+            return candidate
+    raise ClientError(
+        f"the C client is not installed with this fenceline ({relative} is in none of "
+        f"{list(fenceline.__path__)}); reinstall the package so CMake builds native/client"
+    )
+
+
+def c_library_dir() -> Path:
+    """The directory holding ``libfenceline_client.so`` and ``.a``."""
+    return _find(f"lib/{LIBRARY}").parent
+
+
+def c_include_dir() -> Path:
+    """The directory to put on the include path: it holds ``fenceline/fenceline_client.h``."""
+    return _find("include/fenceline/fenceline_client.h").parent.parent
+
+
+def c_pkgconfig_dir() -> Path:
+    """The directory holding ``fenceline-client.pc``."""
+    return _find("lib/pkgconfig/fenceline-client.pc").parent
+
+
+def c_examples_dir() -> Path:
+    """The directory holding the example renderer's source (``renderer.c``)."""
+    return _find("share/examples/renderer.c").parent
+
+
+def c_compile_flags() -> list[str]:
+    return [f"-I{c_include_dir()}"]
+
+
+def c_link_flags() -> list[str]:
+    """Links the shared library, with an rpath so programs find it without LD_LIBRARY_PATH."""
+    lib = c_library_dir()
+    return [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lfenceline_client"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m fenceline.client.c_api",
+        description="Print what a C build needs to use libfenceline_client.",
+    )
+    p.add_argument("--cflags", action="store_true", help="compiler flags (include path)")
+    p.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
+    p.add_argument("--libdir", action="store_true", help="the library directory")
+    p.add_argument("--pkgconfig-path", action="store_true", help="directory for PKG_CONFIG_PATH")
+    args = p.parse_args(argv)
+    try:
+        out: list[str] = []
+        if args.cflags:
+            out += c_compile_flags()
+        if args.libs:
+            out += c_link_flags()
+        if args.libdir:
+            out.append(str(c_library_dir()))
+        if args.pkgconfig_path:
+            out.append(str(c_pkgconfig_dir()))
+        if not out:
+            out = [*c_compile_flags(), *c_link_flags()]
+    except ClientError as e:
+        p.exit(2, f"fenceline: {e}\n")
+    print(" ".join(shlex.quote(s) for s in out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
