@@ -6,12 +6,17 @@
 #include <unistd.h>
 
 #include "../common/host_timeline.h"
+#include "cuda_backend.h"
 #include "errors.h"
 #include "host_fence.h"
 #include "host_memory.h"
 #include "seqpacket.h"
 
 namespace py = pybind11;
+
+namespace fl {
+void bind_cuda(py::module_ &mod);  // cuda_module.cpp
+}
 
 namespace {
 
@@ -36,8 +41,14 @@ void translate(std::exception_ptr p) {
 }
 
 // Handle kinds this build can import. An unknown or unsupported kind is a plain false.
-bool can_import_memory(const std::string &kind) { return kind == "host_shm" || kind == "host_fd"; }
-bool can_import_fence(const std::string &kind) { return kind == "host_timeline"; }
+bool can_import_memory(const std::string &kind) {
+  if (kind == "host_shm" || kind == "host_fd") return true;
+  return (kind == "opaque_fd" || kind == "cuda_ipc") && fl::cuda::available();
+}
+bool can_import_fence(const std::string &kind) {
+  if (kind == "host_timeline") return true;
+  return kind == "vk_timeline_opaque_fd" && fl::cuda::available();
+}
 
 // A numpy array over [offset, offset + nbytes) of a mapping that holds the mapping alive.
 py::array array_over(const std::shared_ptr<fl::Mapping> &m, std::uint64_t offset,
@@ -156,4 +167,6 @@ PYBIND11_MODULE(_native, mod) {
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
       "Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at "
       "EOF. Spins up to spin_ns with the GIL released, then blocks.");
+
+  fl::bind_cuda(mod);
 }

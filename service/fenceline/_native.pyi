@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['FENCE_PAGE_SIZE', 'HostFence', 'HostMemory', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'recv_message']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'HostFence', 'HostMemory', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'recv_message']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -115,9 +115,105 @@ class HostFence:
     @property
     def value(self) -> int:
         ...
+class CudaDevice:
+    @staticmethod
+    def by_ordinal(ordinal: typing.SupportsInt | typing.SupportsIndex) -> CudaDevice:
+        ...
+    @staticmethod
+    def by_uuid(uuid: bytes) -> CudaDevice:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def ordinal(self) -> int:
+        ...
+    @property
+    def uuid(self) -> bytes:
+        ...
+class CudaMemory:
+    @staticmethod
+    def import_opaque_fd(device: CudaDevice, fd: typing.SupportsInt | typing.SupportsIndex, allocation_size: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, dedicated: bool = False) -> CudaMemory:
+        """
+        Takes ownership of fd, also when it raises (CUDA owns it once imported).
+        """
+    @staticmethod
+    def open_ipc(device: CudaDevice, handle: bytes, size: typing.SupportsInt | typing.SupportsIndex) -> CudaMemory:
+        ...
+    def close(self) -> None:
+        ...
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def device(self) -> CudaDevice:
+        ...
+    @property
+    def pointer(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+class CudaTensorView:
+    def __init__(self, memory: CudaMemory, offset: typing.SupportsInt | typing.SupportsIndex, element_size: typing.SupportsInt | typing.SupportsIndex, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def address(self) -> int:
+        ...
+    @property
+    def nbytes(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def shape(self) -> list[int]:
+        ...
+class CudaSemaphore:
+    @staticmethod
+    def import_timeline_fd(device: CudaDevice, fd: typing.SupportsInt | typing.SupportsIndex) -> CudaSemaphore:
+        """
+        Takes ownership of fd, also when it raises.
+        """
+    def close(self) -> None:
+        ...
+    @property
+    def closed(self) -> bool:
+        ...
+class CudaStream:
+    def __init__(self, device: CudaDevice) -> None:
+        ...
+    def done(self) -> bool:
+        ...
+    def record(self) -> None:
+        ...
+    def signal(self, semaphore: CudaSemaphore, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Enqueues a GPU-side signal of value.
+        """
+    def synchronize(self, timeout_ns: typing.SupportsInt | typing.SupportsIndex = -1, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+        """
+        Waits (GIL released) for the work before the last record(); False on timeout.
+        """
+    def wait(self, semaphore: CudaSemaphore, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Enqueues a GPU-side wait for value.
+        """
+    @property
+    def device(self) -> CudaDevice:
+        ...
+    @property
+    def handle(self) -> int:
+        ...
 def can_import_fence(kind: str) -> bool:
     ...
 def can_import_memory(kind: str) -> bool:
+    ...
+def cuda_available() -> bool:
+    ...
+def cuda_devices() -> list:
+    ...
+def cuda_unavailable_reason() -> str:
     ...
 def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple:
     """

@@ -43,7 +43,7 @@ def post_memory(body: MemoryImportRequest, request: Request) -> dict[str, Any]:
         )
     return runtime(request).import_memory(
         OWNER, body.handle_type, name=body.name, size_bytes=body.size_bytes,
-        offset_bytes=body.offset_bytes, access=body.access,
+        offset_bytes=body.offset_bytes, access=body.access, **body.gpu_fields(),
     )
 
 

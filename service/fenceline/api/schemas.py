@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,11 +21,36 @@ class MemoryImportRequest(Strict):
     size_bytes: int = Field(0, ge=0, lt=2**64, description="0 maps to the end of the object")
     offset_bytes: int = Field(0, ge=0, lt=2**64)
     access: Literal["read_only", "read_write"] = "read_write"
+    # GPU handle types (docs/gpu.md)
+    allocation_size_bytes: int = Field(
+        0, ge=0, lt=2**64, description="opaque_fd: the Vulkan allocation's size"
+    )
+    dedicated: bool = Field(False, description="opaque_fd: a dedicated Vulkan allocation")
+    device_uuid: str | None = Field(
+        None, description="32 hex digits: VkPhysicalDeviceIDProperties.deviceUUID"
+    )
+    device_id: int | None = Field(None, ge=0, description="cuda_ipc: the CUDA device ordinal")
+    ipc_handle: str | None = Field(
+        None, min_length=128, max_length=128, description="cuda_ipc: cudaIpcMemHandle_t as hex"
+    )
+
+    def gpu_fields(self) -> dict[str, Any]:
+        """The GPU fields, for the GPU handle types only (interop/cuda_memory.py)."""
+        if self.handle_type not in ("opaque_fd", "cuda_ipc"):
+            return {}
+        return {
+            "allocation_size_bytes": self.allocation_size_bytes, "dedicated": self.dedicated,
+            "device_uuid": self.device_uuid, "device_id": self.device_id,
+            "ipc_handle": self.ipc_handle,
+        }
 
 
 class FenceImportRequest(Strict):
     fence_type: str = Field(description="host_timeline; see capabilities")
     name: str | None = None
+    device_uuid: str | None = Field(
+        None, description="vk_timeline_opaque_fd: VkPhysicalDeviceIDProperties.deviceUUID (hex)"
+    )
 
 
 class ViewRequest(Strict):

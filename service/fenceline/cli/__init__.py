@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="latency of IPC, HTTP and in-process runs")
     bench.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     bench.add_argument("--json", type=Path, help="also write the results as JSON here")
+    bench.add_argument("--gpu", action="store_true",
+                       help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -77,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.gpu:
+            from fenceline.bench.gpu import run_gpu_bench
+
+            return run_gpu_bench(quick=args.quick, json_path=args.json)
         if args.command == "soak":
             from fenceline.cli.soak import soak_from_args
 

@@ -89,17 +89,23 @@ class IpcClient:
     # -- transport ------------------------------------------------------------------------
 
     def _exchange(self, frame: bytes, request_id: int, fds: list[int] | None = None) -> codec.Frame:
+        self._send(frame, fds)
+        return self._receive(request_id)
+
+    def _send(self, frame: bytes, fds: list[int] | None = None) -> None:
         if self._closed:
             raise ClientError("the client is closed")
         try:
-            try:
-                if fds:
-                    socket.send_fds(self._sock, [frame], fds)
-                else:
-                    self._sock.send(frame)
-            except OSError:
-                self._raise_refusal()
-                raise
+            if fds:
+                socket.send_fds(self._sock, [frame], fds)
+            else:
+                self._sock.send(frame)
+        except OSError as e:
+            self._raise_refusal()
+            raise ClientError(f"IPC transport failed: {e}") from None
+
+    def _receive(self, request_id: int) -> codec.Frame:
+        try:
             budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
             data, got_fds = _native.recv_message(
@@ -171,6 +177,42 @@ class IpcClient:
             body["name"] = name if fence is None else fence.name
         return str(self._call(Kind.IMPORT_FENCE, body, fds)["id"])
 
+    def import_gpu_memory(
+        self,
+        fd: int,
+        allocation_size: int,
+        *,
+        device_uuid: str,
+        dedicated: bool = False,
+        offset_bytes: int = 0,
+        size_bytes: int = 0,
+        access: str = "read_write",
+    ) -> str:
+        """Registers Vulkan memory exported as an OPAQUE_FD (docs/gpu.md). The service gets its
+        own copy of the fd; the caller still owns ``fd`` and should close it afterwards."""
+        body = {
+            "handle_type": "opaque_fd", "allocation_size_bytes": allocation_size,
+            "dedicated": dedicated, "device_uuid": device_uuid, "offset_bytes": offset_bytes,
+            "size_bytes": size_bytes, "access": access,
+        }
+        return str(self._call(Kind.IMPORT_MEMORY, body, [fd])["id"])
+
+    def import_gpu_fence(self, fd: int, *, device_uuid: str) -> str:
+        """Registers a Vulkan timeline semaphore exported as an OPAQUE_FD; the caller keeps
+        ``fd``."""
+        body = {"fence_type": "vk_timeline_opaque_fd", "device_uuid": device_uuid}
+        return str(self._call(Kind.IMPORT_FENCE, body, [fd])["id"])
+
+    def import_cuda_ipc(
+        self, handle: bytes, size_bytes: int, *, device_id: int = 0, access: str = "read_write"
+    ) -> str:
+        """Registers another process's CUDA allocation by its 64-byte cudaIpcMemHandle_t."""
+        body = {
+            "handle_type": "cuda_ipc", "ipc_handle": bytes(handle).hex(), "size_bytes": size_bytes,
+            "device_id": device_id, "access": access,
+        }
+        return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
+
     def create_session(
         self,
         model: str,
@@ -203,6 +245,28 @@ class IpcClient:
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
         )
         return codec.decode_run_reply(self._exchange(frame, rid).body)
+
+    def run_async(
+        self, session_id: str, wait_value: int, signal_value: int | None = None
+    ) -> codec.RunReply:
+        """A CUDA session replies once the wait, the model and the signal are enqueued on the
+        GPU; the renderer then waits for the output semaphore itself."""
+        return self.recv_run_reply(self.send_run_async(session_id, wait_value, signal_value))
+
+    def send_run_async(
+        self, session_id: str, wait_value: int, signal_value: int | None = None
+    ) -> int:
+        """Sends a RUN_ASYNC and returns at once with its request id, so the renderer can submit
+        its own GPU work while the service enqueues; collect the reply with
+        :meth:`recv_run_reply` before the next request."""
+        rid = next(self._ids)
+        self._send(codec.encode_run_async(
+            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, None)
+        ))
+        return rid
+
+    def recv_run_reply(self, request_id: int) -> codec.RunReply:
+        return codec.decode_run_reply(self._receive(request_id).body)
 
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         return dict(self._call(Kind.DESCRIBE, {"kind": kind, "id": id}))

@@ -32,14 +32,17 @@ def can_import_fence(kind: str) -> bool:
 
 
 def devices() -> list[dict[str, Any]]:
-    return [
-        {
-            "kind": "cpu",
-            "id": 0,
-            "name": platform.processor() or platform.machine(),
-            "cores": os.cpu_count() or 1,
-        }
+    cpu: dict[str, Any] = {
+        "kind": "cpu",
+        "id": 0,
+        "name": platform.processor() or platform.machine(),
+        "cores": os.cpu_count() or 1,
+    }
+    gpus = [
+        {"kind": "cuda", "id": d["ordinal"], "name": d["name"], "uuid": bytes(d["uuid"]).hex()}
+        for d in _native.cuda_devices()
     ]
+    return [cpu, *gpus]
 
 
 def capabilities() -> dict[str, Any]:

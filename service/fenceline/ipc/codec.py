@@ -44,6 +44,7 @@ class Kind(IntEnum):
     RELEASE_SESSION = 0x0007
     DESCRIBE = 0x0008
     RUN = 0x0010
+    RUN_ASYNC = 0x0011  # RUN's body; replied to with a RUN reply once the work is enqueued
     # Streaming sessions (docs/streaming.md): body {"id": ...}, reply the session description.
     START_SESSION = 0x0020
     PAUSE_SESSION = 0x0021
@@ -195,3 +196,9 @@ def session_id_bytes(session_id: str) -> bytes:
     if len(raw) != 16:
         raise InvalidRequest(f"session id {session_id!r} is not 32 hex digits")
     return raw
+
+
+def encode_run_async(request_id: int, run: Run) -> bytes:
+    """A RUN that a CUDA session answers as soon as its work is enqueued on the GPU."""
+    frame = encode_run(request_id, run)
+    return frame[:6] + struct.pack("<H", Kind.RUN_ASYNC) + frame[8:]

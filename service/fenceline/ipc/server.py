@@ -94,7 +94,7 @@ class Connection:
                 try:
                     frame = codec.decode(data)
                     request_id = frame.request_id
-                    if frame.kind == Kind.RUN:
+                    if frame.kind in (Kind.RUN, Kind.RUN_ASYNC):
                         self._close_fds(fds)
                         if fds:
                             raise InvalidRequest("RUN carries no fds")
@@ -151,7 +151,7 @@ class Connection:
             self._sessions[run.session_id] = session
         r = self.runtime.run_session(
             session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc",
-            record=False,
+            record=False, asynchronous=frame.kind == Kind.RUN_ASYNC,
         )
         self._ran = (session, r)
         return codec.encode_run_reply(
@@ -192,13 +192,15 @@ class Connection:
             raise InvalidRequest("host_shm memory is opened by name; send no fd")
         return self.runtime.import_memory(
             self.owner, req.handle_type, name=req.name, fd=fd, size_bytes=req.size_bytes,
-            offset_bytes=req.offset_bytes, access=req.access,
+            offset_bytes=req.offset_bytes, access=req.access, **req.gpu_fields(),
         )
 
     def _import_fence(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(FenceImportRequest, body)
         fd = self._one_fd(fds, "IMPORT_FENCE")
-        return self.runtime.import_fence(self.owner, req.fence_type, name=req.name, fd=fd)
+        return self.runtime.import_fence(
+            self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid
+        )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(SessionCreateRequest, body)

@@ -11,12 +11,22 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from fenceline.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    Unsupported,
+)
 from fenceline.interop.capabilities import capabilities
+from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, import_cuda_memory
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.host_fence import FenceImport, import_fence
 from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, import_memory
+from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
+from fenceline.runtime.cuda_session import CudaSession, uses_gpu
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
@@ -141,12 +151,22 @@ class Runtime:
         size_bytes: int = 0,
         offset_bytes: int = 0,
         access: Access = "read_write",
+        **gpu: Any,
     ) -> dict[str, Any]:
+        """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
+        GPU handle types (interop/cuda_memory.py)."""
         self._check_import_quota(owner, fd)
-        mem = import_memory(
-            handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
-            access=access,
-        )
+        mem: Any
+        if handle_type in CUDA_MEMORY_TYPES:
+            mem = import_cuda_memory(
+                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+                access=access, **gpu,
+            )
+        else:
+            mem = import_memory(
+                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+                access=access,
+            )
         with self._lock:
             mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
             limit = self.settings.max_mapped_bytes_per_owner
@@ -189,10 +209,20 @@ class Runtime:
     # -- fences ---------------------------------------------------------------------------
 
     def import_fence(
-        self, owner: str, fence_type: str, *, name: str | None = None, fd: int | None = None
+        self,
+        owner: str,
+        fence_type: str,
+        *,
+        name: str | None = None,
+        fd: int | None = None,
+        device_uuid: str | None = None,
     ) -> dict[str, Any]:
         self._check_import_quota(owner, fd)
-        fence = import_fence(fence_type, name=name, fd=fd)
+        fence: Any
+        if fence_type in VK_FENCE_TYPES:
+            fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
+        else:
+            fence = import_fence(fence_type, name=name, fd=fd)
         with self._lock:
             entry = self.fences.add(owner, fence)
         self.metrics.imported_handles.labels(fence.kind).inc()
@@ -255,7 +285,7 @@ class Runtime:
                     f"at most {self.settings.max_sessions_per_owner} sessions per client"
                 )
             limit = self.settings.max_streaming_sessions_per_owner
-            if mode == "streaming" and sum(e.obj.stream is not None for e in owned) >= limit:
+            if mode == "streaming" and sum(_stream_of(e.obj) is not None for e in owned) >= limit:
                 raise ResourceExhausted(
                     f"at most {limit} streaming sessions per client; stop one first"
                 )
@@ -276,23 +306,31 @@ class Runtime:
                         raise InvalidArgument(f"{role} {tensor!r}: {e.message}") from None
                     used.append(mem_entry)
                 bound.append(views)
-            session = Session(m, bound[0], bound[1], wait.obj, signal.obj)
+            views_used = [*bound[0].values(), *bound[1].values()]
+            session_cls: Any = CudaSession if uses_gpu(views_used, [wait.obj, signal.obj]) else Session
+            session = session_cls(m, bound[0], bound[1], wait.obj, signal.obj)
             if mode == "streaming":
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
+                if not isinstance(session, Session):
+                    raise Unsupported(
+                        "streaming sessions run on host memory and host_timeline fences in this "
+                        "build; GPU sessions take RUN or RUN_ASYNC requests (docs/gpu.md)"
+                    )
                 session.stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
             entry = self.sessions.add(owner, session)
             for user in (*used, wait, signal):
                 user.users.add(entry.id)
-        if session.stream is not None:
-            session.stream.label, session.stream.owner = entry.id[:8], owner
+        stream = _stream_of(session)
+        if stream is not None:
+            stream.label, stream.owner = entry.id[:8], owner
         self.metrics.sessions.labels(m.name).inc()
         log.info("session created for model %s", m.name, extra=_ids(owner, entry.id))
-        if session.stream is not None:
+        if stream is not None:
             log.info("the session streams, policy %s, spins up to %d us", policy,
                      max_spin_ns // 1000, extra=_ids(owner, entry.id))
             if start:
-                session.stream.start()
+                stream.start()
         return self._session_info(entry)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
@@ -311,13 +349,13 @@ class Runtime:
             return self._session_info(self.sessions.get(owner, id))
 
     def _stream(self, owner: str, id: str) -> StreamWorker:
-        session = self.session(owner, id)
-        if session.stream is None:
+        stream = _stream_of(self.session(owner, id))
+        if stream is None:
             raise Conflict(
                 f"session {id} runs on request (mode 'request'); only streaming sessions start, "
                 "pause and stop"
             )
-        return session.stream
+        return stream
 
     def start_session(self, owner: str, id: str) -> dict[str, Any]:
         """Starts (or resumes) a streaming session's worker; a no-op when it runs."""
@@ -342,8 +380,9 @@ class Runtime:
         with self._lock:
             entry = self.sessions.get(owner, id)
             del self.sessions.entries[id]
-        if entry.obj.stream is not None:
-            entry.obj.stream.stop()  # joins the worker; outside the table lock
+        stream = _stream_of(entry.obj)
+        if stream is not None:
+            stream.stop()  # joins the worker; outside the table lock
         entry.obj.close()  # waits for a run in flight, outside the table lock
         with self._lock:
             for users in [m.users for m in self.memory.entries.values()] + [
@@ -392,10 +431,12 @@ class Runtime:
         *,
         transport: str,
         record: bool = True,
+        asynchronous: bool = False,
     ) -> RunResult:
         """One request-mode run. ``record=False`` leaves the metrics to the caller
-        (:meth:`record_run`), so a transport can send its reply first."""
-        if session.stream is not None:
+        (:meth:`record_run`), so a transport can send its reply first. ``asynchronous``: a CUDA
+        session replies once the work is enqueued; host sessions always run to completion."""
+        if _stream_of(session) is not None:
             raise Conflict(
                 "this session streams: it runs by itself when its input fence advances; RUN is "
                 "for sessions created with mode 'request'"
@@ -409,9 +450,15 @@ class Runtime:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        result = session.run(
-            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
-        )
+        if asynchronous and isinstance(session, CudaSession):
+            result = session.run(
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+                asynchronous=True,
+            )
+        else:
+            result = session.run(
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
+            )
         if record:
             self.record_run(session, result, transport)
         return result
@@ -468,6 +515,11 @@ class Runtime:
         self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
+
+
+def _stream_of(session: Any) -> StreamWorker | None:
+    """A streaming session's worker; None for request-mode and GPU sessions."""
+    return getattr(session, "stream", None)
 
 
 def _ids(owner: str, session_id: str) -> dict[str, str]:

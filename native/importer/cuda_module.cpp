@@ -1,0 +1,161 @@
+// Python bindings of the CUDA backend (cuda_backend.h), registered by module.cpp.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "cuda_backend.h"
+#include "errors.h"
+#include "host_memory.h"
+
+namespace py = pybind11;
+
+namespace fl {
+
+namespace {
+
+using cuda::Device;
+using cuda::ExternalMemory;
+using cuda::ExternalSemaphore;
+using cuda::Stream;
+
+// What Python holds for an import: close() drops this hold; views keep theirs.
+class CudaMemory {
+ public:
+  explicit CudaMemory(std::shared_ptr<ExternalMemory> m) : memory_(std::move(m)) {}
+  const std::shared_ptr<ExternalMemory> &memory() const {
+    if (!memory_) throw Error(Code::Conflict, "the CUDA memory import is closed");
+    return memory_;
+  }
+  bool closed() const { return !memory_; }
+  void close() { memory_.reset(); }
+
+ private:
+  std::shared_ptr<ExternalMemory> memory_;
+};
+
+class CudaSemaphore {
+ public:
+  explicit CudaSemaphore(std::shared_ptr<ExternalSemaphore> s) : sem_(std::move(s)) {}
+  const ExternalSemaphore &get() const {
+    if (!sem_) throw Error(Code::Conflict, "the CUDA semaphore import is closed");
+    return *sem_;
+  }
+  bool closed() const { return !sem_; }
+  void close() { sem_.reset(); }
+
+ private:
+  std::shared_ptr<ExternalSemaphore> sem_;
+};
+
+// A typed window into device memory, bounds-checked like TensorView; keeps the import alive.
+class CudaTensorView {
+ public:
+  CudaTensorView(std::shared_ptr<ExternalMemory> m, std::uint64_t offset,
+                 std::uint64_t element_size, std::vector<std::int64_t> shape)
+      : memory_(std::move(m)), offset_(offset), shape_(std::move(shape)) {
+    nbytes_ = tensor_nbytes(shape_, element_size);
+    check_range(offset_, nbytes_, memory_->size(), "view");
+  }
+  std::uint64_t address() const { return memory_->pointer() + offset_; }
+  std::uint64_t offset() const { return offset_; }
+  std::uint64_t nbytes() const { return nbytes_; }
+  const std::vector<std::int64_t> &shape() const { return shape_; }
+
+ private:
+  std::shared_ptr<ExternalMemory> memory_;
+  std::uint64_t offset_;
+  std::uint64_t nbytes_ = 0;
+  std::vector<std::int64_t> shape_;
+};
+
+}  // namespace
+
+void bind_cuda(py::module_ &mod) {
+  mod.def("cuda_available", &cuda::available);
+  mod.def("cuda_unavailable_reason", &cuda::unavailable_reason);
+  mod.def("cuda_devices", [] {
+    py::list out;
+    for (const auto &d : cuda::devices()) {
+      py::dict info;
+      info["ordinal"] = d.ordinal;
+      info["name"] = d.name;
+      info["uuid"] = py::bytes(d.uuid);
+      out.append(info);
+    }
+    return out;
+  });
+
+  py::class_<Device, std::shared_ptr<Device>>(mod, "CudaDevice")
+      .def_static("by_uuid", [](const py::bytes &uuid) { return Device::by_uuid(uuid); },
+                  py::arg("uuid"))
+      .def_static("by_ordinal", &Device::by_ordinal, py::arg("ordinal"))
+      .def_property_readonly("ordinal", &Device::ordinal)
+      .def_property_readonly("name", &Device::name)
+      .def_property_readonly("uuid", [](const Device &d) { return py::bytes(d.uuid()); });
+
+  py::class_<CudaMemory, std::shared_ptr<CudaMemory>>(mod, "CudaMemory")
+      .def_static(
+          "import_opaque_fd",
+          [](std::shared_ptr<Device> device, int fd, std::uint64_t allocation_size,
+             std::uint64_t offset, std::uint64_t size, bool dedicated) {
+            return std::make_shared<CudaMemory>(ExternalMemory::import_opaque_fd(
+                std::move(device), fd, allocation_size, offset, size, dedicated));
+          },
+          py::arg("device"), py::arg("fd"), py::arg("allocation_size"), py::arg("offset") = 0,
+          py::arg("size") = 0, py::arg("dedicated") = false,
+          "Takes ownership of fd, also when it raises (CUDA owns it once imported).")
+      .def_static(
+          "open_ipc",
+          [](std::shared_ptr<Device> device, const py::bytes &handle, std::uint64_t size) {
+            return std::make_shared<CudaMemory>(
+                ExternalMemory::open_ipc(std::move(device), handle, size));
+          },
+          py::arg("device"), py::arg("handle"), py::arg("size"))
+      .def_property_readonly("pointer",
+                             [](const CudaMemory &m) { return m.memory()->pointer(); })
+      .def_property_readonly("size", [](const CudaMemory &m) { return m.memory()->size(); })
+      .def_property_readonly("device", [](const CudaMemory &m) { return m.memory()->device(); })
+      .def_property_readonly("closed", &CudaMemory::closed)
+      .def("close", &CudaMemory::close);
+
+  py::class_<CudaTensorView, std::shared_ptr<CudaTensorView>>(mod, "CudaTensorView")
+      .def(py::init([](const CudaMemory &m, std::uint64_t offset, std::uint64_t element_size,
+                       std::vector<std::int64_t> shape) {
+             return std::make_shared<CudaTensorView>(m.memory(), offset, element_size,
+                                                     std::move(shape));
+           }),
+           py::arg("memory"), py::arg("offset"), py::arg("element_size"), py::arg("shape"))
+      .def_property_readonly("address", &CudaTensorView::address)
+      .def_property_readonly("offset", &CudaTensorView::offset)
+      .def_property_readonly("nbytes", &CudaTensorView::nbytes)
+      .def_property_readonly("shape", &CudaTensorView::shape);
+
+  py::class_<CudaSemaphore, std::shared_ptr<CudaSemaphore>>(mod, "CudaSemaphore")
+      .def_static(
+          "import_timeline_fd",
+          [](std::shared_ptr<Device> device, int fd) {
+            return std::make_shared<CudaSemaphore>(
+                ExternalSemaphore::import_timeline_fd(std::move(device), fd));
+          },
+          py::arg("device"), py::arg("fd"), "Takes ownership of fd, also when it raises.")
+      .def_property_readonly("closed", &CudaSemaphore::closed)
+      .def("close", &CudaSemaphore::close);
+
+  py::class_<Stream, std::shared_ptr<Stream>>(mod, "CudaStream")
+      .def(py::init<std::shared_ptr<Device>>(), py::arg("device"))
+      .def_property_readonly("handle", &Stream::handle)
+      .def_property_readonly("device", &Stream::device)
+      .def(
+          "wait", [](Stream &s, const CudaSemaphore &sem, std::uint64_t v) { s.wait(sem.get(), v); },
+          py::arg("semaphore"), py::arg("value"), "Enqueues a GPU-side wait for value.")
+      .def(
+          "signal",
+          [](Stream &s, const CudaSemaphore &sem, std::uint64_t v) { s.signal(sem.get(), v); },
+          py::arg("semaphore"), py::arg("value"), "Enqueues a GPU-side signal of value.")
+      .def("record", &Stream::record)
+      .def("done", &Stream::done)
+      .def("synchronize", &Stream::synchronize, py::arg("timeout_ns") = -1,
+           py::arg("spin_ns") = 0, py::call_guard<py::gil_scoped_release>(),
+           "Waits (GIL released) for the work before the last record(); False on timeout.");
+}
+
+}  // namespace fl

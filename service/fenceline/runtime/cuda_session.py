@@ -1,0 +1,239 @@
+"""A CUDA session (docs/gpu.md): GPU memory bound by device pointer into an onnxruntime CUDA EP
+session that runs on the session's own CUDA stream, between two Vulkan timeline semaphores
+waited and signalled on that stream.
+
+A run enqueues: wait(input semaphore >= wait_value), the model, signal(output semaphore :=
+signal_value). An async run replies then; a plain run also waits on the host for the stream to
+pass the signal, at most timeout. Nothing waits on the CPU for the renderer and no frame is read
+on the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import onnxruntime as ort
+
+from fenceline import _native
+from fenceline.errors import (
+    Conflict,
+    InvalidArgument,
+    ModelError,
+    TimedOut,
+    Unavailable,
+    Unsupported,
+)
+from fenceline.interop.cuda_memory import CudaTensorBinding
+from fenceline.interop.vk_fence import VkFenceImport
+from fenceline.runtime.models import Model
+from fenceline.runtime.session import RunResult
+
+log = logging.getLogger("fenceline.runtime")
+
+# How long close() lets queued work finish before it releases a wait nobody will signal.
+DRAIN_GRACE_NS = 200_000_000
+# A plain run's host wait checks for shutdown this often.
+CANCEL_SLICE_NS = 100_000_000
+
+
+def _check_bindings(model: Model, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+    for role, bound, specs in (("input", inputs, model.inputs), ("output", outputs, model.outputs)):
+        unknown = sorted(set(bound) - set(specs))
+        missing = sorted(set(specs) - set(bound))
+        if unknown:
+            raise InvalidArgument(
+                f"model {model.name!r} has no {role} named {', '.join(map(repr, unknown))}; "
+                f"its {role}s are {sorted(specs)}"
+            )
+        if missing:
+            raise InvalidArgument(
+                f"every {role} of model {model.name!r} must be bound; missing "
+                f"{', '.join(map(repr, missing))}"
+            )
+        for name, b in bound.items():
+            specs[name].check(b.datatype, b.shape, role)
+
+
+def uses_gpu(bindings: Sequence[object], fences: Sequence[object]) -> bool:
+    return any(isinstance(b, CudaTensorBinding) for b in bindings) or any(
+        isinstance(f, VkFenceImport) for f in fences
+    )
+
+
+class CudaSession:
+    """Runs are serialized per session; one stream per session, so sessions run concurrently."""
+
+    def __init__(
+        self,
+        model: Model,
+        inputs: dict[str, Any],
+        outputs: dict[str, Any],
+        wait_fence: Any,
+        signal_fence: Any,
+    ) -> None:
+        _check_bindings(model, inputs, outputs)
+        bindings = [*inputs.values(), *outputs.values()]
+        gpu = [isinstance(b, CudaTensorBinding) for b in bindings]
+        if not any(gpu):
+            raise InvalidArgument(
+                "vk_timeline_opaque_fd fences are waited on the GPU: bind GPU memory "
+                "(opaque_fd, cuda_ipc), or use host_timeline fences with host memory"
+            )
+        if not all(gpu):
+            raise InvalidArgument(
+                "a session binds GPU memory (opaque_fd, cuda_ipc) or host memory, not both"
+            )
+        for role, f in (("wait_fence", wait_fence), ("signal_fence", signal_fence)):
+            if not isinstance(f, VkFenceImport):
+                raise InvalidArgument(
+                    f"{role}: a session over GPU memory needs vk_timeline_opaque_fd fences, "
+                    f"not {getattr(f, 'kind', '?')}"
+                )
+        if model.settings.execution_provider != "cuda":
+            raise InvalidArgument(
+                f"model {model.name!r} runs on {model.settings.execution_provider}; GPU memory "
+                'needs a model with "execution_provider": "cuda" in its config.json'
+            )
+        device = bindings[0].memory.cuda
+        for b in bindings:
+            if b.memory.cuda.ordinal != device.ordinal:
+                raise InvalidArgument("every tensor of a session must live on the same GPU")
+        for f in (wait_fence, signal_fence):
+            if f.cuda.ordinal != device.ordinal:
+                raise InvalidArgument("the fences were imported on another GPU than the memory")
+        self.model = model
+        self.inputs: dict[str, CudaTensorBinding] = inputs
+        self.outputs: dict[str, CudaTensorBinding] = outputs
+        self.wait_fence: VkFenceImport = wait_fence
+        self.signal_fence: VkFenceImport = signal_fence
+        self.device = device
+        self.runs = 0
+        self.last_signal_value = 0
+        self._max_wait_value = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._stream: _native.CudaStream | None = _native.CudaStream(device)
+        so = ort.SessionOptions()
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        provider = ("CUDAExecutionProvider", {
+            "device_id": str(device.ordinal),
+            "user_compute_stream": str(self._stream.handle),
+        })
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise Unsupported("this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)")
+        try:
+            self._ort: ort.InferenceSession | None = ort.InferenceSession(
+                str(model.path), so, providers=[provider]
+            )
+        except Exception as e:  # onnxruntime's own error types
+            raise ModelError(f"model {model.name!r} does not load on CUDA: {e}") from e
+        self._binding = self._ort.io_binding()
+        for name, b in inputs.items():
+            self._binding.bind_input(name, "cuda", device.ordinal, b.datatype.numpy, b.shape, b.address)
+        for name, b in outputs.items():
+            self._binding.bind_output(name, "cuda", device.ordinal, b.datatype.numpy, b.shape, b.address)
+        # One RunOptions for every run: the stream is never synchronized at the end of a run.
+        self._run_options = ort.RunOptions()
+        self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+
+    @property
+    def output_devices(self) -> dict[str, str]:
+        return {name: f"cuda:{self.device.ordinal}" for name in self.outputs}
+
+    def run(
+        self,
+        wait_value: int,
+        signal_value: int | None,
+        timeout_ns: int,
+        spin_ns: int,
+        cancel: threading.Event | None = None,
+        *,
+        asynchronous: bool = False,
+    ) -> RunResult:
+        """Enqueues wait -> model -> signal on the stream. A plain run then waits for the stream
+        up to timeout_ns and raises TimedOut if the input semaphore has not reached wait_value by
+        then (the work stays queued and completes once it does), or Unavailable once ``cancel``
+        is set."""
+        target = wait_value if signal_value is None else signal_value
+        with self._lock:
+            if self._closed or self._stream is None or self._ort is None:
+                raise Conflict("the session is closed")
+            start = time.perf_counter_ns()
+            current = self.signal_fence.enqueued_signal
+            if target <= current:
+                raise Conflict(
+                    f"signal_value {target} is not above the output fence's last value {current}"
+                )
+            stream = self._stream
+            stream.wait(self.wait_fence.handle, wait_value)
+            self._max_wait_value = max(self._max_wait_value, wait_value)
+            try:
+                self._ort.run_with_iobinding(self._binding, self._run_options)
+            except Exception as e:  # onnxruntime's own error types
+                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+            stream.signal(self.signal_fence.handle, target)
+            stream.record()
+            self.signal_fence.enqueued_signal = target
+            enqueued = time.perf_counter_ns()
+            self.runs += 1
+            self.last_signal_value = target
+            if asynchronous:
+                return RunResult(target, 0, enqueued - start, enqueued - start)
+            done = stream.synchronize(min(timeout_ns, CANCEL_SLICE_NS), spin_ns)
+            left = timeout_ns - CANCEL_SLICE_NS
+            while not done and left > 0:
+                if cancel is not None and cancel.is_set():
+                    raise Unavailable("the service is shutting down")
+                done = stream.synchronize(min(left, CANCEL_SLICE_NS), 0)
+                left -= CANCEL_SLICE_NS
+        end = time.perf_counter_ns()
+        if not done:
+            raise TimedOut(
+                f"the input fence did not reach {wait_value} within {timeout_ns / 1e6:g} ms; the "
+                "run stays queued on the GPU and completes once it does"
+            )
+        return RunResult(target, end - enqueued, enqueued - start, end - start)
+
+    def close(self) -> None:
+        """Lets queued work finish (releasing, after a grace period, a GPU wait that nobody
+        signals), then drops the bindings and the onnxruntime session, then the stream. Safe to
+        call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            stream = self._stream
+            if stream is not None and not stream.synchronize(DRAIN_GRACE_NS, 0):
+                log.warning(
+                    "session of %s: input fence never reached %d; releasing the GPU wait",
+                    self.model.name, self._max_wait_value,
+                )
+                # Signalling the input semaphore from a side stream lets the queued run complete,
+                # so nothing is freed under work the GPU still has queued.
+                side = _native.CudaStream(self.device)
+                side.signal(self.wait_fence.handle, self._max_wait_value)
+                side.record()
+                side.synchronize(-1, 0)
+                stream.synchronize(-1, 0)
+            self._binding.clear_binding_inputs()
+            self._binding.clear_binding_outputs()
+            self._ort = None
+            self._stream = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name,
+            "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
+            "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
+            "output_devices": self.output_devices,
+            "runs": self.runs,
+            "last_signal_value": self.last_signal_value,
+        }
+
+
+def _view_info(b: CudaTensorBinding) -> dict[str, Any]:
+    return {"offset_bytes": b.view.offset, "datatype": b.datatype.name, "shape": b.shape}
