@@ -18,6 +18,7 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 
 TRANSPORTS = ("http", "ipc", "kserve")
+STREAM_FAILURES = ("model_error", "input_error", "conflict")
 
 
 class Metrics:
@@ -79,6 +80,30 @@ class Metrics:
             registry=r,
         )
         self._run_series: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+        self.stream_frames = Counter(
+            "fenceline_stream_frames_total",
+            "Frames a streaming session ran and signalled, without a request.", ["model"],
+            registry=r,
+        )
+        self.stream_skipped = Counter(
+            "fenceline_stream_skipped_frames_total",
+            "Input fence values a latest-only streaming session passed over (or an every-value "
+            "session dropped past its backlog limit).", ["model"], registry=r,
+        )
+        self.stream_failed = Counter(
+            "fenceline_stream_failed_frames_total",
+            "Frames signalled with the output fence's status set to error, by reason.",
+            ["model", "reason"], registry=r,
+        )
+        self.stream_frame_seconds = Histogram(
+            "fenceline_stream_frame_duration_seconds",
+            "From the input fence seen at a value to the output fence signalled with it.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.stream_running = Gauge(
+            "fenceline_stream_running_sessions", "Streaming sessions whose worker runs now.",
+            registry=r,
+        )
 
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
         # On the per-frame path: labelled children are looked up once per (model, transport).

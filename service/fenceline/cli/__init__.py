@@ -22,6 +22,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="longest spin on the IPC socket before blocking (0: always block)")
     p.add_argument("--fence-spin-us", type=int, default=50,
                    help="longest spin on an input fence before sleeping on its futex")
+    p.add_argument("--max-spinners", type=int, default=None, metavar="N",
+                   help="most fence waiters of the service that spin at once (default: half the "
+                   "CPUs it may use, at least 1; 0: never spin); docs/streaming.md")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--log-format", default="text", choices=LOG_FORMATS,

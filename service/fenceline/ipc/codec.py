@@ -45,6 +45,10 @@ class Kind(IntEnum):
     DESCRIBE = 0x0008
     RUN = 0x0010
     RUN_ASYNC = 0x0011  # RUN's body; replied to with a RUN reply once the work is enqueued
+    # Streaming sessions (docs/streaming.md): body {"id": ...}, reply the session description.
+    START_SESSION = 0x0020
+    PAUSE_SESSION = 0x0021
+    STOP_SESSION = 0x0022
     ERROR = 0x7FFF
 
 
