@@ -11,6 +11,7 @@ is the request kind with bit 15 set, a failure is kind ERROR.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from enum import IntEnum
@@ -187,6 +188,7 @@ def decode_error(body: bytes) -> FencelineError:
     return cls(str(info.get("error", "unknown error")))
 
 
+@functools.lru_cache(maxsize=4096)  # called per frame by clients with the same few ids
 def session_id_bytes(session_id: str) -> bytes:
     """Session ids are 32 hex digits; RUN carries their 16 raw bytes."""
     try:
