@@ -149,7 +149,13 @@ def test_two_renderers_on_two_gpus_stream_at_once_and_a_stall_stays_on_its_gpu(
         a.send("stream", seconds=STREAM_S)
         b.send("stream", seconds=STREAM_S)
         figures["a_together"], figures["b_together"] = a.read(), b.read()
-        for key in ("a_alone", "b_alone", "a_together", "b_together"):
+        # Session churn on GPU a while GPU b streams: a figure only (onnxruntime builds a
+        # session holding the GIL, so this shows what that costs the other GPU).
+        a.send("churn")
+        b.send("stream", seconds=STREAM_S)
+        figures["a_churn"], figures["b_while_a_churns"] = a.read(), b.read()
+        assert figures["a_churn"]["correct"]
+        for key in ("a_alone", "b_alone", "a_together", "b_together", "b_while_a_churns"):
             assert figures[key]["frames"] > 0 and figures[key]["correct"], figures
 
         # A stall on GPU a: frames queued behind input semaphores nobody signals, and a plain
