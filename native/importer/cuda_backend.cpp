@@ -293,10 +293,12 @@ std::vector<DeviceInfo> devices() {
 
 std::shared_ptr<Device> Device::by_ordinal(int ordinal) {
   const Api &a = api();
-  std::lock_guard<std::mutex> lock(devices_lock);
-  auto it = device_cache.find(ordinal);
-  if (it != device_cache.end()) {
-    if (auto d = it->second.lock()) return d;
+  {
+    std::lock_guard<std::mutex> lock(devices_lock);
+    auto it = device_cache.find(ordinal);
+    if (it != device_cache.end()) {
+      if (auto d = it->second.lock()) return d;
+    }
   }
   int count = 0;
   check(a.cuDeviceGetCount(&count), "cuDeviceGetCount");
@@ -305,6 +307,8 @@ std::shared_ptr<Device> Device::by_ordinal(int ordinal) {
                                            " does not exist; this machine has " +
                                            std::to_string(count));
   }
+  // Built outside the lock: retaining a primary context the first time creates it, which takes
+  // long, and another GPU's imports must not wait for that.
   std::shared_ptr<Device> d(new Device());
   d->ordinal_ = ordinal;
   check(a.cuDeviceGet(&d->handle_, ordinal), "cuDeviceGet");
@@ -320,7 +324,10 @@ std::shared_ptr<Device> Device::by_ordinal(int ordinal) {
   CUcontext ctx = nullptr;
   check(a.cuDevicePrimaryCtxRetain(&ctx, d->handle_), "cuDevicePrimaryCtxRetain");
   d->context_ = ctx;
-  device_cache[ordinal] = d;
+  std::lock_guard<std::mutex> lock(devices_lock);
+  auto &slot = device_cache[ordinal];
+  if (auto other = slot.lock()) return other;  // built meanwhile by another thread; ours releases
+  slot = d;
   return d;
 }
 

@@ -99,7 +99,6 @@ class VulkanDevice:
             name = ffi.string(p2.properties.deviceName).decode()
             discrete = p2.properties.deviceType == _vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU
             candidates.append((phys[i], name, bytes(ffi.buffer(idp.deviceUUID, 16)), discrete))
-        self.candidates = [(name, dev_uuid) for _, name, dev_uuid, _ in candidates]
         if uuid is not None:
             pick = next((c for c in candidates if c[2] == uuid), None)
             if pick is None:
