@@ -137,7 +137,9 @@ def import_cuda_memory(
             )
         if offset_bytes:
             raise InvalidArgument("cuda_ipc memory starts at its allocation; use view offsets")
-        device = cuda_device(device_uuid, device_id if device_id is not None else 0)
+        if device_id is None and not device_uuid:
+            device_id = 0
+        device = cuda_device(device_uuid, device_id)
         handle = _native.CudaMemory.open_ipc(device, raw, size_bytes)
         return CudaMemoryImport(kind, handle, access, 0, name or "")
     finally:
