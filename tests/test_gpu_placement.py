@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fenceline import _native
+from fenceline.client import IpcClient, ServiceError, View
 from fenceline.config import ServeSettings
 from fenceline.errors import InvalidArgument, ResourceExhausted
 from fenceline.interop.capabilities import capabilities
@@ -22,6 +23,7 @@ from fenceline.interop.devices import (
 )
 from fenceline.metrics import Metrics
 from fenceline.runtime.service import RuntimeSettings
+from tests.conftest import Service
 
 U0, U1, U2 = bytes(range(16)), bytes(range(16, 32)), bytes(range(32, 48))
 # Two GPUs of one model: only the UUIDs tell them apart.
@@ -134,3 +136,25 @@ def test_the_inventory_matches_the_capabilities() -> None:
     ]
     if not _native.cuda_available():
         assert records == []
+
+
+def test_a_session_that_fails_to_build_leaves_its_objects_releasable(service: Service) -> None:
+    # Sessions are built outside the runtime's table lock with their objects reserved; a build
+    # that fails must give the reservation back.
+    from tests.helpers import open_session
+
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", [1, 3, 64, 64])
+        with pytest.raises(ServiceError) as e:
+            c.create_session(
+                "add_64x64", {"x": View(s.memory_id, "FP32", [1, 3, 32, 32])},
+                {"y": View(s.memory_id, "FP32", [1, 3, 64, 64])}, s.wait_id, s.signal_id,
+            )
+        assert e.value.code == "invalid_argument"
+        assert c.describe("memory", s.memory_id)["sessions"] == 1  # the first session only
+        c.release_session(s.session_id)
+        assert c.describe("memory", s.memory_id)["sessions"] == 0
+        c.release_fence(s.wait_id)
+        c.release_fence(s.signal_id)
+        c.release_memory(s.memory_id)
+        s.close()
