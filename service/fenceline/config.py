@@ -37,6 +37,7 @@ class ServeSettings:
     max_imports: int = 1024
     max_mapped_mb: int = 16384
     max_inflight: int = 64
+    max_sessions_per_device: int = 1024
 
     def token(self) -> str | None:
         if self.token_file is None:
@@ -66,7 +67,8 @@ class ServeSettings:
                 raise InvalidArgument(f"--token-file {self.token_file} is empty")
         for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-sessions", self.max_sessions),
                             ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
-                            ("--max-inflight", self.max_inflight)):
+                            ("--max-inflight", self.max_inflight),
+                            ("--max-sessions-per-device", self.max_sessions_per_device)):
             if value <= 0:
                 raise InvalidArgument(f"{flag} must be positive")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):

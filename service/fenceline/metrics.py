@@ -105,6 +105,29 @@ class Metrics:
             registry=r,
         )
 
+        # Per GPU on hosts with several (docs/gpu.md). ``device`` is ``cuda:N`` from
+        # interop.devices.device_label: bounded by the number of GPUs, never a session id.
+        self.gpu_sessions = Gauge(
+            "fenceline_gpu_sessions_active", "CUDA sessions that exist now, by GPU.", ["device"],
+            registry=r,
+        )
+        self.gpu_runs = Counter(
+            "fenceline_gpu_runs_total",
+            "CUDA session runs that completed (async ones: that were enqueued), by GPU.",
+            ["device"], registry=r,
+        )
+        self.gpu_imported_bytes = Gauge(
+            "fenceline_gpu_imported_bytes", "Bytes of renderer GPU memory imported now, by GPU.",
+            ["device"], registry=r,
+        )
+        self._gpu_run_series: dict[str, Any] = {}
+
+    def observe_gpu_run(self, device: str) -> None:
+        child = self._gpu_run_series.get(device)
+        if child is None:
+            child = self._gpu_run_series[device] = self.gpu_runs.labels(device)
+        child.inc()
+
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
         # On the per-frame path: labelled children are looked up once per (model, transport).
         series = self._run_series.get((model, transport))

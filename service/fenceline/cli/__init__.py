@@ -38,6 +38,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
     p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")
     p.add_argument("--max-inflight", type=int, default=64, help="HTTP runs in flight per client")
+    p.add_argument("--max-sessions-per-device", type=int, default=1024,
+                   help="CUDA sessions per GPU, over all clients")
     p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="let KServe clients register Triton system shared-memory regions "
                    "(default on; --no-client-shared-memory answers those routes with 501)")

@@ -40,6 +40,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         max_imports=args.max_imports,
         max_mapped_mb=args.max_mapped_mb,
         max_inflight=args.max_inflight,
+        max_sessions_per_device=args.max_sessions_per_device,
         client_shared_memory=args.client_shared_memory,
     )
     return serve(settings)
@@ -76,6 +77,7 @@ def serve(settings: ServeSettings) -> int:
             max_imports_per_owner=settings.max_imports,
             max_mapped_bytes_per_owner=settings.max_mapped_mb << 20,
             max_inflight_runs_per_owner=settings.max_inflight,
+            max_sessions_per_device=settings.max_sessions_per_device,
         ),
     )
     ipc = IpcServer(
