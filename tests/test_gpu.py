@@ -104,8 +104,9 @@ def test_capabilities_report_gpu_handles_and_the_renderers_device(
     caps = httpx.get(gpu_service.url + "/v2/interop/capabilities").json()
     assert caps["memory"]["opaque_fd"] and caps["memory"]["cuda_ipc"]
     assert caps["fences"]["vk_timeline_opaque_fd"]
-    uuids = [d["uuid"] for d in caps["devices"] if d["kind"] == "cuda"]
-    assert device.uuid_hex in uuids
+    gpus = [d for d in caps["devices"] if d["kind"] == "cuda"]
+    assert device.uuid_hex in [d["uuid"] for d in gpus]
+    assert all(d["total_memory_bytes"] > 0 for d in gpus)
 
 
 def test_1080p_outputs_equal_a_direct_onnxruntime_cuda_run(
@@ -121,6 +122,8 @@ def test_1080p_outputs_equal_a_direct_onnxruntime_cuda_run(
     with VkRenderer(client, "add_1080p", SHAPE_1080P, device=device) as r:
         info = client.describe("session", r.slots[0].session)
         assert info["output_devices"] == {"y": "cuda:0"}
+        assert info["device"] == "cuda:0" and info["device_uuid"] == device.uuid_hex
+        assert client.describe("fence", r.slots[0].ids["ready"])["device"] == "cuda:0"
         r.upload(0, frame, 1)
         reply = client.run(r.slots[0].session, 1)
         assert reply.signal_value == 1
@@ -293,3 +296,27 @@ def test_gpu_memory_with_host_fences_is_refused(client: IpcClient, device: Vulka
     buf.close()
     assert e.value.code == "invalid_argument"
     assert "vk_timeline_opaque_fd" in e.value.message
+
+
+def test_the_per_gpu_session_limit_answers_resource_exhausted(
+    gpu_repo: Path, tmp_path: Path, device: VulkanDevice
+) -> None:
+    svc = start_service(gpu_repo, tmp_path, "--max-sessions-per-device", "1")
+    try:
+        with IpcClient(svc.socket) as c:
+            with VkRenderer(c, "add_64x64", SHAPE_SMALL, device=device) as r:
+                with pytest.raises(ServiceError) as e:
+                    VkRenderer(c, "add_64x64", SHAPE_SMALL, device=device)
+                r.fill(0, 1)
+                assert c.run(r.slots[0].session, 1).signal_value == 1
+            assert e.value.code == "resource_exhausted"
+            assert "cuda:0 already has 1 sessions" in e.value.message
+            # The refused session held nothing: once the first is gone, another fits.
+            with VkRenderer(c, "add_64x64", SHAPE_SMALL, device=device) as r:
+                r.fill(0, 1)
+                assert c.run(r.slots[0].session, 1).signal_value == 1
+            text = httpx.get(svc.url + "/metrics").text
+            assert 'fenceline_gpu_runs_total{device="cuda:0"} 2.0' in text
+    finally:
+        stop_service(svc)
+    assert "Traceback" not in svc.log_text(), svc.log_text()

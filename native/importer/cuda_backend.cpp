@@ -108,6 +108,7 @@ struct Api {
   CUresult (*cuDeviceGet)(CUdevice *, int);
   CUresult (*cuDeviceGetName)(char *, int, CUdevice);
   CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice);
+  CUresult (*cuDeviceTotalMem)(std::size_t *, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
   CUresult (*cuCtxGetCurrent)(CUcontext *);
@@ -170,6 +171,7 @@ const Loaded &loaded() {
     FL_LOAD(cuDeviceGet);
     FL_LOAD(cuDeviceGetName);
     FL_LOAD(cuDeviceGetUuid, "cuDeviceGetUuid_v2");
+    FL_LOAD(cuDeviceTotalMem, "cuDeviceTotalMem_v2");
     FL_LOAD(cuDevicePrimaryCtxRetain);
     FL_LOAD(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
     FL_LOAD(cuCtxGetCurrent);
@@ -279,20 +281,24 @@ std::vector<DeviceInfo> devices() {
     CUdevice d = 0;
     char name[256] = {0};
     CUuuid uuid{};
+    std::size_t total = 0;
     if (a.cuDeviceGet(&d, i) != CUDA_SUCCESS) continue;
     a.cuDeviceGetName(name, sizeof(name) - 1, d);
     a.cuDeviceGetUuid(&uuid, d);
-    out.push_back({i, name, std::string(uuid.bytes, 16)});
+    a.cuDeviceTotalMem(&total, d);
+    out.push_back({i, name, std::string(uuid.bytes, 16), total});
   }
   return out;
 }
 
 std::shared_ptr<Device> Device::by_ordinal(int ordinal) {
   const Api &a = api();
-  std::lock_guard<std::mutex> lock(devices_lock);
-  auto it = device_cache.find(ordinal);
-  if (it != device_cache.end()) {
-    if (auto d = it->second.lock()) return d;
+  {
+    std::lock_guard<std::mutex> lock(devices_lock);
+    auto it = device_cache.find(ordinal);
+    if (it != device_cache.end()) {
+      if (auto d = it->second.lock()) return d;
+    }
   }
   int count = 0;
   check(a.cuDeviceGetCount(&count), "cuDeviceGetCount");
@@ -301,6 +307,8 @@ std::shared_ptr<Device> Device::by_ordinal(int ordinal) {
                                            " does not exist; this machine has " +
                                            std::to_string(count));
   }
+  // Built outside the lock: retaining a primary context the first time creates it, which takes
+  // long, and another GPU's imports must not wait for that.
   std::shared_ptr<Device> d(new Device());
   d->ordinal_ = ordinal;
   check(a.cuDeviceGet(&d->handle_, ordinal), "cuDeviceGet");
@@ -310,10 +318,16 @@ std::shared_ptr<Device> Device::by_ordinal(int ordinal) {
   CUuuid uuid{};
   check(a.cuDeviceGetUuid(&uuid, d->handle_), "cuDeviceGetUuid");
   d->uuid_.assign(uuid.bytes, 16);
+  std::size_t total = 0;
+  check(a.cuDeviceTotalMem(&total, d->handle_), "cuDeviceTotalMem");
+  d->total_memory_ = total;
   CUcontext ctx = nullptr;
   check(a.cuDevicePrimaryCtxRetain(&ctx, d->handle_), "cuDevicePrimaryCtxRetain");
   d->context_ = ctx;
-  device_cache[ordinal] = d;
+  std::lock_guard<std::mutex> lock(devices_lock);
+  auto &slot = device_cache[ordinal];
+  if (auto other = slot.lock()) return other;  // built meanwhile by another thread; ours releases
+  slot = d;
   return d;
 }
 

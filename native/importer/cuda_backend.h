@@ -19,6 +19,7 @@ struct DeviceInfo {
   int ordinal;
   std::string name;
   std::string uuid;  // 16 raw bytes
+  std::uint64_t total_memory = 0;  // bytes (cuDeviceTotalMem)
 };
 std::vector<DeviceInfo> devices();  // empty when unavailable
 
@@ -35,6 +36,7 @@ class Device {
   int ordinal() const { return ordinal_; }
   const std::string &name() const { return name_; }
   const std::string &uuid() const { return uuid_; }
+  std::uint64_t total_memory() const { return total_memory_; }
   // Makes the primary context current on the calling thread.
   void bind() const;
 
@@ -45,6 +47,7 @@ class Device {
   void *context_ = nullptr;
   std::string name_;
   std::string uuid_;
+  std::uint64_t total_memory_ = 0;
 };
 
 // Device memory the service did not allocate: an imported Vulkan OPAQUE_FD allocation mapped as

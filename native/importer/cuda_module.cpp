@@ -17,16 +17,38 @@ using cuda::ExternalMemory;
 using cuda::ExternalSemaphore;
 using cuda::Stream;
 
+// Dropping the last hold on an import frees device memory (cuMemFree), which may wait for the
+// device. With the GIL held, one stalled GPU would then stall every thread of the service, the
+// other GPUs' sessions included; so the drop happens with the GIL released.
+template <typename T>
+void drop_without_gil(std::shared_ptr<T> &p) {
+  if (!p) return;
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  if (PyGILState_Check() && !finalizing) {
+    py::gil_scoped_release nogil;
+    p.reset();
+  } else {
+    p.reset();
+  }
+}
+
 // What Python holds for an import: close() drops this hold; views keep theirs.
 class CudaMemory {
  public:
   explicit CudaMemory(std::shared_ptr<ExternalMemory> m) : memory_(std::move(m)) {}
+  ~CudaMemory() { drop_without_gil(memory_); }
+  CudaMemory(const CudaMemory &) = delete;
+  CudaMemory &operator=(const CudaMemory &) = delete;
   const std::shared_ptr<ExternalMemory> &memory() const {
     if (!memory_) throw Error(Code::Conflict, "the CUDA memory import is closed");
     return memory_;
   }
   bool closed() const { return !memory_; }
-  void close() { memory_.reset(); }
+  void close() { drop_without_gil(memory_); }
 
  private:
   std::shared_ptr<ExternalMemory> memory_;
@@ -35,12 +57,15 @@ class CudaMemory {
 class CudaSemaphore {
  public:
   explicit CudaSemaphore(std::shared_ptr<ExternalSemaphore> s) : sem_(std::move(s)) {}
+  ~CudaSemaphore() { drop_without_gil(sem_); }
+  CudaSemaphore(const CudaSemaphore &) = delete;
+  CudaSemaphore &operator=(const CudaSemaphore &) = delete;
   const ExternalSemaphore &get() const {
     if (!sem_) throw Error(Code::Conflict, "the CUDA semaphore import is closed");
     return *sem_;
   }
   bool closed() const { return !sem_; }
-  void close() { sem_.reset(); }
+  void close() { drop_without_gil(sem_); }
 
  private:
   std::shared_ptr<ExternalSemaphore> sem_;
@@ -55,6 +80,9 @@ class CudaTensorView {
     nbytes_ = tensor_nbytes(shape_, element_size);
     check_range(offset_, nbytes_, memory_->size(), "view");
   }
+  ~CudaTensorView() { drop_without_gil(memory_); }
+  CudaTensorView(const CudaTensorView &) = delete;
+  CudaTensorView &operator=(const CudaTensorView &) = delete;
   std::uint64_t address() const { return memory_->pointer() + offset_; }
   std::uint64_t offset() const { return offset_; }
   std::uint64_t nbytes() const { return nbytes_; }
@@ -79,6 +107,7 @@ void bind_cuda(py::module_ &mod) {
       info["ordinal"] = d.ordinal;
       info["name"] = d.name;
       info["uuid"] = py::bytes(d.uuid);
+      info["total_memory"] = d.total_memory;
       out.append(info);
     }
     return out;
@@ -87,10 +116,12 @@ void bind_cuda(py::module_ &mod) {
   py::class_<Device, std::shared_ptr<Device>>(mod, "CudaDevice")
       .def_static("by_uuid", [](const py::bytes &uuid) { return Device::by_uuid(uuid); },
                   py::arg("uuid"))
-      .def_static("by_ordinal", &Device::by_ordinal, py::arg("ordinal"))
+      .def_static("by_ordinal", &Device::by_ordinal, py::arg("ordinal"),
+                  py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("ordinal", &Device::ordinal)
       .def_property_readonly("name", &Device::name)
-      .def_property_readonly("uuid", [](const Device &d) { return py::bytes(d.uuid()); });
+      .def_property_readonly("uuid", [](const Device &d) { return py::bytes(d.uuid()); })
+      .def_property_readonly("total_memory", &Device::total_memory);
 
   py::class_<CudaMemory, std::shared_ptr<CudaMemory>>(mod, "CudaMemory")
       .def_static(
@@ -102,12 +133,15 @@ void bind_cuda(py::module_ &mod) {
           },
           py::arg("device"), py::arg("fd"), py::arg("allocation_size"), py::arg("offset") = 0,
           py::arg("size") = 0, py::arg("dedicated") = false,
+          py::call_guard<py::gil_scoped_release>(),
           "Takes ownership of fd, also when it raises (CUDA owns it once imported).")
       .def_static(
           "open_ipc",
           [](std::shared_ptr<Device> device, const py::bytes &handle, std::uint64_t size) {
+            std::string raw = handle;
+            py::gil_scoped_release nogil;
             return std::make_shared<CudaMemory>(
-                ExternalMemory::open_ipc(std::move(device), handle, size));
+                ExternalMemory::open_ipc(std::move(device), raw, size));
           },
           py::arg("device"), py::arg("handle"), py::arg("size"))
       .def_property_readonly("pointer",
@@ -115,7 +149,7 @@ void bind_cuda(py::module_ &mod) {
       .def_property_readonly("size", [](const CudaMemory &m) { return m.memory()->size(); })
       .def_property_readonly("device", [](const CudaMemory &m) { return m.memory()->device(); })
       .def_property_readonly("closed", &CudaMemory::closed)
-      .def("close", &CudaMemory::close);
+      .def("close", &CudaMemory::close, "Drops this hold; views keep the mapping alive.");
 
   py::class_<CudaTensorView, std::shared_ptr<CudaTensorView>>(mod, "CudaTensorView")
       .def(py::init([](const CudaMemory &m, std::uint64_t offset, std::uint64_t element_size,
@@ -136,7 +170,8 @@ void bind_cuda(py::module_ &mod) {
             return std::make_shared<CudaSemaphore>(
                 ExternalSemaphore::import_timeline_fd(std::move(device), fd));
           },
-          py::arg("device"), py::arg("fd"), "Takes ownership of fd, also when it raises.")
+          py::arg("device"), py::arg("fd"), py::call_guard<py::gil_scoped_release>(),
+          "Takes ownership of fd, also when it raises.")
       .def_property_readonly("closed", &CudaSemaphore::closed)
       .def("close", &CudaSemaphore::close);
 
@@ -146,12 +181,14 @@ void bind_cuda(py::module_ &mod) {
       .def_property_readonly("device", &Stream::device)
       .def(
           "wait", [](Stream &s, const CudaSemaphore &sem, std::uint64_t v) { s.wait(sem.get(), v); },
-          py::arg("semaphore"), py::arg("value"), "Enqueues a GPU-side wait for value.")
+          py::arg("semaphore"), py::arg("value"), py::call_guard<py::gil_scoped_release>(),
+          "Enqueues a GPU-side wait for value (GIL released: a full queue may block).")
       .def(
           "signal",
           [](Stream &s, const CudaSemaphore &sem, std::uint64_t v) { s.signal(sem.get(), v); },
-          py::arg("semaphore"), py::arg("value"), "Enqueues a GPU-side signal of value.")
-      .def("record", &Stream::record)
+          py::arg("semaphore"), py::arg("value"), py::call_guard<py::gil_scoped_release>(),
+          "Enqueues a GPU-side signal of value (GIL released).")
+      .def("record", &Stream::record, py::call_guard<py::gil_scoped_release>())
       .def("done", &Stream::done)
       .def("synchronize", &Stream::synchronize, py::arg("timeout_ns") = -1,
            py::arg("spin_ns") = 0, py::call_guard<py::gil_scoped_release>(),

@@ -129,6 +129,9 @@ class CudaDevice:
     def ordinal(self) -> int:
         ...
     @property
+    def total_memory(self) -> int:
+        ...
+    @property
     def uuid(self) -> bytes:
         ...
 class CudaMemory:
@@ -141,7 +144,9 @@ class CudaMemory:
     def open_ipc(device: CudaDevice, handle: bytes, size: typing.SupportsInt | typing.SupportsIndex) -> CudaMemory:
         ...
     def close(self) -> None:
-        ...
+        """
+        Drops this hold; views keep the mapping alive.
+        """
     @property
     def closed(self) -> bool:
         ...
@@ -189,7 +194,7 @@ class CudaStream:
         ...
     def signal(self, semaphore: CudaSemaphore, value: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Enqueues a GPU-side signal of value.
+        Enqueues a GPU-side signal of value (GIL released).
         """
     def synchronize(self, timeout_ns: typing.SupportsInt | typing.SupportsIndex = -1, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
         """
@@ -197,7 +202,7 @@ class CudaStream:
         """
     def wait(self, semaphore: CudaSemaphore, value: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Enqueues a GPU-side wait for value.
+        Enqueues a GPU-side wait for value (GIL released: a full queue may block).
         """
     @property
     def device(self) -> CudaDevice:

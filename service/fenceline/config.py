@@ -26,6 +26,7 @@ class ServeSettings:
     models: dict[str, Path] = field(default_factory=dict)
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
+    max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
     log_level: str = "info"
     log_format: LogFormat = "text"
     client_shared_memory: bool = True  # Triton's system shared-memory registration
@@ -36,6 +37,7 @@ class ServeSettings:
     max_imports: int = 1024
     max_mapped_mb: int = 16384
     max_inflight: int = 64
+    max_sessions_per_device: int = 1024
 
     def token(self) -> str | None:
         if self.token_file is None:
@@ -56,6 +58,8 @@ class ServeSettings:
                 raise InvalidArgument(f"--model {name}={path}: no such file")
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
+        if self.max_spinners is not None and self.max_spinners < 0:
+            raise InvalidArgument("--max-spinners is 0 or more (0: fence waits never spin)")
         if self.token_file is not None:
             if not self.token_file.is_file():
                 raise InvalidArgument(f"--token-file {self.token_file}: no such file")
@@ -63,7 +67,8 @@ class ServeSettings:
                 raise InvalidArgument(f"--token-file {self.token_file} is empty")
         for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-sessions", self.max_sessions),
                             ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
-                            ("--max-inflight", self.max_inflight)):
+                            ("--max-inflight", self.max_inflight),
+                            ("--max-sessions-per-device", self.max_sessions_per_device)):
             if value <= 0:
                 raise InvalidArgument(f"{flag} must be positive")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):

@@ -18,6 +18,7 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 
 TRANSPORTS = ("http", "ipc", "kserve")
+STREAM_FAILURES = ("model_error", "input_error", "conflict")
 
 
 class Metrics:
@@ -79,6 +80,53 @@ class Metrics:
             registry=r,
         )
         self._run_series: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+        self.stream_frames = Counter(
+            "fenceline_stream_frames_total",
+            "Frames a streaming session ran and signalled, without a request.", ["model"],
+            registry=r,
+        )
+        self.stream_skipped = Counter(
+            "fenceline_stream_skipped_frames_total",
+            "Input fence values a latest-only streaming session passed over (or an every-value "
+            "session dropped past its backlog limit).", ["model"], registry=r,
+        )
+        self.stream_failed = Counter(
+            "fenceline_stream_failed_frames_total",
+            "Frames signalled with the output fence's status set to error, by reason.",
+            ["model", "reason"], registry=r,
+        )
+        self.stream_frame_seconds = Histogram(
+            "fenceline_stream_frame_duration_seconds",
+            "From the input fence seen at a value to the output fence signalled with it.",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.stream_running = Gauge(
+            "fenceline_stream_running_sessions", "Streaming sessions whose worker runs now.",
+            registry=r,
+        )
+
+        # Per GPU on hosts with several (docs/gpu.md). ``device`` is ``cuda:N`` from
+        # interop.devices.device_label: bounded by the number of GPUs, never a session id.
+        self.gpu_sessions = Gauge(
+            "fenceline_gpu_sessions_active", "CUDA sessions that exist now, by GPU.", ["device"],
+            registry=r,
+        )
+        self.gpu_runs = Counter(
+            "fenceline_gpu_runs_total",
+            "CUDA session runs that completed (async ones: that were enqueued), by GPU.",
+            ["device"], registry=r,
+        )
+        self.gpu_imported_bytes = Gauge(
+            "fenceline_gpu_imported_bytes", "Bytes of renderer GPU memory imported now, by GPU.",
+            ["device"], registry=r,
+        )
+        self._gpu_run_series: dict[str, Any] = {}
+
+    def observe_gpu_run(self, device: str) -> None:
+        child = self._gpu_run_series.get(device)
+        if child is None:
+            child = self._gpu_run_series[device] = self.gpu_runs.labels(device)
+        child.inc()
 
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
         # On the per-frame path: labelled children are looked up once per (model, transport).

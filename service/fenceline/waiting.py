@@ -1,30 +1,195 @@
-"""Adaptive spin-then-block waiting.
+"""Adaptive spin-then-block waiting (docs/streaming.md, "Waiting").
 
-A blocking wakeup across CPUs costs ~70 us on a small machine, more than a small model's run,
-while spinning costs a core. A waiter spins only when the event it waits for has recently come
-sooner than the budget: it keeps a moving average of observed waits and spins for twice that,
-never past ``max_spin_ns``; when waits are longer than the budget it blocks at once. A budget of
-zero always blocks.
+On an idle small machine a blocking wakeup across CPUs costs ~70 us, more than a small model's
+run, and spinning wins; on a loaded one the wakeup is cheap and a spinner only keeps the CPU
+from the thread it waits for. Neither can be known in advance, so each waiter measures both:
+it uses whichever of "spin, then block" and "block at once" has recently made its waits
+shorter, re-checks the other now and then, and never spins when its events come later than the
+spin budget (a 60 fps renderer). A budget of zero always blocks.
+
+Spinning is rationed per process by a :class:`SpinGate`: at most ``slots`` waiters spin at
+once (by default half the CPUs this process may run on, at least one); the others block at
+once instead of taking the cores that the producers they wait for need.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from fenceline import _native
+
+_WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
+WINDOW_SHIFT = 21  # exploration windows of 2.1 ms ...
+WINDOWS_PER_PERIOD = 16  # ... one in every 16 (every 34 ms, 6% of the time)
+SPIN_SLACK_NS = 10_000
+
+
+class _Waitable(Protocol):
+    def wait(self, value: int, timeout_ns: int, spin_ns: int) -> int: ...
+
+
+def default_spinners() -> int:
+    """Half the CPUs this process may run on (sched affinity), at least one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
+
+
+class SpinGate:
+    """At most ``slots`` concurrent spinners. Slots are plain locks taken without blocking, so
+    entering costs one C call per slot tried and never waits."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 0:
+            raise ValueError("spinner slots must not be negative")
+        self._slots = tuple(threading.Lock() for _ in range(slots))
+
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
+
+    def try_enter(self) -> threading.Lock | None:
+        """A held slot (release it when the spin ends), or None when all are taken."""
+        for slot in self._slots:
+            if slot.acquire(False):
+                return slot
+        return None
+
+    def spinning(self) -> int:
+        return sum(s.locked() for s in self._slots)
+
+
+_gate = SpinGate(default_spinners())
+
+
+def gate() -> SpinGate:
+    """This process's gate; every AdaptiveSpin without its own gate uses it."""
+    return _gate
+
+
+def set_spinners(slots: int | None) -> SpinGate:
+    """Replaces the process gate (None: the default for this machine; 0: nobody spins).
+    Waits in progress finish under the old gate."""
+    global _gate
+    _gate = SpinGate(default_spinners() if slots is None else slots)
+    return _gate
+
 
 class AdaptiveSpin:
-    __slots__ = ("max_spin_ns", "_avg_ns")
+    """The spin budget of one waiter (one fence wait loop, one socket). Not thread-safe: give
+    each waiting thread its own.
 
-    def __init__(self, max_spin_ns: int) -> None:
+    It keeps two moving averages of how long its waits took, one for waits that spun first and
+    one for waits that blocked at once, and uses whichever has been faster. During one window
+    of ``2**WINDOW_SHIFT`` ns in every ``WINDOWS_PER_PERIOD`` of the monotonic clock it uses
+    the other way, to keep both averages current, and decides again when the window ends.
+    The windows come from the system-wide clock, so a renderer and the service, both waiting on
+    each other, try the other way at the same time: spinning pays only when both sides spin,
+    which two waiters exploring at different times would never see. Spinning is chosen only
+    while spun waits average within the budget, and the budget follows them:
+    ``min(max_spin_ns, 4 * average + 10 us)``.
+    """
+
+    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "_spin_avg", "_block_avg",
+                 "_spinning", "_exploring")
+
+    def __init__(
+        self, max_spin_ns: int, spin_gate: SpinGate | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
         self.max_spin_ns = max_spin_ns
-        self._avg_ns = 0.0
+        self.denied = 0  # waits that blocked at once because every spinner slot was taken
+        self.gate = spin_gate  # None: the process gate
+        self.clock = clock  # CLOCK_MONOTONIC in ns, shared by every process on the machine
+        self._spin_avg: float | None = None
+        self._block_avg: float | None = None
+        self._spinning = True
+        self._exploring = False
+
+    @property
+    def average_wait_ns(self) -> float:
+        """The moving average of the waits of the way now preferred."""
+        return (self._spin_avg if self._spinning else self._block_avg) or 0.0
+
+    @property
+    def spinning(self) -> bool:
+        """Whether spinning is preferred now."""
+        return self._spinning and self.max_spin_ns > 0
 
     def budget_ns(self) -> int:
         """How long the next wait should spin before it sleeps."""
-        if self.max_spin_ns == 0 or self._avg_ns > self.max_spin_ns:
+        m = self.max_spin_ns
+        if m == 0:
             return 0
-        return int(min(self.max_spin_ns, max(2 * self._avg_ns, 2_000)))
+        explore = (self.clock() >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD == 0
+        if self._exploring and not explore:
+            self._decide()  # a window ended: both averages are fresh
+        self._exploring = explore
+        if self._spinning == explore:
+            return 0
+        avg = self._spin_avg
+        # Generous against jitter: a miss costs a full wakeup, far more than a few extra
+        # microseconds of spin on a hit.
+        return m if avg is None else int(min(m, 4 * avg + SPIN_SLACK_NS))
 
-    def observe(self, waited_ns: int) -> None:
-        """Feeds back how long the last wait actually took."""
-        self._avg_ns += (waited_ns - self._avg_ns) * 0.125
+    def observe(self, waited_ns: int, budget_ns: int = 0) -> None:
+        """Feeds back how long the last wait took and the budget it was given."""
+        w = float(waited_ns)
+        if budget_ns:
+            a = self._spin_avg
+            self._spin_avg = w if a is None else a + (w - a) * 0.125
+        else:
+            a = self._block_avg
+            self._block_avg = w if a is None else a + (w - a) * 0.125
+        if not self._exploring:
+            self._decide()
+
+    def _decide(self) -> None:
+        s, b = self._spin_avg, self._block_avg
+        if s is not None and s > self.max_spin_ns:
+            self._spinning = False  # the event comes later than any spin: sleep at once
+        elif s is not None and b is not None:
+            # 10% hysteresis, so two close averages do not flip the choice every wait
+            self._spinning = s < b * (1.1 if self._spinning else 0.9)
+
+    def wait_fence(
+        self, fence: _Waitable, value: int, timeout_ns: int = -1,
+        sleep: Callable[[int, int], int] | None = None,
+    ) -> int:
+        """Waits for ``fence`` to reach ``value`` (``timeout_ns`` < 0: forever) and returns the
+        native WAIT_* result. The spin runs as its own native call while this waiter holds a
+        spinner slot; the slot is given back before the wait blocks on the futex, so a sleeping
+        waiter never keeps another from spinning. ``sleep(value, timeout_ns)``, when given, does
+        the blocking part instead of one plain native wait."""
+        budget = self.budget_ns()
+        t0 = time.perf_counter_ns()
+        if budget:
+            slot = (self.gate or _gate).try_enter()
+            if slot is None:
+                self.denied += 1
+                budget = 0
+            else:
+                spin = budget if timeout_ns < 0 else min(budget, timeout_ns)
+                try:
+                    r = fence.wait(value, spin, spin)  # spins, never sleeps
+                finally:
+                    slot.release()
+                if r != _WAIT_TIMED_OUT:
+                    self.observe(time.perf_counter_ns() - t0, budget)
+                    return r
+                if 0 <= timeout_ns <= spin:
+                    return r
+                if timeout_ns >= 0:
+                    timeout_ns = max(0, timeout_ns - (time.perf_counter_ns() - t0))
+        r = fence.wait(value, timeout_ns, 0) if sleep is None else sleep(value, timeout_ns)
+        if r != _WAIT_TIMED_OUT:  # a timeout says how long nothing came, not how fast it comes
+            self.observe(time.perf_counter_ns() - t0, budget)
+        return r

@@ -78,7 +78,8 @@ def delete_fence(id: str, request: Request) -> Response:
 def post_session(body: SessionCreateRequest, request: Request) -> dict[str, Any]:
     return runtime(request).create_session(
         OWNER, body.model, body.input_specs(), body.output_specs(), body.wait_fence,
-        body.signal_fence,
+        body.signal_fence, mode=body.mode, policy=body.policy, spin_us=body.spin_us,
+        start=body.start,
     )
 
 
@@ -99,3 +100,21 @@ def post_run(id: str, body: RunRequest, request: Request) -> RunResponse:
         OWNER, id, body.wait_value, body.signal_value, body.timeout_ms, transport="http"
     )
     return RunResponse(signal_value=result.signal_value, timings_us=result.timings_us())
+
+
+@router.post("/sessions/{id}/start")
+def post_start(id: str, request: Request) -> dict[str, Any]:
+    """Starts or resumes a streaming session."""
+    return runtime(request).start_session(OWNER, id)
+
+
+@router.post("/sessions/{id}/pause")
+def post_pause(id: str, request: Request) -> dict[str, Any]:
+    """Pauses a streaming session once its frame in flight is signalled."""
+    return runtime(request).pause_session(OWNER, id)
+
+
+@router.post("/sessions/{id}/stop")
+def post_stop(id: str, request: Request) -> dict[str, Any]:
+    """Stops and releases a streaming session; answers its final description."""
+    return runtime(request).stop_session(OWNER, id)

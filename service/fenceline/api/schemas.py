@@ -69,6 +69,21 @@ class SessionCreateRequest(Strict):
     outputs: dict[str, ViewRequest] = Field(max_length=256)
     wait_fence: str
     signal_fence: str
+    mode: Literal["request", "streaming"] = Field(
+        "request",
+        description="request: one run per RUN request; streaming: the service runs each new "
+        "input fence value by itself and signals the output fence with it (docs/streaming.md)",
+    )
+    policy: Literal["latest", "every"] = Field(
+        "latest",
+        description="streaming only: latest runs the newest value and skips those passed over; "
+        "every runs each value in order",
+    )
+    spin_us: int | None = Field(
+        None, ge=0, description="streaming only: longest spin per input wait; 0 always blocks; "
+        "default: the service's --fence-spin-us",
+    )
+    start: bool = Field(True, description="streaming only: start at once (else paused)")
 
     def input_specs(self) -> dict[str, ViewSpec]:
         return {name: v.spec() for name, v in self.inputs.items()}

@@ -22,6 +22,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="longest spin on the IPC socket before blocking (0: always block)")
     p.add_argument("--fence-spin-us", type=int, default=50,
                    help="longest spin on an input fence before sleeping on its futex")
+    p.add_argument("--max-spinners", type=int, default=None, metavar="N",
+                   help="most fence waiters of the service that spin at once (default: half the "
+                   "CPUs it may use, at least 1; 0: never spin); docs/streaming.md")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
@@ -35,6 +38,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
     p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")
     p.add_argument("--max-inflight", type=int, default=64, help="HTTP runs in flight per client")
+    p.add_argument("--max-sessions-per-device", type=int, default=1024,
+                   help="CUDA sessions per GPU, over all clients")
     p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=True,
                    help="let KServe clients register Triton system shared-memory regions "
                    "(default on; --no-client-shared-memory answers those routes with 501)")

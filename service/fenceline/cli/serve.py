@@ -16,6 +16,7 @@ from fenceline.metrics import Metrics
 from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime, RuntimeSettings
+from fenceline.waiting import set_spinners
 
 log = logging.getLogger("fenceline")
 
@@ -29,6 +30,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         models=dict(parse_model_arg(m) for m in args.model),
         ipc_spin_us=args.ipc_spin_us,
         fence_spin_us=args.fence_spin_us,
+        max_spinners=args.max_spinners,
         log_level=args.log_level,
         log_format=args.log_format,
         allow_uids=frozenset(args.allow_uid) if args.allow_uid else None,
@@ -38,6 +40,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         max_imports=args.max_imports,
         max_mapped_mb=args.max_mapped_mb,
         max_inflight=args.max_inflight,
+        max_sessions_per_device=args.max_sessions_per_device,
         client_shared_memory=args.client_shared_memory,
     )
     return serve(settings)
@@ -63,6 +66,7 @@ class _Server(uvicorn.Server):
 
 def serve(settings: ServeSettings) -> int:
     logs.configure(settings.log_level, settings.log_format)
+    spinners = set_spinners(settings.max_spinners)
     models = ModelRepository.from_sources(settings.model_repository, settings.models)
     runtime = Runtime(
         models,
@@ -73,6 +77,7 @@ def serve(settings: ServeSettings) -> int:
             max_imports_per_owner=settings.max_imports,
             max_mapped_bytes_per_owner=settings.max_mapped_mb << 20,
             max_inflight_runs_per_owner=settings.max_inflight,
+            max_sessions_per_device=settings.max_sessions_per_device,
         ),
     )
     ipc = IpcServer(
@@ -92,8 +97,8 @@ def serve(settings: ServeSettings) -> int:
     )
     server = _Server(config, runtime)
     log.info(
-        "fenceline serving %d model(s) on http://%s:%d and %s",
-        len(models.names()), settings.host, settings.port, ipc.path,
+        "fenceline serving %d model(s) on http://%s:%d and %s (at most %d spinning waiters)",
+        len(models.names()), settings.host, settings.port, ipc.path, spinners.slots,
     )
     try:
         server.run()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 from typing import Any
 
 import numpy as np
@@ -57,7 +56,8 @@ class SharedFrame:
 
 
 class Fence:
-    """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex."""
+    """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex;
+    ``max_spin_ns=0`` always sleeps. One waiting thread per Fence object."""
 
     def __init__(self, *, name: str | None = None, named: bool = False, max_spin_ns: int = 100_000) -> None:
         if name is not None or named:
@@ -83,13 +83,16 @@ class Fence:
     def signal(self, value: int) -> None:
         self.handle.signal(value)
 
+    def set_status(self, status: int) -> None:
+        """0 live, 1 abandoned, 2 error (docs/fences.md); wakes every waiter."""
+        self.handle.set_status(status)
+
     def wait(self, value: int, timeout_s: float | None = None) -> bool:
-        """True once the fence reaches ``value``; False on timeout, abandonment or error."""
-        t0 = time.perf_counter_ns()
+        """True once the fence reaches ``value``; False on timeout, abandonment or error (tell
+        them apart by ``value`` and ``status``). Spins adaptively within this process's spinner
+        limit, then sleeps on the futex (fenceline.waiting)."""
         timeout_ns = -1 if timeout_s is None else int(timeout_s * 1e9)
-        r = self.handle.wait(value, timeout_ns, self._spin.budget_ns())
-        self._spin.observe(time.perf_counter_ns() - t0)
-        return bool(r == _native.WAIT_REACHED)
+        return bool(self._spin.wait_fence(self.handle, value, timeout_ns) == _native.WAIT_REACHED)
 
     def close(self) -> None:
         if self.handle.closed:

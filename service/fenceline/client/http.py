@@ -53,9 +53,13 @@ class HttpClient:
 
     def create_session(
         self, model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
-        signal_fence: str,
+        signal_fence: str, *, mode: str = "request", policy: str = "latest",
+        spin_us: int | None = None, start: bool = True,
     ) -> dict[str, Any]:
-        body = session_body(model, inputs, outputs, wait_fence, signal_fence)
+        """A session; with ``mode="streaming"`` the service runs each new value of
+        ``wait_fence`` by itself and signals ``signal_fence`` with it (docs/streaming.md)."""
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence, mode=mode,
+                            policy=policy, spin_us=spin_us, start=start)
         return dict(self._request("POST", "/v2/interop/sessions", body))
 
     def run(
@@ -72,6 +76,18 @@ class HttpClient:
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         path = {"memory": "memory", "fence": "fences", "session": "sessions"}[kind]
         return dict(self._request("GET", f"/v2/interop/{path}/{id}"))
+
+    def start_session(self, id: str) -> dict[str, Any]:
+        """Starts or resumes a streaming session; returns its description."""
+        return dict(self._request("POST", f"/v2/interop/sessions/{id}/start"))
+
+    def pause_session(self, id: str) -> dict[str, Any]:
+        """Returns once the service has signalled the frame in flight and stopped waiting."""
+        return dict(self._request("POST", f"/v2/interop/sessions/{id}/pause"))
+
+    def stop_session(self, id: str) -> dict[str, Any]:
+        """Stops and releases a streaming session; returns its final description."""
+        return dict(self._request("POST", f"/v2/interop/sessions/{id}/stop"))
 
     def release_memory(self, id: str) -> None:
         self._request("DELETE", f"/v2/interop/memory/{id}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,16 +44,24 @@ class View:
 
 
 def session_body(
-    model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str, signal_fence: str
+    model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
+    signal_fence: str, *, mode: str = "request", policy: str = "latest",
+    spin_us: int | None = None, start: bool = True,
 ) -> dict[str, Any]:
-    """The session-create body, the same over IPC and HTTP."""
-    return {
+    """The session-create body, the same over IPC and HTTP. The streaming fields
+    (docs/streaming.md) are sent only for a streaming session."""
+    body: dict[str, Any] = {
         "model": model,
         "inputs": {k: v.body() for k, v in inputs.items()},
         "outputs": {k: v.body() for k, v in outputs.items()},
         "wait_fence": wait_fence,
         "signal_fence": signal_fence,
     }
+    if mode != "request":
+        body.update(mode=mode, policy=policy, start=start)
+        if spin_us is not None:
+            body["spin_us"] = spin_us
+    return body
 
 
 class IpcClient:
@@ -97,11 +106,12 @@ class IpcClient:
 
     def _receive(self, request_id: int) -> codec.Frame:
         try:
+            budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
             data, got_fds = _native.recv_message(
-                self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, self._spin.budget_ns()
+                self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
             )
-            self._spin.observe(time.perf_counter_ns() - t0)
+            self._spin.observe(time.perf_counter_ns() - t0, budget)
         except (OSError, FencelineError) as e:
             raise ClientError(f"IPC transport failed: {e}") from None
         for f in got_fds:
@@ -210,8 +220,16 @@ class IpcClient:
         outputs: dict[str, View],
         wait_fence: str,
         signal_fence: str,
+        *,
+        mode: str = "request",
+        policy: str = "latest",
+        spin_us: int | None = None,
+        start: bool = True,
     ) -> dict[str, Any]:
-        body = session_body(model, inputs, outputs, wait_fence, signal_fence)
+        """A session; with ``mode="streaming"`` the service runs each new value of
+        ``wait_fence`` by itself and signals ``signal_fence`` with it (docs/streaming.md)."""
+        body = session_body(model, inputs, outputs, wait_fence, signal_fence, mode=mode,
+                            policy=policy, spin_us=spin_us, start=start)
         return dict(self._call(Kind.CREATE_SESSION, body))
 
     def run(
@@ -253,6 +271,24 @@ class IpcClient:
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         return dict(self._call(Kind.DESCRIBE, {"kind": kind, "id": id}))
 
+    def start_session(self, id: str) -> dict[str, Any]:
+        """Starts or resumes a streaming session; returns its description."""
+        return dict(self._call(Kind.START_SESSION, {"id": id}))
+
+    def pause_session(self, id: str) -> dict[str, Any]:
+        """Returns once the service has signalled the frame in flight and stopped waiting."""
+        return dict(self._call(Kind.PAUSE_SESSION, {"id": id}))
+
+    def stop_session(self, id: str) -> dict[str, Any]:
+        """Stops and releases a streaming session; returns its final description."""
+        return dict(self._call(Kind.STOP_SESSION, {"id": id}))
+
+    @property
+    def server_pid(self) -> int:
+        """The service's process id, from the socket's peer credentials."""
+        creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return int(struct.unpack("3i", creds)[0])
+
     def release_memory(self, id: str) -> None:
         self._call(Kind.RELEASE_MEMORY, {"id": id})
 
@@ -272,3 +308,4 @@ class IpcClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+

@@ -56,9 +56,11 @@ class VulkanDevice:
     """One logical device with timeline semaphores and the external fd extensions, and one queue.
 
     ``prefer``: a device name substring to pick (default: the first discrete GPU, else device 0).
+    ``uuid``: the deviceUUID (16 bytes) of the GPU to use, on hosts with several of one model;
+    it wins over ``prefer``.
     """
 
-    def __init__(self, prefer: str | None = None) -> None:
+    def __init__(self, prefer: str | None = None, *, uuid: bytes | None = None) -> None:
         ok, why = available()
         if not ok:
             raise VulkanError(why)
@@ -73,12 +75,12 @@ class VulkanDevice:
         self.instance = inst[0]
         self.device: Any = None
         try:
-            self._open(prefer)
+            self._open(prefer, uuid)
         except Exception:
             self.close()
             raise
 
-    def _open(self, prefer: str | None) -> None:
+    def _open(self, prefer: str | None, uuid: bytes | None) -> None:
         ffi, lib = self.ffi, self.lib
         n = ffi.new("uint32_t*")
         _check(lib.vkEnumeratePhysicalDevices(self.instance, n, ffi.NULL), "vkEnumeratePhysicalDevices")
@@ -97,8 +99,14 @@ class VulkanDevice:
             name = ffi.string(p2.properties.deviceName).decode()
             discrete = p2.properties.deviceType == _vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU
             candidates.append((phys[i], name, bytes(ffi.buffer(idp.deviceUUID, 16)), discrete))
-        pick = next((c for c in candidates if prefer and prefer in c[1]), None)
-        pick = pick or next((c for c in candidates if c[3]), None) or candidates[0]
+        if uuid is not None:
+            pick = next((c for c in candidates if c[2] == uuid), None)
+            if pick is None:
+                seen = ", ".join(f"{c[1]} {c[2].hex()}" for c in candidates)
+                raise VulkanError(f"no Vulkan device has deviceUUID {uuid.hex()} (devices: {seen})")
+        else:
+            pick = next((c for c in candidates if prefer and prefer in c[1]), None)
+            pick = pick or next((c for c in candidates if c[3]), None) or candidates[0]
         self.physical, self.name, self.uuid, _ = pick
 
         exts = self._device_extensions()

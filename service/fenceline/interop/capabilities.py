@@ -39,7 +39,10 @@ def devices() -> list[dict[str, Any]]:
         "cores": os.cpu_count() or 1,
     }
     gpus = [
-        {"kind": "cuda", "id": d["ordinal"], "name": d["name"], "uuid": bytes(d["uuid"]).hex()}
+        {
+            "kind": "cuda", "id": d["ordinal"], "name": d["name"], "uuid": bytes(d["uuid"]).hex(),
+            "total_memory_bytes": int(d["total_memory"]),
+        }
         for d in _native.cuda_devices()
     ]
     return [cpu, *gpus]

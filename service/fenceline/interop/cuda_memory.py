@@ -11,6 +11,7 @@ from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
 from fenceline.interop.datatypes import Datatype
+from fenceline.interop.devices import inventory, select_device
 from fenceline.interop.host_memory import Access
 
 CUDA_MEMORY_TYPES: tuple[str, ...] = ("opaque_fd", "cuda_ipc")
@@ -34,12 +35,13 @@ def parse_uuid(text: str | None, what: str = "device_uuid") -> bytes:
 
 
 def cuda_device(device_uuid: str | None = None, device_id: int | None = None) -> _native.CudaDevice:
-    if device_uuid:
-        return _native.CudaDevice.by_uuid(parse_uuid(device_uuid))
-    if device_id is not None:
-        return _native.CudaDevice.by_ordinal(device_id)
-    parse_uuid(None)
-    raise AssertionError("unreachable")
+    """The CUDA device with the renderer's UUID (else with the ordinal ``device_id``), chosen by
+    interop/devices.py over the devices here, with its primary context retained."""
+    if not device_uuid and device_id is None:
+        parse_uuid(None)
+    uuid = parse_uuid(device_uuid) if device_uuid else None
+    record = select_device(inventory(), uuid=uuid, ordinal=device_id)
+    return _native.CudaDevice.by_ordinal(record.ordinal)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,9 @@ def import_cuda_memory(
             )
         if offset_bytes:
             raise InvalidArgument("cuda_ipc memory starts at its allocation; use view offsets")
-        device = cuda_device(device_uuid, device_id if device_id is not None else 0)
+        if device_id is None and not device_uuid:
+            device_id = 0
+        device = cuda_device(device_uuid, device_id)
         handle = _native.CudaMemory.open_ipc(device, raw, size_bytes)
         return CudaMemoryImport(kind, handle, access, 0, name or "")
     finally:

@@ -34,25 +34,38 @@ class FenceImport:
     ) -> None:
         """Returns once the fence reaches ``value``; raises TimedOut, DeviceLost, or Unavailable
         when ``cancel`` is set meanwhile."""
+        self.raise_for(self.wait_result(value, timeout_ns, spin_ns, cancel), value, timeout_ns)
+
+    def wait_result(
+        self, value: int, timeout_ns: int, spin_ns: int = 0, cancel: threading.Event | None = None
+    ) -> int:
+        """The native WAIT_* result; raises Unavailable when ``cancel`` is set meanwhile."""
         first = min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns
-        r = self.handle.wait(value, first, spin_ns)
+        r = int(self.handle.wait(value, first, spin_ns))
         if r == _native.WAIT_TIMED_OUT and cancel is not None and timeout_ns > CANCEL_SLICE_NS:
             left = timeout_ns - CANCEL_SLICE_NS
             while r == _native.WAIT_TIMED_OUT and left > 0:
                 if cancel.is_set():
                     raise Unavailable("the service is shutting down")
-                r = self.handle.wait(value, min(left, CANCEL_SLICE_NS), 0)
+                r = int(self.handle.wait(value, min(left, CANCEL_SLICE_NS), 0))
                 left -= CANCEL_SLICE_NS
-        if r == _native.WAIT_REACHED:
+        return r
+
+    def raise_for(self, result: int, value: int, timeout_ns: int) -> None:
+        """Turns a native WAIT_* result for ``value`` into nothing (reached) or the error."""
+        if result == _native.WAIT_REACHED:
             return
-        if r == _native.WAIT_TIMED_OUT:
+        if result == _native.WAIT_TIMED_OUT:
             raise TimedOut(
                 f"fence did not reach {value} within {timeout_ns / 1e6:g} ms "
                 f"(it is at {self.value})"
             )
-        if r == _native.WAIT_ABANDONED:
+        if result == _native.WAIT_ABANDONED:
             raise DeviceLost("the input fence was abandoned by its signaller")
         raise DeviceLost(f"the input fence reports an error at value {self.value}")
+
+    def set_status(self, status: int) -> None:
+        self.handle.set_status(status)
 
     def signal(self, value: int) -> None:
         self.handle.signal(value)

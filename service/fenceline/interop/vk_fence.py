@@ -25,6 +25,10 @@ class VkFenceImport:
         self.enqueued_signal = 0
 
     @property
+    def device(self) -> str:
+        return f"cuda:{self.cuda.ordinal}"
+
+    @property
     def value(self) -> int:
         return self.enqueued_signal
 

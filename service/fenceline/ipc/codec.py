@@ -11,6 +11,7 @@ is the request kind with bit 15 set, a failure is kind ERROR.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from enum import IntEnum
@@ -45,6 +46,10 @@ class Kind(IntEnum):
     DESCRIBE = 0x0008
     RUN = 0x0010
     RUN_ASYNC = 0x0011  # RUN's body; replied to with a RUN reply once the work is enqueued
+    # Streaming sessions (docs/streaming.md): body {"id": ...}, reply the session description.
+    START_SESSION = 0x0020
+    PAUSE_SESSION = 0x0021
+    STOP_SESSION = 0x0022
     ERROR = 0x7FFF
 
 
@@ -183,6 +188,7 @@ def decode_error(body: bytes) -> FencelineError:
     return cls(str(info.get("error", "unknown error")))
 
 
+@functools.lru_cache(maxsize=4096)  # called per frame by clients with the same few ids
 def session_id_bytes(session_id: str) -> bytes:
     """Session ids are 32 hex digits; RUN carries their 16 raw bytes."""
     try:

@@ -24,7 +24,7 @@ from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, U
 from fenceline.ipc import codec
 from fenceline.ipc.codec import Kind
 from fenceline.runtime.service import Runtime
-from fenceline.runtime.session import Session
+from fenceline.runtime.session import RunResult, Session
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.ipc")
@@ -53,6 +53,7 @@ class Connection:
         # RUN looks sessions up by their raw id; the cache holds only this owner's sessions.
         self._sessions: dict[bytes, Session] = {}
         self._spin = AdaptiveSpin(server.spin_ns)
+        self._ran: tuple[Session, RunResult] | None = None  # the last RUN, recorded after reply
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -63,6 +64,9 @@ class Connection:
             Kind.CREATE_SESSION: self._create_session,
             Kind.RELEASE_SESSION: self._release_session,
             Kind.DESCRIBE: self._describe,
+            Kind.START_SESSION: lambda b, f: self.runtime.start_session(self.owner, self._id(b)),
+            Kind.PAUSE_SESSION: lambda b, f: self.runtime.pause_session(self.owner, self._id(b)),
+            Kind.STOP_SESSION: self._stop_session,
         }
 
     # -- loop -----------------------------------------------------------------------------
@@ -82,10 +86,11 @@ class Connection:
                     continue
                 except OSError:
                     break
-                self._spin.observe(time.perf_counter_ns() - t0)
+                self._spin.observe(time.perf_counter_ns() - t0, budget)
                 if data is None:
                     break
                 request_id = 0
+                self._ran = None
                 try:
                     frame = codec.decode(data)
                     request_id = frame.request_id
@@ -108,6 +113,9 @@ class Connection:
                     reply = codec.encode_error(request_id, internal)
                 if not self._send(reply):
                     break
+                if self._ran is not None:  # after the reply: the renderer is not kept waiting
+                    self.runtime.record_run(*self._ran, "ipc")
+                    self._ran = None
         finally:
             self.close()
 
@@ -143,8 +151,9 @@ class Connection:
             self._sessions[run.session_id] = session
         r = self.runtime.run_session(
             session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc",
-            asynchronous=frame.kind == Kind.RUN_ASYNC,
+            record=False, asynchronous=frame.kind == Kind.RUN_ASYNC,
         )
+        self._ran = (session, r)
         return codec.encode_run_reply(
             frame.request_id,
             codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000, r.total_ns // 1000),
@@ -197,7 +206,8 @@ class Connection:
         req = _parse(SessionCreateRequest, body)
         return self.runtime.create_session(
             self.owner, req.model, req.input_specs(), req.output_specs(), req.wait_fence,
-            req.signal_fence,
+            req.signal_fence, mode=req.mode, policy=req.policy, spin_us=req.spin_us,
+            start=req.start,
         )
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
@@ -205,6 +215,13 @@ class Connection:
         self.runtime.release_session(self.owner, sid)
         with contextlib.suppress(ValueError):
             self._sessions.pop(bytes.fromhex(sid), None)
+
+    def _stop_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        sid = self._id(body)
+        info = self.runtime.stop_session(self.owner, sid)
+        with contextlib.suppress(ValueError):
+            self._sessions.pop(bytes.fromhex(sid), None)
+        return info
 
     def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         obj = codec.decode_json(body)

@@ -2,6 +2,8 @@
 
 - ``add_<size>``: y = x + 1 over 1x3xHxW FP32 (``_fp16``: FP16), the synthetic frame model of
   the benchmarks.
+- ``nan_guard_<h>x<w>``: y = x + 1 like ``add_``, but the run fails (a Reshape to an impossible
+  shape) when any input element is NaN: a real model error, provoked by data, for tests.
 - ``add_dynamic``: y = x + 1 over 1x3xHxW FP32 with H and W left free (shapes known per run).
 - ``slow_add_64x64``: y = x + 1 over 1x3x64x64 FP32 after a Loop of exact multiplies by one, so
   a run stays in flight for about half a second (for lifetime tests, not benchmarks).
@@ -37,6 +39,31 @@ def add_model(shape: list[int | str], datatype: int = TensorProto.FLOAT) -> byte
     one = numpy_helper.from_array(np.ones([1], dtype=np_type), "one")
     graph = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "add", [x], [y], [one])
     return _model(graph)
+
+
+def nan_guard_model(shape: list[int]) -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    size = int(np.prod(shape))
+    # The bad shape asks for 7 rows: no frame of 2^k * 3 elements splits into 7.
+    bad = [7, -1] if size % 7 else [size + 1]
+    inits = [
+        numpy_helper.from_array(np.ones([1], dtype=np.float32), "one"),
+        numpy_helper.from_array(np.array([0.5], dtype=np.float32), "half"),
+        numpy_helper.from_array(np.array(shape, dtype=np.int64), "good_shape"),
+        numpy_helper.from_array(np.array(bad + [1] * (len(shape) - len(bad)), dtype=np.int64),
+                                "bad_shape"),
+    ]
+    nodes = [
+        helper.make_node("IsNaN", ["x"], ["nan"]),
+        helper.make_node("Cast", ["nan"], ["nan_f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMax", ["nan_f"], ["any_nan"], keepdims=0),
+        helper.make_node("Greater", ["any_nan", "half"], ["refuse"]),
+        helper.make_node("Where", ["refuse", "bad_shape", "good_shape"], ["shape"]),
+        helper.make_node("Add", ["x", "one"], ["sum"]),
+        helper.make_node("Reshape", ["sum", "shape"], ["y"]),
+    ]
+    return _model(helper.make_graph(nodes, "nan_guard", [x], [y], inits))
 
 
 def slow_add_model(shape: list[int], trips: int) -> bytes:
@@ -104,6 +131,7 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_1080p_fp16": lambda: add_model([1, 3, 1080, 1920], TensorProto.FLOAT16),
     "add_4k_fp16": lambda: add_model([1, 3, 2160, 3840], TensorProto.FLOAT16),
     "image_filter": lambda: image_filter_model(),
+    "nan_guard_64x64": lambda: nan_guard_model([1, 3, 64, 64]),
     "slow_add_64x64": lambda: slow_add_model([1, 3, 64, 64], 250_000),
     "add_dynamic": lambda: add_model([1, 3, "height", "width"]),
 }

@@ -28,6 +28,7 @@ from fenceline.errors import (
     Unsupported,
 )
 from fenceline.interop.cuda_memory import CudaTensorBinding
+from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import RunResult
@@ -58,6 +59,55 @@ def _check_bindings(model: Model, inputs: dict[str, Any], outputs: dict[str, Any
             specs[name].check(b.datatype, b.shape, role)
 
 
+def gpu_session_device(
+    inputs: dict[str, CudaTensorBinding],
+    outputs: dict[str, CudaTensorBinding],
+    wait_fence: VkFenceImport,
+    signal_fence: VkFenceImport,
+) -> _native.CudaDevice:
+    """The GPU a session over these objects runs on (interop/devices.py)."""
+    return session_device(
+        [(f"input {n!r}", b.memory.cuda) for n, b in inputs.items()]
+        + [(f"output {n!r}", b.memory.cuda) for n, b in outputs.items()],
+        [("wait_fence", wait_fence.cuda), ("signal_fence", signal_fence.cuda)],
+    )
+
+
+def check_gpu_session(
+    model: Model,
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+    wait_fence: Any,
+    signal_fence: Any,
+) -> _native.CudaDevice:
+    """Everything a CUDA session needs, checked before anything is built (the runtime calls it
+    under its table lock, to count sessions per GPU); returns the GPU the session runs on."""
+    _check_bindings(model, inputs, outputs)
+    bindings = [*inputs.values(), *outputs.values()]
+    gpu = [isinstance(b, CudaTensorBinding) for b in bindings]
+    if not any(gpu):
+        raise InvalidArgument(
+            "vk_timeline_opaque_fd fences are waited on the GPU: bind GPU memory "
+            "(opaque_fd, cuda_ipc), or use host_timeline fences with host memory"
+        )
+    if not all(gpu):
+        raise InvalidArgument(
+            "a session binds GPU memory (opaque_fd, cuda_ipc) or host memory, not both"
+        )
+    for role, f in (("wait_fence", wait_fence), ("signal_fence", signal_fence)):
+        if not isinstance(f, VkFenceImport):
+            raise InvalidArgument(
+                f"{role}: a session over GPU memory needs vk_timeline_opaque_fd fences, "
+                f"not {getattr(f, 'kind', '?')}"
+            )
+    if model.settings.execution_provider != "cuda":
+        raise InvalidArgument(
+            f"model {model.name!r} runs on {model.settings.execution_provider}; GPU memory "
+            'needs a model with "execution_provider": "cuda" in its config.json'
+        )
+    return gpu_session_device(inputs, outputs, wait_fence, signal_fence)
+
+
 def uses_gpu(bindings: Sequence[object], fences: Sequence[object]) -> bool:
     return any(isinstance(b, CudaTensorBinding) for b in bindings) or any(
         isinstance(f, VkFenceImport) for f in fences
@@ -75,42 +125,14 @@ class CudaSession:
         wait_fence: Any,
         signal_fence: Any,
     ) -> None:
-        _check_bindings(model, inputs, outputs)
-        bindings = [*inputs.values(), *outputs.values()]
-        gpu = [isinstance(b, CudaTensorBinding) for b in bindings]
-        if not any(gpu):
-            raise InvalidArgument(
-                "vk_timeline_opaque_fd fences are waited on the GPU: bind GPU memory "
-                "(opaque_fd, cuda_ipc), or use host_timeline fences with host memory"
-            )
-        if not all(gpu):
-            raise InvalidArgument(
-                "a session binds GPU memory (opaque_fd, cuda_ipc) or host memory, not both"
-            )
-        for role, f in (("wait_fence", wait_fence), ("signal_fence", signal_fence)):
-            if not isinstance(f, VkFenceImport):
-                raise InvalidArgument(
-                    f"{role}: a session over GPU memory needs vk_timeline_opaque_fd fences, "
-                    f"not {getattr(f, 'kind', '?')}"
-                )
-        if model.settings.execution_provider != "cuda":
-            raise InvalidArgument(
-                f"model {model.name!r} runs on {model.settings.execution_provider}; GPU memory "
-                'needs a model with "execution_provider": "cuda" in its config.json'
-            )
-        device = bindings[0].memory.cuda
-        for b in bindings:
-            if b.memory.cuda.ordinal != device.ordinal:
-                raise InvalidArgument("every tensor of a session must live on the same GPU")
-        for f in (wait_fence, signal_fence):
-            if f.cuda.ordinal != device.ordinal:
-                raise InvalidArgument("the fences were imported on another GPU than the memory")
+        device = check_gpu_session(model, inputs, outputs, wait_fence, signal_fence)
         self.model = model
         self.inputs: dict[str, CudaTensorBinding] = inputs
         self.outputs: dict[str, CudaTensorBinding] = outputs
         self.wait_fence: VkFenceImport = wait_fence
         self.signal_fence: VkFenceImport = signal_fence
         self.device = device
+        self.device_label = device_label(device.ordinal)
         self.runs = 0
         self.last_signal_value = 0
         self._max_wait_value = 0
@@ -230,6 +252,8 @@ class CudaSession:
             "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
             "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
             "output_devices": self.output_devices,
+            "device": f"cuda:{self.device.ordinal}",
+            "device_uuid": bytes(self.device.uuid).hex(),
             "runs": self.runs,
             "last_signal_value": self.last_signal_value,
         }

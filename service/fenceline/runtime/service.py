@@ -11,17 +11,26 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from fenceline.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from fenceline.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    Unsupported,
+)
 from fenceline.interop.capabilities import capabilities
-from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, import_cuda_memory
+from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, CudaMemoryImport, import_cuda_memory
 from fenceline.interop.datatypes import datatype
+from fenceline.interop.devices import check_device_quota, device_label
 from fenceline.interop.host_fence import FenceImport, import_fence
 from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, import_memory
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
-from fenceline.runtime.cuda_session import CudaSession, uses_gpu
+from fenceline.runtime.cuda_session import CudaSession, check_gpu_session, uses_gpu
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -51,13 +60,17 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    max_stream_spin_ns: int = 1_000_000  # the most a streaming session may ask to spin per wait
+    max_streaming_sessions_per_owner: int = 64  # each has a thread while it runs
     max_mapped_bytes_per_owner: int = 16 << 30
     max_inflight_runs_per_owner: int = 64
+    max_sessions_per_device: int = 1024  # CUDA sessions per GPU, over every client
 
     def __post_init__(self) -> None:
         for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
                      "max_imports_per_owner", "max_mapped_bytes_per_owner",
-                     "max_inflight_runs_per_owner"):
+                     "max_streaming_sessions_per_owner",
+                     "max_inflight_runs_per_owner", "max_sessions_per_device"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"{name} must be positive")
         if self.spin_ns < 0:
@@ -71,8 +84,8 @@ class Table(Generic[T]):
         self.kind = kind
         self.entries: dict[str, Entry[T]] = {}
 
-    def add(self, owner: str, obj: T) -> Entry[T]:
-        entry = Entry(secrets.token_hex(16), owner, obj)
+    def add(self, owner: str, obj: T, id: str | None = None) -> Entry[T]:
+        entry = Entry(id or secrets.token_hex(16), owner, obj)
         self.entries[entry.id] = entry
         return entry
 
@@ -101,6 +114,8 @@ class Runtime:
         self.sessions: Table[Session] = Table("session")
         self._lock = threading.RLock()
         self._inflight: dict[str, int] = {}
+        # Sessions being built outside the lock: (owner, device label or "") by reserved id.
+        self._pending: dict[str, tuple[str, str]] = {}
         self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
@@ -168,6 +183,8 @@ class Runtime:
             entry = self.memory.add(owner, mem)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
+        if isinstance(mem, CudaMemoryImport):
+            self.metrics.gpu_imported_bytes.labels(device_label(mem.cuda.ordinal)).inc(mem.size_bytes)
         return self._memory_info(entry)
 
     def _memory_info(self, e: Entry[MemoryImport]) -> dict[str, Any]:
@@ -194,6 +211,8 @@ class Runtime:
         mem.close()
         self.metrics.imported_bytes.labels(mem.kind).dec(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).dec()
+        if isinstance(mem, CudaMemoryImport):
+            self.metrics.gpu_imported_bytes.labels(device_label(mem.cuda.ordinal)).dec(mem.size_bytes)
 
     # -- fences ---------------------------------------------------------------------------
 
@@ -225,6 +244,7 @@ class Runtime:
             "name": f.name,
             "value": f.value,
             "status": f.status,
+            "device": getattr(f, "device", "cpu"),
             "sessions": len(e.users),
         }
 
@@ -249,12 +269,39 @@ class Runtime:
         outputs: dict[str, ViewSpec],
         wait_fence: str,
         signal_fence: str,
+        *,
+        mode: Mode = "request",
+        policy: Policy = "latest",
+        spin_us: int | None = None,
+        start: bool = True,
     ) -> dict[str, Any]:
+        """A session; ``mode="streaming"`` gives it a worker that runs each new input fence
+        value by itself (runtime/streaming.py), started at once unless ``start`` is false.
+
+        Checks and reserves under the table lock, then builds the session (the onnxruntime
+        session, a CUDA stream) outside it: building takes long, and on a busy or stalled GPU
+        longer still, and nothing of another client or another GPU may wait for that."""
+        if mode not in ("request", "streaming"):
+            raise InvalidArgument(f"mode is 'request' or 'streaming', not {mode!r}")
+        if policy not in ("latest", "every"):
+            raise InvalidArgument(f"policy is 'latest' or 'every', not {policy!r}")
+        max_spin_ns = self.settings.spin_ns if spin_us is None else spin_us * 1000
+        if not 0 <= max_spin_ns <= self.settings.max_stream_spin_ns:
+            raise InvalidArgument(
+                f"spin_us must be within 0..{self.settings.max_stream_spin_ns // 1000}"
+            )
         m = self.models.get(model)
         with self._lock:
-            if len(self.sessions.owned_by(owner)) >= self.settings.max_sessions_per_owner:
+            owned = self.sessions.owned_by(owner)
+            pending = sum(1 for o, _ in self._pending.values() if o == owner)
+            if len(owned) + pending >= self.settings.max_sessions_per_owner:
                 raise ResourceExhausted(
                     f"at most {self.settings.max_sessions_per_owner} sessions per client"
+                )
+            limit = self.settings.max_streaming_sessions_per_owner
+            if mode == "streaming" and sum(_stream_of(e.obj) is not None for e in owned) >= limit:
+                raise ResourceExhausted(
+                    f"at most {limit} streaming sessions per client; stop one first"
                 )
             wait = self.fences.get(owner, wait_fence)
             signal = self.fences.get(owner, signal_fence)
@@ -274,14 +321,68 @@ class Runtime:
                     used.append(mem_entry)
                 bound.append(views)
             views_used = [*bound[0].values(), *bound[1].values()]
-            session_cls: Any = CudaSession if uses_gpu(views_used, [wait.obj, signal.obj]) else Session
+            gpu = uses_gpu(views_used, [wait.obj, signal.obj])
+            label = ""
+            if gpu:
+                device = check_gpu_session(m, bound[0], bound[1], wait.obj, signal.obj)
+                label = device_label(device.ordinal)
+                check_device_quota(
+                    label, self._sessions_on(label), self.settings.max_sessions_per_device
+                )
+            if mode == "streaming":
+                if wait.id == signal.id:
+                    raise InvalidArgument("a streaming session needs two fences: input and output")
+                if gpu:
+                    raise Unsupported(
+                        "streaming sessions run on host memory and host_timeline fences in this "
+                        "build; GPU sessions take RUN or RUN_ASYNC requests (docs/gpu.md)"
+                    )
+            sid = secrets.token_hex(16)
+            self._pending[sid] = (owner, label)
+            holders: list[Entry[Any]] = [*used, wait, signal]
+            for user in holders:  # held from now on: a release answers conflict
+                user.users.add(sid)
+        try:
+            session_cls: Any = CudaSession if gpu else Session
             session = session_cls(m, bound[0], bound[1], wait.obj, signal.obj)
-            entry = self.sessions.add(owner, session)
-            for user in (*used, wait, signal):
-                user.users.add(entry.id)
+            if mode == "streaming":
+                session.stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
+        except BaseException:
+            with self._lock:
+                del self._pending[sid]
+                for user in holders:
+                    user.users.discard(sid)
+            raise
+        with self._lock:
+            del self._pending[sid]
+            shutting_down = self.closing.is_set()  # release_owner may have run meanwhile
+            if shutting_down:
+                for user in holders:
+                    user.users.discard(sid)
+            else:
+                entry = self.sessions.add(owner, session, sid)
+        if shutting_down:
+            session.close()
+            raise Unavailable("the service is shutting down")
+        stream = _stream_of(session)
+        if stream is not None:
+            stream.label, stream.owner = entry.id[:8], owner
         self.metrics.sessions.labels(m.name).inc()
+        if label:
+            self.metrics.gpu_sessions.labels(label).inc()
         log.info("session created for model %s", m.name, extra=_ids(owner, entry.id))
+        if stream is not None:
+            log.info("the session streams, policy %s, spins up to %d us", policy,
+                     max_spin_ns // 1000, extra=_ids(owner, entry.id))
+            if start:
+                stream.start()
         return self._session_info(entry)
+
+    def _sessions_on(self, label: str) -> int:
+        built = sum(
+            1 for e in self.sessions.entries.values() if getattr(e.obj, "device_label", "") == label
+        )
+        return built + sum(1 for _, d in self._pending.values() if d == label)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
         info = {"id": e.id, **e.obj.describe()}
@@ -298,10 +399,41 @@ class Runtime:
         with self._lock:
             return self._session_info(self.sessions.get(owner, id))
 
+    def _stream(self, owner: str, id: str) -> StreamWorker:
+        stream = _stream_of(self.session(owner, id))
+        if stream is None:
+            raise Conflict(
+                f"session {id} runs on request (mode 'request'); only streaming sessions start, "
+                "pause and stop"
+            )
+        return stream
+
+    def start_session(self, owner: str, id: str) -> dict[str, Any]:
+        """Starts (or resumes) a streaming session's worker; a no-op when it runs."""
+        self._stream(owner, id).start()
+        return self.describe_session(owner, id)
+
+    def pause_session(self, owner: str, id: str) -> dict[str, Any]:
+        """Returns once the frame in flight is signalled and the worker has ended; values the
+        input fence reaches meanwhile are handled by the policy at the next start."""
+        self._stream(owner, id).pause()
+        return self.describe_session(owner, id)
+
+    def stop_session(self, owner: str, id: str) -> dict[str, Any]:
+        """Stops a streaming session and releases it; returns its final description."""
+        stream = self._stream(owner, id)
+        stream.stop()
+        info = self.describe_session(owner, id)
+        self.release_session(owner, id)
+        return info
+
     def release_session(self, owner: str, id: str) -> None:
         with self._lock:
             entry = self.sessions.get(owner, id)
             del self.sessions.entries[id]
+        stream = _stream_of(entry.obj)
+        if stream is not None:
+            stream.stop()  # joins the worker; outside the table lock
         entry.obj.close()  # waits for a run in flight, outside the table lock
         with self._lock:
             for users in [m.users for m in self.memory.entries.values()] + [
@@ -309,6 +441,9 @@ class Runtime:
             ]:
                 users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
+        label = getattr(entry.obj, "device_label", "")
+        if label:
+            self.metrics.gpu_sessions.labels(label).dec()
         log.info("session released", extra=_ids(owner, id))
 
     def session(self, owner: str, id: str) -> Session:
@@ -349,10 +484,17 @@ class Runtime:
         timeout_ms: int | None,
         *,
         transport: str,
+        record: bool = True,
         asynchronous: bool = False,
     ) -> RunResult:
-        """``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
-        always run to completion."""
+        """One request-mode run. ``record=False`` leaves the metrics to the caller
+        (:meth:`record_run`), so a transport can send its reply first. ``asynchronous``: a CUDA
+        session replies once the work is enqueued; host sessions always run to completion."""
+        if _stream_of(session) is not None:
+            raise Conflict(
+                "this session streams: it runs by itself when its input fence advances; RUN is "
+                "for sessions created with mode 'request'"
+            )
         s = self.settings
         if self.closing.is_set():
             raise Unavailable("the service is shutting down")
@@ -371,11 +513,17 @@ class Runtime:
             result = session.run(
                 wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
             )
+        if record:
+            self.record_run(session, result, transport)
+        return result
+
+    def record_run(self, session: Session, result: RunResult, transport: str) -> None:
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
         )
-        return result
+        if isinstance(session, CudaSession):
+            self.metrics.observe_gpu_run(session.device_label)
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -423,6 +571,11 @@ class Runtime:
         self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
+
+
+def _stream_of(session: Any) -> StreamWorker | None:
+    """A streaming session's worker; None for request-mode and GPU sessions."""
+    return getattr(session, "stream", None)
 
 
 def _ids(owner: str, session_id: str) -> dict[str, str]:

@@ -7,13 +7,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fenceline._native import WAIT_REACHED
 from fenceline.errors import Conflict, InvalidArgument, ModelError
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
+from fenceline.waiting import AdaptiveSpin
+
+if TYPE_CHECKING:
+    from fenceline.runtime.streaming import StreamWorker
 
 
 class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
@@ -67,6 +71,8 @@ class Session:
         self.signal_fence = signal_fence
         self.runs = 0
         self.last_signal_value = 0
+        self.stream: StreamWorker | None = None  # set for streaming sessions (runtime/streaming.py)
+        self._spin = AdaptiveSpin(0)
         # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
         self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._lock = threading.Lock()
@@ -106,10 +112,16 @@ class Session:
                 raise Conflict(
                     f"signal_value {target} is not above the output fence's value {current}"
                 )
-            # Fast path: one native call when the value is already there or arrives while
-            # spinning; the full wait (long timeouts in slices, cancellation) otherwise.
-            if self._wait_handle.wait(wait_value, min(spin_ns, timeout_ns), spin_ns) != WAIT_REACHED:
-                self.wait_fence.wait(wait_value, timeout_ns, 0, cancel)
+            # Fast path: one native call when the value is already there; else an adaptive,
+            # rationed spin (fenceline.waiting), then the full wait (slices, cancellation).
+            if self._wait_handle.wait(wait_value, 0, 0) != WAIT_REACHED:
+                self._spin.max_spin_ns = spin_ns
+                fence = self.wait_fence
+                r = self._spin.wait_fence(
+                    self._wait_handle, wait_value, timeout_ns,
+                    lambda v, t: fence.wait_result(v, t, 0, cancel),
+                )
+                fence.raise_for(r, wait_value, timeout_ns)
             waited = time.perf_counter_ns()
             for handle in self._unsealed:
                 handle.check()
@@ -128,6 +140,23 @@ class Session:
             self.recent.append((end, result))
         return result
 
+    def infer(self) -> int:
+        """Runs the model once over the bound views, now, and returns how long it took (ns).
+        Streaming drivers call this after their own fence wait; raises ModelError."""
+        with self._lock:
+            if self._closed:
+                raise Conflict("the session is closed")
+            for handle in self._unsealed:
+                handle.check()
+            assert self.model.session is not None
+            t0 = time.perf_counter_ns()
+            try:
+                self.model.session.run_with_iobinding(self._binding)
+            except Exception as e:  # onnxruntime's own error types
+                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+            self.runs += 1
+            return time.perf_counter_ns() - t0
+
     def close(self) -> None:
         """Waits for a run in flight, then unbinds. Safe to call twice."""
         with self._lock:
@@ -138,14 +167,18 @@ class Session:
             self._binding.clear_binding_outputs()
 
     def describe(self) -> dict[str, Any]:
-        return {
+        info: dict[str, Any] = {
             "model": self.model.name,
+            "mode": "request" if self.stream is None else "streaming",
             "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
             "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
             "output_devices": self.output_devices,
             "runs": self.runs,
             "last_signal_value": self.last_signal_value,
         }
+        if self.stream is not None:
+            info["stream"] = self.stream.describe()
+        return info
 
 
 def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:

@@ -50,6 +50,7 @@ class SoakReport:
     start: Resources
     end: Resources
     samples: list[dict[str, float]] = field(default_factory=list)
+    stray_shm: list[str] = field(default_factory=list)  # new /dev/shm names of soak processes
 
     @property
     def rss_growth(self) -> float:
@@ -60,7 +61,7 @@ class SoakReport:
             "rss within 10% of warm-up": abs(self.rss_growth) <= 0.10,
             "same fd count": self.end.fds == self.start.fds,
             "same mapping count": self.end.mappings == self.start.mappings,
-            "no stray /dev/shm entries": self.end.shm_entries <= self.start.shm_entries,
+            "no stray /dev/shm entries": not self.stray_shm,
             "no wrong outputs": self.wrong_outputs == 0,
             "no service errors": not any(self.service_errors.values()),
         }
@@ -132,9 +133,11 @@ def run_soak(
 ) -> SoakReport:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="fenceline-soak-") as tmp:
+        shm_before = set(os.listdir("/dev/shm"))
         proc, url, sock = start_service(["add_64x64"], Path(tmp))
         pool: list[Renderer] = []
         finished: list[Renderer] = []
+        pids = {proc.pid}
         try:
             start = _settle(proc.pid)
             pool = [Renderer(sock) for _ in range(renderers)]
@@ -152,6 +155,7 @@ def run_soak(
                 if time.monotonic() >= next_kill:
                     victim = pool.pop(rng.randrange(len(pool)))
                     victim.kill()
+                    pids.add(victim.proc.pid)
                     finished.append(victim)
                     kills += 1
                     pool.append(Renderer(sock))
@@ -170,11 +174,17 @@ def run_soak(
             pool = []
             end = _settle(proc.pid)
             errors = _service_errors(url)
+            pids |= {x.proc.pid for x in finished}
+            # Other programs on the machine may come and go in /dev/shm; ours embed their pid.
+            stray = sorted(
+                n for n in set(os.listdir("/dev/shm")) - shm_before
+                if any(f"-{pid}-" in n for pid in pids)
+            )
         finally:
             for x in pool:
                 x.kill()
             stop_service(proc)
     return SoakReport(
         seconds, renderers, kills, sum(x.runs for x in finished), sum(x.bad for x in finished),
-        errors, start, end, samples,
+        errors, start, end, samples, stray,
     )
