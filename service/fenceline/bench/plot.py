@@ -11,6 +11,7 @@ from fenceline.errors import Unsupported
 
 COLORS = {
     "in-process": "#4d4d4d", "ipc": "#1b7837", "streaming": "#5aae61", "c-client": "#a6dba0",
+    "streaming-blocking": "#b8e186",
     "http": "#2166ac", "kserve-binary": "#92c5de", "system-shm": "#4393c3",
     "triton-binary": "#d6604d", "triton-shm": "#b2182b",
 }

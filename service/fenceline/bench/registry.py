@@ -166,25 +166,32 @@ def _has_streaming(ctx: Context) -> str | None:
     return None
 
 
-def _streaming(ctx: Context, sc: Scenario) -> Row | None:
-    """A streaming session (the fence alone says "frame N is ready"; no message per frame):
-    single FP32 renderers only, through that module's own measurement."""
-    if sc.renderers != 1 or sc.mode != "sync" or sc.sig is None:
-        return None
-    if len(sc.sig.inputs) != 1 or sc.sig.inputs[0].datatype != "FP32":
-        return None
-    handoff = _streaming_module().measure_streaming(
-        ctx.socket, sc.model, sc.sig.inputs[0].shape, frames=sc.budget.iterations,
-        warmup=sc.budget.warmup)
-    cpu = handoff.client_cpu_s_per_frame + (handoff.service_cpu_s_per_frame or 0.0)
-    wall = sum(handoff.latencies_s)
-    return Row("streaming", sc.size, list(handoff.latencies_s), "fence only, no message",
-               cpu * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
-               len(handoff.latencies_s) / wall if wall else None)
+def _streaming_row(name: str, spin_us: int | None, note: str) -> Any:
+    def measure(ctx: Context, sc: Scenario) -> Row | None:
+        """A streaming session (the fence alone says "frame N is ready"; no message per
+        frame): single FP32 renderers only, through that module's own measurement."""
+        if sc.renderers != 1 or sc.mode != "sync" or sc.sig is None:
+            return None
+        if len(sc.sig.inputs) != 1 or sc.sig.inputs[0].datatype != "FP32":
+            return None
+        handoff = _streaming_module().measure_streaming(
+            ctx.socket, sc.model, sc.sig.inputs[0].shape, frames=sc.budget.iterations,
+            warmup=sc.budget.warmup, spin_us=spin_us)
+        cpu = handoff.client_cpu_s_per_frame + (handoff.service_cpu_s_per_frame or 0.0)
+        wall = sum(handoff.latencies_s)
+        return Row(name, sc.size, list(handoff.latencies_s), note,
+                   cpu * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
+                   len(handoff.latencies_s) / wall if wall else None)
+
+    return measure
 
 
-register(Transport("streaming", "fenceline streaming session: signal, wait on output fence",
-                   _streaming, available=_has_streaming))
+register(Transport("streaming", "fenceline streaming session, adaptive spin-then-block waits",
+                   _streaming_row("streaming", None, "fence only, adaptive waits"),
+                   available=_has_streaming))
+register(Transport("streaming-blocking", "fenceline streaming session, blocking waits (spin 0)",
+                   _streaming_row("streaming-blocking", 0, "fence only, blocking waits"),
+                   available=_has_streaming))
 
 
 C_CLIENT_MODELS = ("add_64x64", "add_720p", "add_1080p")  # the example renderer's add models

@@ -40,7 +40,7 @@ def ratios(rows: list[Row]) -> dict[int, dict[str, float | None]]:
 
 def table(rows: list[Row]) -> str:
     rs = ratios(rows)
-    head = (f"  {'transport':<14} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} {'frames/s':>9} "
+    head = (f"  {'transport':<18} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} {'frames/s':>9} "
             f"{'x floor':>8} {'vs triton':>9} {'cpu/frame':>11} {'outputs':>8}")
     lines: list[str] = []
     for members in _by_group(rows).values():
@@ -51,7 +51,7 @@ def table(rows: list[Row]) -> str:
             fps = f"{r.throughput_fps:9.0f}" if r.throughput_fps else "-"
             cpu = fmt_us(r.cpu_per_frame_us) if r.cpu_per_frame_us is not None else "-"
             lines.append(
-                f"  {r.transport:<14} {len(r.samples_s):>6} {fmt_us(r.p50_us):>11} "
+                f"  {r.transport:<18} {len(r.samples_s):>6} {fmt_us(r.p50_us):>11} "
                 f"{fmt_us(r.p99_us):>11} {fmt_us(r.mean_us):>11} {fps:>9} {floor:>8} "
                 f"{triton:>9} {cpu:>11} {r.check or '-':>8}" + (f"  {r.note}" if r.note else "")
             )
@@ -99,7 +99,27 @@ def goals(rows: list[Row], real_size: str | None = None) -> list[dict[str, Any]]
     if real_size is not None:
         goal(f"real model ({real_size}) through IPC within 1.05x of the floor", real_size, "ipc",
              FLOOR, "within", 1.05)
+    goal("streaming with adaptive waits 64x64 within 15 us of the in-process floor", "64x64",
+         "streaming", FLOOR, "within_us", 15.0)
     return out
+
+
+def floor_goals(rows: list[Row], floors: dict[str, Any]) -> list[dict[str, Any]]:
+    """Request-per-frame IPC against the machine's own socket round trip plus the in-process
+    run, measured in the same run (docs/streaming.md)."""
+    one = ("64x64", "FP32", 1, "sync")
+    ipc, floor = _find(rows, one, "ipc"), _find(rows, one, FLOOR)
+    uds = floors.get("uds_round_trip") if isinstance(floors, dict) else None
+    entry: dict[str, Any] = {
+        "goal": "request-per-frame IPC 64x64 within 1.5x of the socket floor + in-process",
+        "target": 1.5,
+    }
+    if ipc is None or floor is None or not uds:
+        entry.update(value=None, met=None, missing=["64x64 ipc, in-process or the floors"])
+    else:
+        v = ipc.p50_us / (uds["p50_us"] + floor.p50_us)
+        entry.update(value=round(v, 2), met=v <= 1.5)
+    return [entry]
 
 
 def format_goals(results: list[dict[str, Any]]) -> str:

@@ -36,6 +36,7 @@ QUICK_BUDGETS: dict[str, Budget] = {
 
 # Every transport that a single renderer can use, in table order.
 SINGLE = ("in-process", "ipc", "http", "kserve-binary", "system-shm", "c-client", "streaming",
+          "streaming-blocking",
           "triton-binary", "triton-shm")
 CONCURRENT = ("in-process", "ipc", "http", "triton-shm")
 PIPELINED = ("in-process", "ipc", "triton-shm")

@@ -197,9 +197,27 @@ def _start_triton(stack: contextlib.ExitStack, plan: list[Scenario], paths: dict
     return peer
 
 
+def _floors() -> dict[str, Any]:
+    """The machine's handoff floors (../shared/floors or equivalents), measured in this run."""
+    try:
+        from fenceline.bench.streaming import floors
+
+        return floors()
+    except Exception as e:  # no C compiler, or a floor program failed: say so, keep the rest
+        return {"error": str(e)[:300]}
+
+
 def _output(run: _Run, doc: dict[str, Any], json_path: Path | None, plot_path: Path | None,
             markdown_path: Path | None) -> None:
     print(report.table(run.rows))
+    print()
+    fl = doc.get("floors", {})
+    if "error" in fl:
+        print(f"machine floors not measured: {fl['error']}")
+    else:
+        print("machine floors (p50 / p99): " + "; ".join(
+            f"{k.replace('_', ' ')} {v['p50_us']:.2f} / {v['p99_us']:.2f} us"
+            for k, v in fl.items() if isinstance(v, dict)))
     print()
     print(report.format_goals(doc["goals"]))
     if run.skipped:
@@ -242,13 +260,16 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
           f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
           f"{' with a Triton peer' if peers else ''}", flush=True)
     run = _measure(plan, reals, peers)
+    floors = _floors()
     real_size = next((s.size for s in plan if s.model in run.real_checks), None)
+    goals = report.goals(run.rows, real_size) + report.floor_goals(run.rows, floors)
     doc = report.document(
-        run.rows, report.goals(run.rows, real_size), quick=quick, peers=peers,
+        run.rows, goals, quick=quick, peers=peers,
         duration_s=round(time.monotonic() - t_start, 1), loadavg_start=loadavg,
         scenarios=[s.label for s in plan], servers=run.servers, real_models=run.real_checks,
         skipped=run.skipped, failures=run.failures,
     )
+    doc["floors"] = floors
     _output(run, doc, json_path, plot_path, markdown_path)
     differs = [f"{r.scenario_label}: {r.transport}" for r in run.rows if r.check == "differs"]
     if differs:
