@@ -135,6 +135,7 @@ struct Api {
   CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr *, std::size_t *, CUdeviceptr);
 };
 
 struct Loaded {
@@ -192,6 +193,7 @@ const Loaded &loaded() {
     FL_LOAD(cuEventQuery);
     FL_LOAD(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
     FL_LOAD(cuIpcCloseMemHandle);
+    FL_LOAD(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
 #undef FL_LOAD
     if (missing) {
       r.reason = std::string("the CUDA driver lacks ") + missing + " (driver too old)";
@@ -418,6 +420,15 @@ std::shared_ptr<ExternalMemory> ExternalMemory::open_ipc(std::shared_ptr<Device>
   check(a.cuIpcOpenMemHandle(&ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle");
   m->ipc_ = true;
   m->pointer_ = ptr;
+  // The handle names the whole allocation: a size past its end would let views reach memory
+  // that is not the client's.
+  CUdeviceptr base = 0;
+  std::size_t allocated = 0;
+  check(a.cuMemGetAddressRange(&base, &allocated, ptr), "cuMemGetAddressRange");
+  if (size > allocated - (ptr - base))
+    throw Error(Code::InvalidArgument, "size " + std::to_string(size) +
+                                           " is past the end of the CUDA allocation of " +
+                                           std::to_string(allocated) + " bytes");
   m->size_ = size;
   return m;
 }

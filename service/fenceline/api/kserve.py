@@ -67,7 +67,7 @@ def server_metadata(request: Request) -> dict[str, Any]:
     extensions = ["binary_tensor_data", "model_configuration", "model_repository"]
     if kserve(request).shm.enabled:
         extensions.append("system_shared_memory")
-    if cuda_shared_memory_available():
+    if cuda_shared_memory_available() and kserve(request).cuda.enabled:
         extensions.append("cuda_shared_memory")
     extensions.append("interop")
     return {"name": "fenceline", "version": __version__, "extensions": extensions}

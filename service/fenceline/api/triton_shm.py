@@ -2,9 +2,11 @@
 ``/v2/cudasharedmemory/...``.
 
 System regions are imported through the host_shm importer once, at registration
-(:class:`fenceline.runtime.inference.SystemSharedMemory`); inference binds them in place. CUDA
-shared memory needs fenceline's CUDA backend: without it every CUDA route answers 501 and
-``GET /v2`` leaves ``cuda_shared_memory`` out of its extensions, so a client can ask first.
+(:class:`fenceline.runtime.inference.SystemSharedMemory`); CUDA regions through the cuda_ipc
+importer (:class:`fenceline.runtime.cuda_shm.CudaSharedMemory`); inference binds both in place.
+CUDA shared memory needs fenceline's CUDA backend and a GPU: without them every CUDA route
+answers 501 and ``GET /v2`` leaves ``cuda_shared_memory`` out of its extensions, so a client can
+ask first.
 """
 
 from __future__ import annotations
@@ -14,15 +16,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from fenceline.errors import InvalidArgument, Unsupported
+from fenceline.errors import InvalidArgument
+from fenceline.runtime.cuda_shm import CudaSharedMemory, cuda_backend_works
 from fenceline.runtime.inference import KServeInference, SystemSharedMemory
 
 router = APIRouter(prefix="/v2", tags=["triton shared memory"])
 
 
 def cuda_shared_memory_available() -> bool:
-    """CUDA IPC registration needs a CUDA backend that this build does not have yet."""
-    return False
+    """CUDA IPC registration needs the native CUDA backend and at least one device."""
+    return cuda_backend_works()
 
 
 def shm(request: Request) -> SystemSharedMemory:
@@ -86,33 +89,40 @@ def system_unregister_all(request: Request) -> Response:
 # -- CUDA shared memory ---------------------------------------------------------------------
 
 
-def _no_cuda() -> Unsupported:
-    return Unsupported(
-        "CUDA shared memory is not available on this service: it needs fenceline's CUDA "
-        "backend and a GPU; use system shared memory (/v2/systemsharedmemory) instead"
-    )
+def cuda(request: Request) -> CudaSharedMemory:
+    k: KServeInference = request.app.state.kserve
+    return k.cuda
 
 
 @router.get("/cudasharedmemory/status")
-def cuda_status() -> Response:
-    raise _no_cuda()
+def cuda_status(request: Request) -> list[dict[str, Any]]:
+    return cuda(request).status()
 
 
 @router.get("/cudasharedmemory/region/{name}/status")
-def cuda_region_status(name: str) -> Response:
-    raise _no_cuda()
+def cuda_region_status(name: str, request: Request) -> list[dict[str, Any]]:
+    return cuda(request).status(name)
 
 
 @router.post("/cudasharedmemory/region/{name}/register")
-def cuda_register(name: str) -> Response:
-    raise _no_cuda()
+async def cuda_register(name: str, request: Request) -> Response:
+    regions = cuda(request)
+    regions.check_enabled()
+    body = await _json_object(request)
+    for field in ("raw_handle", "device_id", "byte_size"):
+        if field not in body:
+            raise InvalidArgument(f"CUDA shared memory register request has no '{field}' field")
+    regions.register(name, body["raw_handle"], body["device_id"], body["byte_size"])
+    return ok()
 
 
 @router.post("/cudasharedmemory/region/{name}/unregister")
-def cuda_unregister(name: str) -> Response:
-    raise _no_cuda()
+def cuda_unregister(name: str, request: Request) -> Response:
+    cuda(request).unregister(name)
+    return ok()
 
 
 @router.post("/cudasharedmemory/unregister")
-def cuda_unregister_all() -> Response:
-    raise _no_cuda()
+def cuda_unregister_all(request: Request) -> Response:
+    cuda(request).unregister()
+    return ok()

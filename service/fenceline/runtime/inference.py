@@ -130,6 +130,36 @@ def normalize_key(key: str) -> str:
     return "/" + rest
 
 
+def check_window(ref: ShmRef, region_size: int) -> None:
+    """``[offset, offset + byte_size)`` of ``ref`` lies inside a region of ``region_size``
+    bytes; the checks and texts are Triton's."""
+    if ref.offset >= region_size:
+        raise InvalidArgument(f"Invalid offset for shared memory region: '{ref.region}'")
+    if ref.byte_size > U64_MAX - ref.offset:
+        raise InvalidArgument(
+            f"Integer overflow detected: byte_size ({ref.byte_size}) + offset "
+            f"({ref.offset}) exceeds 2^64 - 1 for region '{ref.region}'"
+        )
+    if ref.offset + ref.byte_size > region_size:
+        raise InvalidArgument(
+            f"Invalid offset + byte size for shared memory region: '{ref.region}'"
+        )
+
+
+def check_tensor_size(ref: ShmRef, dt: Datatype, shape: list[int], role: str, tensor: str) -> int:
+    need = tensor_nbytes(dt, shape)
+    if role == "input" and ref.byte_size != need:
+        raise InvalidArgument(
+            f"unexpected total byte size {ref.byte_size} for input '{tensor}', expecting {need}"
+        )
+    if role == "output" and ref.byte_size < need:
+        raise InvalidArgument(
+            f"shared memory size specified with the request for output '{tensor}' "
+            f"({ref.byte_size} bytes) should be at least {need} bytes to hold the results"
+        )
+    return need
+
+
 @dataclass
 class Region:
     name: str
@@ -153,6 +183,9 @@ class SystemSharedMemory:
         self.settings = settings
         self._regions: dict[str, Region] = {}
         self._lock = threading.Lock()
+        # Triton keeps system and CUDA regions in one namespace: the CUDA table, when there is
+        # one, shares this lock and its names (runtime/cuda_shm.py).
+        self.peer: dict[str, Any] = {}
 
     @property
     def enabled(self) -> bool:
@@ -208,9 +241,9 @@ class SystemSharedMemory:
                  byte_size)
 
     def _check_free(self, name: str) -> None:
-        if name in self._regions:
+        if name in self._regions or name in self.peer:
             raise Conflict(f"shared memory region '{name}' already in manager")
-        if len(self._regions) >= self.settings.max_regions:
+        if len(self._regions) + len(self.peer) >= self.settings.max_regions:
             raise InvalidArgument(
                 f"at most {self.settings.max_regions} shared memory regions; unregister some"
             )
@@ -234,9 +267,17 @@ class SystemSharedMemory:
             if name is None:
                 return [r.status() for r in self._regions.values()]
             region = self._regions.get(name)
+            if region is None and name in self.peer:
+                raise NotFound(
+                    f"The region named '{name}' is registered as CUDA shared memory, not system "
+                    "shared memory"
+                )
             if region is None:
                 raise NotFound(f"Unable to find system shared memory region: '{name}'")
             return [region.status()]
+
+    def has(self, name: str) -> bool:
+        return name in self._regions
 
     def window(self, ref: ShmRef) -> tuple[Region, int]:
         """The region ``ref`` names, checked the way Triton checks it; call with
@@ -244,17 +285,7 @@ class SystemSharedMemory:
         region = self._regions.get(ref.region)
         if region is None:
             raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
-        if ref.offset >= region.byte_size:
-            raise InvalidArgument(f"Invalid offset for shared memory region: '{ref.region}'")
-        if ref.byte_size > U64_MAX - ref.offset:
-            raise InvalidArgument(
-                f"Integer overflow detected: byte_size ({ref.byte_size}) + offset "
-                f"({ref.offset}) exceeds 2^64 - 1 for region '{ref.region}'"
-            )
-        if ref.offset + ref.byte_size > region.byte_size:
-            raise InvalidArgument(
-                f"Invalid offset + byte size for shared memory region: '{ref.region}'"
-            )
+        check_window(ref, region.byte_size)
         return region, ref.offset
 
     def view(
@@ -264,17 +295,7 @@ class SystemSharedMemory:
         window does not align the tensor to its element size: Triton allows any offset, so
         the caller then copies through an aligned buffer."""
         region, offset = self.window(ref)
-        need = tensor_nbytes(dt, shape)
-        if role == "input" and ref.byte_size != need:
-            raise InvalidArgument(
-                f"unexpected total byte size {ref.byte_size} for input '{tensor}', "
-                f"expecting {need}"
-            )
-        if role == "output" and ref.byte_size < need:
-            raise InvalidArgument(
-                f"shared memory size specified with the request for output '{tensor}' "
-                f"({ref.byte_size} bytes) should be at least {need} bytes to hold the results"
-            )
+        check_tensor_size(ref, dt, shape, role, tensor)
         if (region.memory.handle.address + offset) % dt.size:
             return None
         return region.memory.view(offset, dt, shape, need_write=role == "output")
@@ -312,6 +333,9 @@ class KServeInference:
         self.runtime = runtime
         self.settings = settings or InferenceSettings()
         self.shm = SystemSharedMemory(runtime, self.settings)
+        from fenceline.runtime.cuda_shm import CudaSharedMemory  # it builds on this module
+
+        self.cuda = CudaSharedMemory(runtime, self.settings, self.shm)
 
     def infer(self, req: InferRequest) -> InferResult:
         model = self.runtime.models.get(req.model, req.version or None)
@@ -385,6 +409,12 @@ class KServeInference:
     def _bind_inputs(self, model: Model, req: InferRequest, binding: Any, plan: _Plan) -> None:
         for t in req.inputs:
             dt = t.datatype
+            if t.shm is not None and self.cuda.has(t.shm.region):
+                gpu = self.cuda.view(model, t.shm, dt, t.shape, "input", t.name)
+                plan.keep.append(gpu)
+                binding.bind_input(t.name, "cuda", gpu.memory.cuda.ordinal, dt.numpy, t.shape,
+                                   gpu.address)
+                continue
             if t.shm is not None:
                 view = self.shm.view(t.shm, dt, t.shape, "input", t.name)
                 if view is None:  # misaligned window: one aligned copy
@@ -417,6 +447,17 @@ class KServeInference:
             out = OutputTensor(o.name, spec.datatype, list(spec.shape), o.binary, shm=o.shm)
             index = len(plan.outputs)
             plan.outputs.append(out)
+            if o.shm is not None and self.cuda.has(o.shm.region):
+                if not static:
+                    raise InvalidArgument(
+                        f"output '{o.name}' has a dynamic shape {spec.shape}: it cannot be "
+                        "written into CUDA shared memory; use system shared memory"
+                    )
+                gpu = self.cuda.view(model, o.shm, spec.datatype, out.shape, "output", o.name)
+                plan.keep.append(gpu)
+                binding.bind_output(o.name, "cuda", gpu.memory.cuda.ordinal,
+                                    spec.datatype.numpy, out.shape, gpu.address)
+                continue
             if not static:
                 # The shape is known only after the run: onnxruntime allocates, we copy.
                 window = self.shm.bytes_view(o.shm) if o.shm is not None else None
@@ -462,6 +503,7 @@ class KServeInference:
             window.array()[: arr.nbytes] = arr.reshape(-1).view(np.uint8)
 
     def close(self) -> None:
+        self.cuda.close()
         self.shm.close()
 
 
