@@ -22,13 +22,21 @@ from tritonclient.utils import InferenceServerException
 from fenceline import _native
 from fenceline.models import build_repository
 from tests.conftest import Service, start_service, stop_service
-from tests.test_kserve import reference
 
 pytestmark = pytest.mark.gpu
 
 SMALL = [1, 3, 64, 64]
 FULL_HD = [1, 3, 1080, 1920]
 CPU_SHAPE = [1, 3, 720, 1280]  # add_720p stays on the CPU EP
+
+
+def reference(repo: Path, model: str, x: np.ndarray) -> np.ndarray:
+    """A direct onnxruntime run of the same file (providers named: a GPU build asks for them)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(repo / model / "1" / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
 
 
 def _nbytes(shape: list[int]) -> int:
