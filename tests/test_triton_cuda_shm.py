@@ -113,6 +113,7 @@ class Regions:
         self.client.unregister_cuda_shared_memory()
         for h in self.handles:
             cudashm.destroy_shared_memory_region(h)
+        self.handles.clear()  # the last reference: the allocation is freed now
 
 
 @pytest.fixture
