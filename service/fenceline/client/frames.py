@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,25 +21,18 @@ def _fresh_name(prefix: str) -> str:
     return f"/{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-class SharedFrame:
-    """A shared-memory buffer: named (``/dev/shm``) when ``name`` or ``named=True`` is given,
-    else an anonymous memfd that travels as an fd over the IPC socket."""
+_C = TypeVar("_C", bound="_Created")
 
-    def __init__(self, size: int, *, name: str | None = None, named: bool = False) -> None:
-        if name is not None or named:
-            self.name: str | None = name or _fresh_name("fenceline-frame")
-            self.handle = _native.HostMemory.create_shm(self.name, size)
-        else:
-            self.name = None
-            self.handle = _native.HostMemory.create_memfd("fenceline-frame", size)
-        self.size = size
+
+class _Created:
+    """What a renderer created: a native handle, and the name it unlinks when it has one."""
+
+    name: str | None
+    handle: Any
 
     @property
     def fd(self) -> int:
         return int(self.handle.fd)
-
-    def array(self, dtype: Any, shape: list[int] | tuple[int, ...], offset: int = 0) -> np.ndarray:
-        return self.handle.array(np.dtype(dtype), list(shape), offset)
 
     def close(self) -> None:
         if self.handle.closed:
@@ -48,29 +41,42 @@ class SharedFrame:
             self.handle.unlink()
         self.handle.close()
 
-    def __enter__(self) -> SharedFrame:
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class Fence:
+class SharedFrame(_Created):
+    """A shared-memory buffer: named (``/dev/shm``) when ``name`` or ``named=True`` is given,
+    else an anonymous memfd that travels as an fd over the IPC socket."""
+
+    def __init__(self, size: int, *, name: str | None = None, named: bool = False) -> None:
+        if name is not None or named:
+            self.name = name or _fresh_name("fenceline-frame")
+            self.handle = _native.HostMemory.create_shm(self.name, size)
+        else:
+            self.name = None
+            self.handle = _native.HostMemory.create_memfd("fenceline-frame", size)
+        self.size = size
+
+    def array(self, dtype: Any, shape: list[int] | tuple[int, ...], offset: int = 0) -> np.ndarray:
+        return self.handle.array(np.dtype(dtype), list(shape), offset)
+
+
+class Fence(_Created):
     """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex;
     ``max_spin_ns=0`` always sleeps. One waiting thread per Fence object."""
 
     def __init__(self, *, name: str | None = None, named: bool = False, max_spin_ns: int = 100_000) -> None:
         if name is not None or named:
-            self.name: str | None = name or _fresh_name("fenceline-fence")
+            self.name = name or _fresh_name("fenceline-fence")
             self.handle = _native.HostFence.create_shm(self.name)
         else:
             self.name = None
             self.handle = _native.HostFence.create_memfd("fenceline-fence")
         self._spin = AdaptiveSpin(max_spin_ns)
-
-    @property
-    def fd(self) -> int:
-        return int(self.handle.fd)
 
     @property
     def value(self) -> int:
@@ -93,16 +99,3 @@ class Fence:
         limit, then sleeps on the futex (fenceline.waiting)."""
         timeout_ns = -1 if timeout_s is None else int(timeout_s * 1e9)
         return bool(self._spin.wait_fence(self.handle, value, timeout_ns) == _native.WAIT_REACHED)
-
-    def close(self) -> None:
-        if self.handle.closed:
-            return
-        if self.name is not None:
-            self.handle.unlink()
-        self.handle.close()
-
-    def __enter__(self) -> Fence:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -11,6 +11,7 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw
 
+from fenceline.bench.stats import percentile
 from fenceline.client import Fence, IpcClient, SharedFrame, View
 
 H, W = 720, 1280
@@ -55,11 +56,6 @@ def write_before_after(before: np.ndarray, after: np.ndarray, path: str) -> None
         draw.rectangle((x - 4, 8, x + 6 * len(label) + 4, 26), fill=(0, 0, 0))
         draw.text((x, 11), label, fill=(255, 255, 255))
     canvas.save(path)
-
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

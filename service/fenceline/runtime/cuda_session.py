@@ -41,24 +41,6 @@ DRAIN_GRACE_NS = 200_000_000
 CANCEL_SLICE_NS = 100_000_000
 
 
-def _check_bindings(model: Model, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-    for role, bound, specs in (("input", inputs, model.inputs), ("output", outputs, model.outputs)):
-        unknown = sorted(set(bound) - set(specs))
-        missing = sorted(set(specs) - set(bound))
-        if unknown:
-            raise InvalidArgument(
-                f"model {model.name!r} has no {role} named {', '.join(map(repr, unknown))}; "
-                f"its {role}s are {sorted(specs)}"
-            )
-        if missing:
-            raise InvalidArgument(
-                f"every {role} of model {model.name!r} must be bound; missing "
-                f"{', '.join(map(repr, missing))}"
-            )
-        for name, b in bound.items():
-            specs[name].check(b.datatype, b.shape, role)
-
-
 def gpu_session_device(
     inputs: dict[str, CudaTensorBinding],
     outputs: dict[str, CudaTensorBinding],
@@ -82,7 +64,7 @@ def check_gpu_session(
 ) -> _native.CudaDevice:
     """Everything a CUDA session needs, checked before anything is built (the runtime calls it
     under its table lock, to count sessions per GPU); returns the GPU the session runs on."""
-    _check_bindings(model, inputs, outputs)
+    model.check_bindings(inputs, outputs)
     bindings = [*inputs.values(), *outputs.values()]
     gpu = [isinstance(b, CudaTensorBinding) for b in bindings]
     if not any(gpu):

@@ -106,6 +106,24 @@ class Model:
         self.inputs = {a.name: _spec(a) for a in self.session.get_inputs()}
         self.outputs = {a.name: _spec(a) for a in self.session.get_outputs()}
 
+    def check_bindings(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        """Every model tensor bound, nothing else, each with the model's datatype and shape."""
+        for role, bound, specs in (("input", inputs, self.inputs), ("output", outputs, self.outputs)):
+            unknown = sorted(set(bound) - set(specs))
+            missing = sorted(set(specs) - set(bound))
+            if unknown:
+                raise InvalidArgument(
+                    f"model {self.name!r} has no {role} named {', '.join(map(repr, unknown))}; "
+                    f"its {role}s are {sorted(specs)}"
+                )
+            if missing:
+                raise InvalidArgument(
+                    f"every {role} of model {self.name!r} must be bound; missing "
+                    f"{', '.join(map(repr, missing))}"
+                )
+            for name, b in bound.items():
+                specs[name].check(b.datatype, b.shape, role)
+
     @property
     def device(self) -> str:
         return self.settings.execution_provider

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, InvalidArgument, ModelError
+from fenceline.errors import Conflict, ModelError
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
@@ -49,21 +49,7 @@ class Session:
         signal_fence: FenceImport,
     ) -> None:
         assert model.session is not None
-        for role, bound, specs in (("input", inputs, model.inputs), ("output", outputs, model.outputs)):
-            missing = sorted(set(specs) - set(bound))
-            unknown = sorted(set(bound) - set(specs))
-            if unknown:
-                raise InvalidArgument(
-                    f"model {model.name!r} has no {role} named {', '.join(map(repr, unknown))}; "
-                    f"its {role}s are {sorted(specs)}"
-                )
-            if missing:
-                raise InvalidArgument(
-                    f"every {role} of model {model.name!r} must be bound; missing "
-                    f"{', '.join(map(repr, missing))}"
-                )
-            for name, b in bound.items():
-                specs[name].check(b.datatype, b.shape, role)
+        model.check_bindings(inputs, outputs)
         self.model = model
         self.inputs = inputs
         self.outputs = outputs
