@@ -30,6 +30,7 @@ from fenceline.interop.cuda_memory import IPC_HANDLE_BYTES, CudaMemoryImport, Cu
 from fenceline.interop.datatypes import Datatype
 from fenceline.runtime.inference import (
     InferenceSettings,
+    RegionTable,
     ShmRef,
     SystemSharedMemory,
     check_tensor_size,
@@ -103,19 +104,20 @@ class CudaRegion:
         return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
 
 
-class CudaSharedMemory:
+class CudaSharedMemory(RegionTable):
     """The CUDA regions; ``system`` is the system-region table whose lock and namespace they
     share."""
+
+    kind = "cuda"
+    title = "CUDA"
 
     def __init__(
         self, runtime: Runtime, settings: InferenceSettings, system: SystemSharedMemory
     ) -> None:
-        self.runtime = runtime
-        self.settings = settings
+        super().__init__(runtime, settings, system.locked)
         self.system = system
-        self._regions: dict[str, CudaRegion] = {}
-        system.peer = self._regions
-        self._lock = system.locked
+        self.peer, system.peer = system._regions, self._regions
+        self.peer_title, system.peer_title = "system", "CUDA"
 
     @property
     def available(self) -> bool:
@@ -166,41 +168,6 @@ class CudaSharedMemory:
             raise
         self.runtime.metrics.kserve_shm_regions.inc()
         log.info("registered CUDA shm region %s: cuda:%d, %d bytes", name, device_id, byte_size)
-
-    def _check_free(self, name: str) -> None:
-        self.system._check_free(name)  # one namespace: a system region of that name counts
-
-    def unregister(self, name: str | None = None) -> int:
-        """Unregisters one region (an unknown name is not an error) or, with None, all.
-        Requests using a region keep it open until they end."""
-        self.check_enabled()
-        with self._lock:
-            names = list(self._regions) if name is None else [name]
-            regions = [self._regions.pop(n) for n in names if n in self._regions]
-        for r in regions:
-            self.runtime.release_memory(OWNER, r.memory_id)
-            self.runtime.metrics.kserve_shm_regions.dec()
-            log.info("unregistered CUDA shm region %s", r.name)
-        return len(regions)
-
-    def status(self, name: str | None = None) -> list[dict[str, Any]]:
-        self.check_enabled()
-        with self._lock:
-            if name is None:
-                return [r.status() for r in self._regions.values()]
-            region = self._regions.get(name)
-            if region is None and self.system.has(name):
-                raise NotFound(
-                    f"The region named '{name}' is registered as system shared memory, not "
-                    "CUDA shared memory"
-                )
-            if region is None:
-                raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
-            return [region.status()]
-
-    def has(self, name: str) -> bool:
-        """Call with the shared lock held, as for :meth:`view`."""
-        return name in self._regions
 
     def view(
         self, model: Model, ref: ShmRef, dt: Datatype, shape: list[int], role: str, tensor: str

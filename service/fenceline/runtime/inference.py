@@ -174,18 +174,72 @@ class Region:
                 "byte_size": self.byte_size}
 
 
-class SystemSharedMemory:
+class RegionTable:
+    """The registered regions of one kind of Triton shared memory. Triton keeps system and CUDA
+    regions in one namespace: the tables share one lock, and each sees the other's names as
+    ``peer``."""
+
+    kind = "system"  # as in "Unable to find system shared memory region"
+    title = "system"  # as in "registered as system shared memory"
+
+    def __init__(self, runtime: Runtime, settings: InferenceSettings, lock: threading.Lock) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self._regions: dict[str, Any] = {}
+        self._lock = lock
+        self.peer: dict[str, Any] = {}
+        self.peer_title = ""
+
+    def check_enabled(self) -> None:
+        raise NotImplementedError
+
+    def _check_free(self, name: str) -> None:
+        if name in self._regions or name in self.peer:
+            raise Conflict(f"shared memory region '{name}' already in manager")
+        if len(self._regions) + len(self.peer) >= self.settings.max_regions:
+            raise InvalidArgument(
+                f"at most {self.settings.max_regions} shared memory regions; unregister some"
+            )
+
+    def unregister(self, name: str | None = None) -> int:
+        """Unregisters one region (an unknown name is not an error) or, with None, all.
+        Requests using a region keep its memory mapped until they end."""
+        self.check_enabled()
+        with self._lock:
+            names = list(self._regions) if name is None else [name]
+            regions = [self._regions.pop(n) for n in names if n in self._regions]
+        for r in regions:
+            self.runtime.release_memory(OWNER, r.memory_id)
+            self.runtime.metrics.kserve_shm_regions.dec()
+            log.info("unregistered %s shm region %s", self.kind, r.name)
+        return len(regions)
+
+    def status(self, name: str | None = None) -> list[dict[str, Any]]:
+        self.check_enabled()
+        with self._lock:
+            if name is None:
+                return [r.status() for r in self._regions.values()]
+            region = self._regions.get(name)
+            if region is None and name in self.peer:
+                raise NotFound(
+                    f"The region named '{name}' is registered as {self.peer_title} shared "
+                    f"memory, not {self.title} shared memory"
+                )
+            if region is None:
+                raise NotFound(f"Unable to find {self.kind} shared memory region: '{name}'")
+            return [region.status()]
+
+    def has(self, name: str) -> bool:
+        """Call with the shared lock held when the answer must stay true."""
+        return name in self._regions
+
+
+class SystemSharedMemory(RegionTable):
     """Triton's system shared-memory extension: named windows ``[offset, offset + byte_size)``
     of POSIX shared-memory objects, each imported (mapped) once at registration."""
 
     def __init__(self, runtime: Runtime, settings: InferenceSettings) -> None:
-        self.runtime = runtime
-        self.settings = settings
-        self._regions: dict[str, Region] = {}
-        self._lock = threading.Lock()
-        # Triton keeps system and CUDA regions in one namespace: the CUDA table, when there is
-        # one, shares this lock and its names (runtime/cuda_shm.py).
-        self.peer: dict[str, Any] = {}
+        super().__init__(runtime, settings, threading.Lock())
 
     @property
     def enabled(self) -> bool:
@@ -239,45 +293,6 @@ class SystemSharedMemory:
         self.runtime.metrics.kserve_shm_regions.inc()
         log.info("registered shm region %s: key %s offset %d, %d bytes", name, key, offset,
                  byte_size)
-
-    def _check_free(self, name: str) -> None:
-        if name in self._regions or name in self.peer:
-            raise Conflict(f"shared memory region '{name}' already in manager")
-        if len(self._regions) + len(self.peer) >= self.settings.max_regions:
-            raise InvalidArgument(
-                f"at most {self.settings.max_regions} shared memory regions; unregister some"
-            )
-
-    def unregister(self, name: str | None = None) -> int:
-        """Unregisters one region (an unknown name is not an error) or, with None, all.
-        Requests using a region keep its memory mapped until they end."""
-        self.check_enabled()
-        with self._lock:
-            names = list(self._regions) if name is None else [name]
-            regions = [self._regions.pop(n) for n in names if n in self._regions]
-        for r in regions:
-            self.runtime.release_memory(OWNER, r.memory_id)
-            self.runtime.metrics.kserve_shm_regions.dec()
-            log.info("unregistered shm region %s", r.name)
-        return len(regions)
-
-    def status(self, name: str | None = None) -> list[dict[str, Any]]:
-        self.check_enabled()
-        with self._lock:
-            if name is None:
-                return [r.status() for r in self._regions.values()]
-            region = self._regions.get(name)
-            if region is None and name in self.peer:
-                raise NotFound(
-                    f"The region named '{name}' is registered as CUDA shared memory, not system "
-                    "shared memory"
-                )
-            if region is None:
-                raise NotFound(f"Unable to find system shared memory region: '{name}'")
-            return [region.status()]
-
-    def has(self, name: str) -> bool:
-        return name in self._regions
 
     def window(self, ref: ShmRef) -> tuple[Region, int]:
         """The region ``ref`` names, checked the way Triton checks it; call with
