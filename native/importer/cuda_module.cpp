@@ -1,6 +1,7 @@
 // Python bindings of the CUDA backend (cuda_backend.h), registered by module.cpp.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include "cuda_backend.h"
 #include "errors.h"
@@ -100,7 +101,7 @@ class CudaTensorView {
 void bind_cuda(py::module_ &mod) {
   mod.def("cuda_available", &cuda::available);
   mod.def("cuda_unavailable_reason", &cuda::unavailable_reason);
-  mod.def("cuda_devices", [] {
+  mod.def("cuda_devices", []() -> py::typing::List<py::typing::Dict<py::str, py::object>> {
     py::list out;
     for (const auto &d : cuda::devices()) {
       py::dict info;

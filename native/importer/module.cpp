@@ -3,7 +3,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
+#include "../common/fenceline_wire.h"
 #include "../common/host_timeline.h"
 #include "cuda_backend.h"
 #include "errors.h"
@@ -24,24 +26,52 @@ void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 
 namespace {
 
-// The one place where C++ errors become fenceline.errors classes.
+// The one place where C++ errors become fenceline.errors classes: the code is a wire error code,
+// and fenceline.errors keys its classes by that number.
 void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const fl::Error &e) {
-    const char *cls = "FencelineError";
-    switch (e.code()) {
-      case fl::Code::InvalidArgument: cls = "InvalidArgument"; break;
-      case fl::Code::NotFound: cls = "NotFound"; break;
-      case fl::Code::Conflict: cls = "Conflict"; break;
-      case fl::Code::Unsupported: cls = "Unsupported"; break;
-      case fl::Code::ResourceExhausted: cls = "ResourceExhausted"; break;
-      case fl::Code::DeviceLost: cls = "DeviceLost"; break;
-      case fl::Code::OsError: cls = "FencelineError"; break;
-    }
-    py::object type = py::module_::import("fenceline.errors").attr(cls);
+    py::object by_code = py::module_::import("fenceline.errors").attr("BY_IPC_CODE");
+    py::object type = by_code.attr("get")(static_cast<std::uint32_t>(e.code()),
+                                          py::module_::import("fenceline.errors")
+                                              .attr("FencelineError"));
     PyErr_SetString(type.ptr(), e.what());
   }
+}
+
+// The wire contract (fenceline_wire.h) for fenceline.protocol and fenceline.errors, so Python
+// reads the numbers instead of copying them.
+void bind_wire(py::module_ &mod) {
+  mod.attr("WIRE_MAGIC") = FL_WIRE_MAGIC;
+  mod.attr("WIRE_VERSION") = FL_WIRE_VERSION;
+  mod.attr("WIRE_HEADER_SIZE") = FL_WIRE_HEADER_SIZE;
+  mod.attr("WIRE_MAX_FRAME") = FL_WIRE_MAX_FRAME;
+  mod.attr("WIRE_MAX_FDS") = FL_WIRE_MAX_FDS;
+  mod.attr("WIRE_REPLY_BIT") = FL_WIRE_REPLY_BIT;
+  mod.attr("WIRE_TIMEOUT_DEFAULT") = FL_WIRE_TIMEOUT_DEFAULT;
+  mod.attr("WIRE_RUN_SIZE") = sizeof(FlWireRun);
+  mod.attr("WIRE_RUN_REPLY_SIZE") = sizeof(FlWireRunReply);
+  mod.def(
+      "wire_kinds",
+      [] {
+        py::typing::Dict<py::str, py::int_> kinds;
+#define FL_BIND_KIND_(name, value) kinds[#name] = value;
+        FL_WIRE_KINDS(FL_BIND_KIND_)
+#undef FL_BIND_KIND_
+        return kinds;
+      },
+      "Frame kinds by name, as in fenceline_wire.h.");
+  mod.def(
+      "error_codes",
+      [] {
+        py::typing::Dict<py::str, py::int_> codes;
+#define FL_BIND_ERROR_(name, value, code, action) codes[code] = value;
+        FL_WIRE_ERRORS(FL_BIND_ERROR_)
+#undef FL_BIND_ERROR_
+        return codes;
+      },
+      "Wire error codes by their stable name, as in fenceline_wire.h.");
 }
 
 // Handle kinds this build can import. An unknown or unsupported kind is a plain false.
@@ -84,6 +114,7 @@ PYBIND11_MODULE(_native, mod) {
   mod.doc() = "fenceline's native importer: host memory, host timeline fences, IPC receive.";
   py::register_exception_translator(&translate);
 
+  bind_wire(mod);
   mod.def("can_import_memory", &can_import_memory, py::arg("kind"));
   mod.def("can_import_fence", &can_import_fence, py::arg("kind"));
   mod.attr("FENCE_PAGE_SIZE") = FL_HTL_PAGE_SIZE;
@@ -177,14 +208,15 @@ PYBIND11_MODULE(_native, mod) {
 #ifndef _WIN32
   mod.def(
       "recv_message",
-      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns) {
+      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns)
+          -> py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>> {
         fl::Message m;
         {
           py::gil_scoped_release release;
           m = fl::recv_message(fd, max_bytes, max_fds, spin_ns);
         }
-        if (m.eof) return py::tuple(py::make_tuple(py::none(), py::list()));
-        return py::tuple(py::make_tuple(py::bytes(m.data), py::cast(m.fds)));
+        if (m.eof) return py::make_tuple(py::none(), py::list());
+        return py::make_tuple(py::bytes(m.data), py::cast(m.fds));
       },
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
       "Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'recv_message']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'error_codes', 'recv_message', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -226,13 +226,21 @@ def can_import_memory(kind: str) -> bool:
     ...
 def cuda_available() -> bool:
     ...
-def cuda_devices() -> list:
+def cuda_devices() -> list[dict[str, typing.Any]]:
     ...
 def cuda_unavailable_reason() -> str:
     ...
-def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple:
+def error_codes() -> dict[str, int]:
+    """
+    Wire error codes by their stable name, as in fenceline_wire.h.
+    """
+def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[bytes | None, list[int]]:
     """
     Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at EOF. Spins up to spin_ns with the GIL released, then blocks.
+    """
+def wire_kinds() -> dict[str, int]:
+    """
+    Frame kinds by name, as in fenceline_wire.h.
     """
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
@@ -241,3 +249,12 @@ WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0
 WAIT_TIMED_OUT: int = 1
+WIRE_HEADER_SIZE: int = 16
+WIRE_MAGIC: int = 1346980934
+WIRE_MAX_FDS: int = 4
+WIRE_MAX_FRAME: int = 65536
+WIRE_REPLY_BIT: int = 32768
+WIRE_RUN_REPLY_SIZE: int = 24
+WIRE_RUN_SIZE: int = 40
+WIRE_TIMEOUT_DEFAULT: int = 4294967295
+WIRE_VERSION: int = 1

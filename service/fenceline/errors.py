@@ -1,19 +1,26 @@
 """The one exception tree of the service.
 
 Each class is named by what the caller should do next and carries a stable ``code`` string.
-Codes are append-only: a code, once shipped, keeps its meaning and its IPC number. The HTTP
-status for each lives in :mod:`fenceline.api.errors`, the IPC number here (``ipc_code``), so each
-transport maps errors exactly once.
+Codes are append-only: a code, once shipped, keeps its meaning and its IPC number. The numbers
+come from native/common/fenceline_wire.h (through ``fenceline._native``), the one list the C
+client and the importer share; the HTTP status for each lives in :mod:`fenceline.api.errors`,
+so each transport maps errors exactly once.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
+
+from fenceline import _native
+
+IPC_CODES: dict[str, int] = _native.error_codes()
 
 
 class FencelineError(Exception):
     """Base of every error the service raises on purpose."""
 
     code = "internal"
-    ipc_code = 1
+    ipc_code: ClassVar[int] = IPC_CODES["internal"]
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -24,84 +31,84 @@ class InvalidArgument(FencelineError):
     """Fix the request: a value is out of range, malformed or does not match the model."""
 
     code = "invalid_argument"
-    ipc_code = 2
+    ipc_code = IPC_CODES["invalid_argument"]
 
 
 class NotFound(FencelineError):
     """The named model, memory, fence or session does not exist (for this client)."""
 
     code = "not_found"
-    ipc_code = 3
+    ipc_code = IPC_CODES["not_found"]
 
 
 class Conflict(FencelineError):
     """The object is in a state that forbids this: in use, already exists, value not above."""
 
     code = "conflict"
-    ipc_code = 4
+    ipc_code = IPC_CODES["conflict"]
 
 
 class Unsupported(FencelineError):
     """This build or machine cannot do it (a handle type, an execution provider)."""
 
     code = "unsupported"
-    ipc_code = 5
+    ipc_code = IPC_CODES["unsupported"]
 
 
 class TimedOut(FencelineError):
     """The deadline passed before the fence reached the value; nothing ran, nothing signalled."""
 
     code = "timed_out"
-    ipc_code = 6
+    ipc_code = IPC_CODES["timed_out"]
 
 
 class ResourceExhausted(FencelineError):
     """A limit was reached; release something or retry later."""
 
     code = "resource_exhausted"
-    ipc_code = 7
+    ipc_code = IPC_CODES["resource_exhausted"]
 
 
 class DeviceLost(FencelineError):
     """The device or the peer behind a fence is gone (fence abandoned, GPU fault)."""
 
     code = "device_lost"
-    ipc_code = 8
+    ipc_code = IPC_CODES["device_lost"]
 
 
 class InvalidRequest(FencelineError):
     """The request does not parse or lacks required fields (schema validation)."""
 
     code = "invalid_request"
-    ipc_code = 9
+    ipc_code = IPC_CODES["invalid_request"]
 
 
 class ModelError(FencelineError):
     """The model failed while running this input."""
 
     code = "model_error"
-    ipc_code = 10
+    ipc_code = IPC_CODES["model_error"]
 
 
 class PermissionDenied(FencelineError):
     """This peer or token may not use the service (IPC peer uid not allowed)."""
 
     code = "permission_denied"
-    ipc_code = 11
+    ipc_code = IPC_CODES["permission_denied"]
 
 
 class Unauthenticated(FencelineError):
     """Send the service's bearer token (``Authorization: Bearer ...``)."""
 
     code = "unauthenticated"
-    ipc_code = 12
+    ipc_code = IPC_CODES["unauthenticated"]
 
 
 class Unavailable(FencelineError):
     """The service is shutting down; reconnect once it is back."""
 
     code = "unavailable"
-    ipc_code = 13
+    ipc_code = IPC_CODES["unavailable"]
 
 
 ALL: tuple[type[FencelineError], ...] = (

@@ -56,6 +56,9 @@ CHECKS = [
     "use_after_client_release",
     "imported_memfd_is_sealed_against_shrinking",
     "client_threads",
+    "run_async_on_a_host_session_completes",
+    "streaming_session_start_pause_stop",
+    "request_session_cannot_start",
 ]
 
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]

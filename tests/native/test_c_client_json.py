@@ -54,7 +54,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Driver]:
     assert CC is not None
     exe = tmp_path_factory.mktemp("json") / "json_driver"
     cmd = [CC, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-fsanitize=undefined",
-           f"-I{CLIENT / 'include'}", f"-I{CLIENT / 'src'}", str(CLIENT / "tests" / "json_driver.c"),
+           f"-I{CLIENT / 'include'}", f"-I{CLIENT / 'src'}", f"-I{ROOT / 'native' / 'common'}", str(CLIENT / "tests" / "json_driver.c"),
            str(CLIENT / "src" / "json.c"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0 and "sanitize" in r.stderr:

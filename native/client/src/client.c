@@ -3,6 +3,7 @@
  * flight per connection and replies always answer the request just sent. */
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +15,15 @@
 #include "host_timeline.h"
 #include "internal.h"
 
-#define FRAME_MAGIC 0x50494C46u /* "FLIP" */
-#define FRAME_VERSION 1u
-#define HEADER_SIZE 16u
-#define MAX_FRAME 65536u
-#define MAX_FDS 4u
-#define REPLY_BIT 0x8000u
-#define RUN_BODY_SIZE 40u
-#define RUN_REPLY_BODY_SIZE 24u
+/* The wire contract is fenceline_wire.h; these are its names here. */
+#define FRAME_MAGIC FL_WIRE_MAGIC
+#define FRAME_VERSION FL_WIRE_VERSION
+#define HEADER_SIZE FL_WIRE_HEADER_SIZE
+#define MAX_FRAME FL_WIRE_MAX_FRAME
+#define MAX_FDS FL_WIRE_MAX_FDS
+#define REPLY_BIT FL_WIRE_REPLY_BIT
+#define RUN_BODY_SIZE ((uint32_t)sizeof(FlWireRun))
+#define RUN_REPLY_BODY_SIZE ((uint32_t)sizeof(FlWireRunReply))
 #define DEFAULT_CLIENT_SPIN_NS 100000
 
 struct FlClient {
@@ -379,8 +381,9 @@ FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t bo
   return st;
 }
 
-FlStatus *fl_client_run(FlClient *c, const uint8_t session_id[16], uint64_t wait_value,
-                        uint64_t signal_value, uint32_t timeout_ms, FlRunResult *out) {
+FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16],
+                        uint64_t wait_value, uint64_t signal_value, uint32_t timeout_ms,
+                        FlRunResult *out) {
   pthread_mutex_lock(&c->lock);
   FlStatus *st = usable_locked(c);
   const uint8_t *rbody = NULL;
@@ -388,21 +391,23 @@ FlStatus *fl_client_run(FlClient *c, const uint8_t session_id[16], uint64_t wait
   if (st == NULL) {
     uint32_t rid = next_id_locked(c);
     uint8_t *p = c->send_buf;
-    put_header(p, FL_KIND_RUN, rid, RUN_BODY_SIZE);
-    memcpy(p + 16, session_id, 16);
-    put_u64(p + 32, wait_value);
-    put_u64(p + 40, signal_value);
-    put_u32(p + 48, timeout_ms);
-    put_u32(p + 52, 0); /* flags */
+    put_header(p, kind, rid, RUN_BODY_SIZE);
+    uint8_t *b = p + HEADER_SIZE;
+    memcpy(b + offsetof(FlWireRun, session_id), session_id, FL_WIRE_SESSION_ID_BYTES);
+    put_u64(b + offsetof(FlWireRun, wait_value), wait_value);
+    put_u64(b + offsetof(FlWireRun, signal_value), signal_value);
+    put_u32(b + offsetof(FlWireRun, timeout_ms), timeout_ms);
+    put_u32(b + offsetof(FlWireRun, flags), 0);
+    /* RUN and RUN_ASYNC are both answered with a RUN reply. */
     st = exchange_locked(c, HEADER_SIZE + RUN_BODY_SIZE, -1, FL_KIND_RUN, rid, &rbody, &rlen);
   }
   if (st == NULL && rlen != RUN_REPLY_BODY_SIZE)
     st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size", 0);
   if (st == NULL && out != NULL) {
-    out->signal_value = get_u64(rbody);
-    out->wait_us = get_u32(rbody + 8);
-    out->infer_us = get_u32(rbody + 12);
-    out->total_us = get_u32(rbody + 16);
+    out->signal_value = get_u64(rbody + offsetof(FlWireRunReply, signal_value));
+    out->wait_us = get_u32(rbody + offsetof(FlWireRunReply, wait_us));
+    out->infer_us = get_u32(rbody + offsetof(FlWireRunReply, infer_us));
+    out->total_us = get_u32(rbody + offsetof(FlWireRunReply, total_us));
     out->reserved = 0;
   }
   pthread_mutex_unlock(&c->lock);

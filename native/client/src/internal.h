@@ -72,19 +72,7 @@ void fl_client_release(FlClient *c);
 void fl_client_ref(FlClient *c);
 void fl_client_unref(FlClient *c);
 
-/* Frame kinds of docs/ipc.md. */
-enum {
-  FL_KIND_HELLO = 0x0001,
-  FL_KIND_IMPORT_MEMORY = 0x0002,
-  FL_KIND_RELEASE_MEMORY = 0x0003,
-  FL_KIND_IMPORT_FENCE = 0x0004,
-  FL_KIND_RELEASE_FENCE = 0x0005,
-  FL_KIND_CREATE_SESSION = 0x0006,
-  FL_KIND_RELEASE_SESSION = 0x0007,
-  FL_KIND_DESCRIBE = 0x0008,
-  FL_KIND_RUN = 0x0010,
-  FL_KIND_ERROR = 0x7FFF
-};
+/* Frame kinds (FL_KIND_*), sizes and error codes: fenceline_wire.h, through the public header. */
 
 /* Sends one JSON control request (with up to one fd, -1 for none) and receives its reply. On
  * success *reply points at the reply's JSON body inside the client's buffer, valid while the
@@ -92,9 +80,11 @@ enum {
  * the body into a fresh malloc'd, NUL-terminated string the caller frees. */
 FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t body_len, int fd,
                          char **reply, size_t *reply_len);
-/* Like fl_client_call but sends a fixed binary RUN body and decodes the binary reply. */
-FlStatus *fl_client_run(FlClient *c, const uint8_t session_id[16], uint64_t wait_value,
-                        uint64_t signal_value, uint32_t timeout_ms, FlRunResult *out);
+/* Like fl_client_call but sends a fixed binary RUN or RUN_ASYNC body (`kind`) and decodes the
+ * binary reply. */
+FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16],
+                        uint64_t wait_value, uint64_t signal_value, uint32_t timeout_ms,
+                        FlRunResult *out);
 
 FlStatus *fl_import_frame(FlClient *c, const FlFrame *f, FlAccess access, FlMemoryImport **out);
 FlStatus *fl_import_memory_fd(FlClient *c, int fd, uint64_t offset, uint64_t size,
@@ -113,6 +103,13 @@ FlStatus *fl_session_open(FlClient *c, const char *id, FlSession **out);
 const char *fl_session_id(const FlSession *s);
 FlStatus *fl_session_run(FlSession *s, uint64_t wait_value, uint64_t signal_value,
                          uint32_t timeout_ms, FlRunResult *out);
+FlStatus *fl_session_run_async(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                               uint32_t timeout_ms, FlRunResult *out);
+FlStatus *fl_streaming_session_create(FlClient *c, const FlSessionDesc *desc, const char *policy,
+                                      int64_t spin_us, int start, FlSession **out);
+FlStatus *fl_session_start(FlSession *s, char **out_json);
+FlStatus *fl_session_pause(FlSession *s, char **out_json);
+FlStatus *fl_session_stop(FlSession *s, char **out_json);
 void fl_session_release(FlSession *s);
 FlStatus *fl_describe(FlClient *c, const char *kind, const char *id, char **out_json);
 
@@ -135,6 +132,7 @@ void fl_jw_key(fl_json_writer *w, const char *key);
 void fl_jw_string(fl_json_writer *w, const char *s);
 void fl_jw_uint(fl_json_writer *w, uint64_t v);
 void fl_jw_int(fl_json_writer *w, int64_t v);
+void fl_jw_bool(fl_json_writer *w, int v);
 
 /* Finds top-level key `key` of the JSON object in [json, json+len) and, when its value is a
  * string, writes it unescaped and NUL-terminated into out. Returns 0, or -1 when the key is

@@ -91,6 +91,15 @@ void fl_jw_uint(fl_json_writer *w, uint64_t v) {
   w->need_comma = 1;
 }
 
+void fl_jw_bool(fl_json_writer *w, int v) {
+  before_value(w);
+  if (v)
+    put(w, "true", 4);
+  else
+    put(w, "false", 5);
+  w->need_comma = 1;
+}
+
 void fl_jw_int(fl_json_writer *w, int64_t v) {
   char num[24];
   int n = snprintf(num, sizeof num, "%lld", (long long)v);

@@ -260,7 +260,15 @@ static void write_views(fl_json_writer *w, const FlTensorView *views, size_t n) 
   fl_jw_end_object(w);
 }
 
-FlStatus *fl_session_create(FlClient *c, const FlSessionDesc *d, FlSession **out) {
+/* What a streaming session adds to CreateSession's body; NULL for a request-mode session. */
+typedef struct stream_options {
+  const char *policy;
+  int64_t spin_us; /* < 0: the service's default */
+  int start;
+} stream_options;
+
+static FlStatus *create_session(FlClient *c, const FlSessionDesc *d, const stream_options *so,
+                                FlSession **out) {
   if (c == NULL || d == NULL || out == NULL)
     return fl_status(FL_ERROR_INVALID_ARGUMENT,
                      "CreateSession: client, desc and out must not be NULL");
@@ -303,6 +311,18 @@ FlStatus *fl_session_create(FlClient *c, const FlSessionDesc *d, FlSession **out
   fl_jw_string(&w, d->wait_fence->r.id);
   fl_jw_key(&w, "signal_fence");
   fl_jw_string(&w, d->signal_fence->r.id);
+  if (so != NULL) {
+    fl_jw_key(&w, "mode");
+    fl_jw_string(&w, "streaming");
+    fl_jw_key(&w, "policy");
+    fl_jw_string(&w, so->policy != NULL ? so->policy : "latest");
+    if (so->spin_us >= 0) {
+      fl_jw_key(&w, "spin_us");
+      fl_jw_int(&w, so->spin_us);
+    }
+    fl_jw_key(&w, "start");
+    fl_jw_bool(&w, so->start);
+  }
   fl_jw_end_object(&w);
   char id[ID_CAPACITY];
   st = call_for_id(c, FL_KIND_CREATE_SESSION, &w, -1, id);
@@ -326,6 +346,16 @@ FlStatus *fl_session_create(FlClient *c, const FlSessionDesc *d, FlSession **out
   return NULL;
 }
 
+FlStatus *fl_session_create(FlClient *c, const FlSessionDesc *d, FlSession **out) {
+  return create_session(c, d, NULL, out);
+}
+
+FlStatus *fl_streaming_session_create(FlClient *c, const FlSessionDesc *d, const char *policy,
+                                      int64_t spin_us, int start, FlSession **out) {
+  stream_options so = {policy, spin_us, start != 0};
+  return create_session(c, d, &so, out);
+}
+
 FlStatus *fl_session_open(FlClient *c, const char *id, FlSession **out) {
   if (c == NULL || out == NULL)
     return fl_status(FL_ERROR_INVALID_ARGUMENT, "OpenSession: client and out must not be NULL");
@@ -347,7 +377,50 @@ const char *fl_session_id(const FlSession *s) { return s == NULL ? "" : s->r.id;
 FlStatus *fl_session_run(FlSession *s, uint64_t wait_value, uint64_t signal_value,
                          uint32_t timeout_ms, FlRunResult *out) {
   if (s == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "Run: session is NULL");
-  return fl_client_run(s->r.client, s->raw_id, wait_value, signal_value, timeout_ms, out);
+  return fl_client_run(s->r.client, FL_KIND_RUN, s->raw_id, wait_value, signal_value, timeout_ms,
+                       out);
+}
+
+FlStatus *fl_session_run_async(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                               uint32_t timeout_ms, FlRunResult *out) {
+  if (s == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "RunAsync: session is NULL");
+  return fl_client_run(s->r.client, FL_KIND_RUN_ASYNC, s->raw_id, wait_value, signal_value,
+                       timeout_ms, out);
+}
+
+/* START, PAUSE or STOP of a streaming session; the reply (its description) goes to out_json
+ * when the caller wants it. */
+static FlStatus *stream_control(FlSession *s, uint16_t kind, const char *what, char **out_json) {
+  if (s == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "%s: session is NULL", what);
+  char body[ID_CAPACITY + 16];
+  fl_json_writer w;
+  fl_jw_init(&w, body, sizeof body);
+  fl_jw_begin_object(&w);
+  fl_jw_key(&w, "id");
+  fl_jw_string(&w, s->r.id);
+  fl_jw_end_object(&w);
+  char *reply = NULL;
+  FlStatus *st = fl_client_call(s->r.client, kind, body, w.len, -1, &reply, NULL);
+  if (st == NULL && out_json != NULL)
+    *out_json = reply;
+  else
+    free(reply);
+  return st;
+}
+
+FlStatus *fl_session_start(FlSession *s, char **out_json) {
+  return stream_control(s, FL_KIND_START_SESSION, "StartSession", out_json);
+}
+
+FlStatus *fl_session_pause(FlSession *s, char **out_json) {
+  return stream_control(s, FL_KIND_PAUSE_SESSION, "PauseSession", out_json);
+}
+
+FlStatus *fl_session_stop(FlSession *s, char **out_json) {
+  FlStatus *st = stream_control(s, FL_KIND_STOP_SESSION, "StopSession", out_json);
+  /* The service released the session with the stop: ReleaseSession must not ask again. */
+  if (st == NULL) s->r.release_kind = 0;
+  return st;
 }
 
 void fl_session_release(FlSession *s) {

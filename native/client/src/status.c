@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errno_code.h"
 #include "internal.h"
 
 struct FlStatus {
@@ -32,21 +33,7 @@ FlStatus *fl_status(FlErrorCode code, const char *fmt, ...) {
 }
 
 FlStatus *fl_status_errno(const char *what, int err) {
-  FlErrorCode code = FL_ERROR_INTERNAL;
-  switch (err) {
-    case ENOENT: code = FL_ERROR_NOT_FOUND; break;
-    case EEXIST: code = FL_ERROR_CONFLICT; break;
-    case EACCES:
-    case EPERM:
-    case EINVAL:
-    case ENAMETOOLONG: code = FL_ERROR_INVALID_ARGUMENT; break;
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE:
-    case ENOSPC: code = FL_ERROR_RESOURCE_EXHAUSTED; break;
-    default: break;
-  }
-  return fl_status(code, "%s: %s", what, strerror(err));
+  return fl_status((FlErrorCode)fl_wire_code_for_errno(err), "%s: %s", what, strerror(err));
 }
 
 FlErrorCode fl_status_code(const FlStatus *s) {
@@ -66,23 +53,14 @@ void fl_status_release(FlStatus *s) {
 }
 
 const char *fl_code_name(FlErrorCode code) {
+#define FL_CODE_NAME_(name, value, text, action) \
+  case FL_ERROR_##name: return text;
   switch (code) {
     case FL_OK: return "ok";
-    case FL_ERROR_INTERNAL: return "internal";
-    case FL_ERROR_INVALID_ARGUMENT: return "invalid_argument";
-    case FL_ERROR_NOT_FOUND: return "not_found";
-    case FL_ERROR_CONFLICT: return "conflict";
-    case FL_ERROR_UNSUPPORTED: return "unsupported";
-    case FL_ERROR_TIMED_OUT: return "timed_out";
-    case FL_ERROR_RESOURCE_EXHAUSTED: return "resource_exhausted";
-    case FL_ERROR_DEVICE_LOST: return "device_lost";
-    case FL_ERROR_INVALID_REQUEST: return "invalid_request";
-    case FL_ERROR_MODEL: return "model_error";
-    case FL_ERROR_PERMISSION_DENIED: return "permission_denied";
-    case FL_ERROR_UNAUTHENTICATED: return "unauthenticated";
-    case FL_ERROR_UNAVAILABLE: return "unavailable";
+    FL_WIRE_ERRORS(FL_CODE_NAME_)
     case FL_ERROR_TRANSPORT: return "transport";
     case FL_ERROR_PROTOCOL: return "protocol";
   }
+#undef FL_CODE_NAME_
   return "unknown";
 }

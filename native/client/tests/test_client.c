@@ -128,6 +128,7 @@ static void check_api_version(void) {
   EXPECT(FlGetApi(0) == NULL);
   EXPECT(FlGetApi(FL_API_VERSION + 1) == NULL);
   EXPECT(FlGetApi(FL_API_VERSION) == api);
+  EXPECT(FlGetApi(1) == api); /* version 1's table is a prefix of version 2's */
   EXPECT(strcmp(api->GetVersionString(), "0.1.0") == 0);
   EXPECT(api->GetErrorCode(NULL) == FL_OK);
   EXPECT(strcmp(api->GetErrorMessage(NULL), "") == 0);
@@ -472,6 +473,71 @@ static void check_imported_memfd_is_sealed_against_shrinking(void) {
   snprintf(detail, sizeof detail, "seals 0x%x", (unsigned)seals);
 }
 
+static void check_run_async_on_a_host_session_completes(void) {
+  setup s;
+  make_setup(&s, 0);
+  for (int i = 0; i < ELEMENTS; ++i) s.in[i] = (float)i;
+  OK(api->SignalFence(s.ready, 1));
+  FlRunResult r;
+  /* A host session has no queue: RunAsync answers once the frame is done, as Run does. */
+  OK(api->RunAsync(s.session, 1, 0, FL_TIMEOUT_DEFAULT, &r));
+  EXPECT(r.signal_value == 1 && api->GetFenceValue(s.done) == 1);
+  for (int i = 0; i < ELEMENTS; ++i) EXPECT(s.out[i] == s.in[i] + 1.0f);
+  FAILS_WITH(FL_ERROR_CONFLICT, api->RunAsync(s.session, 1, 1, FL_TIMEOUT_DEFAULT, NULL));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->RunAsync(NULL, 1, 0, 100, NULL));
+  free_setup(&s);
+  snprintf(detail, sizeof detail, "signal %llu", (unsigned long long)r.signal_value);
+}
+
+static int contains(const char *json, const char *text) { return strstr(json, text) != NULL; }
+
+static void check_streaming_session_start_pause_stop(void) {
+  setup s;
+  make_setup(&s, 0);
+  /* The request session leaves the fences to the streaming one. */
+  api->ReleaseSession(s.session);
+  s.session = NULL;
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->StartSession(NULL, NULL));
+  FlTensorView in = {"x", s.memory, 0, "FP32", SHAPE, 4};
+  FlTensorView out = {"y", s.memory, NBYTES, "FP32", SHAPE, 4};
+  FlSessionDesc d = {"add_64x64", &in, 1, &out, 1, s.ready_import, s.done_import};
+  FAILS_WITH(FL_ERROR_INVALID_REQUEST,
+             api->CreateStreamingSession(s.client, &d, "sometimes", -1, 1, &s.session));
+  OK(api->CreateStreamingSession(s.client, &d, "every", 0, 1, &s.session));
+  for (uint64_t v = 1; v <= 5; ++v) {
+    for (int i = 0; i < ELEMENTS; ++i) s.in[i] = (float)(i % 97) + (float)v;
+    OK(api->SignalFence(s.ready, v));
+    OK(api->WaitFence(s.done, v, 10 * 1000 * 1000 * 1000LL));
+    for (int i = 0; i < ELEMENTS; ++i) EXPECT(s.out[i] == s.in[i] + 1.0f);
+  }
+  /* No RUN for a streaming session: it runs by itself. */
+  FAILS_WITH(FL_ERROR_CONFLICT, api->Run(s.session, 6, 0, 100, NULL));
+  char *json = NULL;
+  OK(api->PauseSession(s.session, &json));
+  EXPECT(contains(json, "\"state\":\"paused\""));
+  api->FreeString(json);
+  OK(api->StartSession(s.session, NULL));
+  OK(api->SignalFence(s.ready, 6));
+  OK(api->WaitFence(s.done, 6, 10 * 1000 * 1000 * 1000LL));
+  OK(api->StopSession(s.session, &json));
+  EXPECT(contains(json, "\"state\":\"stopped\"") && contains(json, "\"frames\":6"));
+  api->FreeString(json);
+  /* Stopped means released in the service: the id is gone, the handle still releases. */
+  FAILS_WITH(FL_ERROR_NOT_FOUND, api->StartSession(s.session, NULL));
+  free_setup(&s);
+  snprintf(detail, sizeof detail, "6 frames streamed, paused, resumed, stopped");
+}
+
+static void check_request_session_cannot_start(void) {
+  setup s;
+  make_setup(&s, 0);
+  FAILS_WITH(FL_ERROR_CONFLICT, api->StartSession(s.session, NULL));
+  FAILS_WITH(FL_ERROR_CONFLICT, api->PauseSession(s.session, NULL));
+  FAILS_WITH(FL_ERROR_CONFLICT, api->StopSession(s.session, NULL));
+  run_frame(&s, 1); /* it still runs on request, and ReleaseSession still releases it */
+  free_setup(&s);
+}
+
 static void check_client_threads(void);
 
 typedef struct check_entry {
@@ -508,6 +574,9 @@ static const check_entry CHECKS[] = {
     {"imported_memfd_is_sealed_against_shrinking",
      check_imported_memfd_is_sealed_against_shrinking, 1},
     {"client_threads", check_client_threads, 1},
+    {"run_async_on_a_host_session_completes", check_run_async_on_a_host_session_completes, 1},
+    {"streaming_session_start_pause_stop", check_streaming_session_start_pause_stop, 1},
+    {"request_session_cannot_start", check_request_session_cannot_start, 1},
 };
 
 #define CHECK_COUNT (sizeof CHECKS / sizeof CHECKS[0])

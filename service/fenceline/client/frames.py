@@ -62,7 +62,8 @@ class SharedFrame(_Created):
         self.size = size
 
     def array(self, dtype: Any, shape: list[int] | tuple[int, ...], offset: int = 0) -> np.ndarray:
-        return self.handle.array(np.dtype(dtype), list(shape), offset)
+        arr: np.ndarray = self.handle.array(np.dtype(dtype), list(shape), offset)
+        return arr
 
 
 class Fence(_Created):

@@ -19,7 +19,7 @@ import numpy as np
 from fenceline.waiting import AdaptiveSpin
 
 try:
-    import vulkan as _vk  # type: ignore[import-untyped]
+    import vulkan as _vk
 except (ImportError, OSError) as _e:  # no package, or no libvulkan.so.1
     _vk = None
     _IMPORT_ERROR = str(_e)

@@ -29,7 +29,8 @@ def _model(graph: onnx.GraphProto) -> bytes:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     m.ir_version = IR_VERSION
     onnx.checker.check_model(m)
-    return m.SerializeToString()
+    data: bytes = m.SerializeToString()
+    return data
 
 
 def add_model(shape: list[int | str], datatype: int = TensorProto.FLOAT) -> bytes:

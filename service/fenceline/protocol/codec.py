@@ -17,40 +17,44 @@ import struct
 from enum import IntEnum
 from typing import Any, NamedTuple
 
+from fenceline import _native
 from fenceline.errors import BY_IPC_CODE, FencelineError, InvalidRequest
 
-MAGIC = 0x50494C46
-VERSION = 1
+# The numbers are native/common/fenceline_wire.h's, which the C client compiles in too; the
+# struct layouts below are checked against its sizes by tests/unit/test_wire_contract.py.
+MAGIC = _native.WIRE_MAGIC
+VERSION = _native.WIRE_VERSION
 HEADER = struct.Struct("<IHHII")
 HEADER_SIZE = HEADER.size  # 16
-MAX_FRAME = 65536
-MAX_FDS = 4
-REPLY_BIT = 0x8000
+MAX_FRAME = _native.WIRE_MAX_FRAME
+MAX_FDS = _native.WIRE_MAX_FDS
+REPLY_BIT = _native.WIRE_REPLY_BIT
 
 # session id (16 raw bytes), wait_value, signal_value (0: same as wait), timeout_ms, flags
 RUN_BODY = struct.Struct("<16sQQII")
 # signal_value, wait_us, infer_us, total_us, reserved
 RUN_REPLY_BODY = struct.Struct("<QIIII")
 ERROR_CODE = struct.Struct("<I")
-DEFAULT_TIMEOUT = 0xFFFFFFFF
+DEFAULT_TIMEOUT = _native.WIRE_TIMEOUT_DEFAULT
+_KINDS = _native.wire_kinds()
 
 
 class Kind(IntEnum):
-    HELLO = 0x0001
-    IMPORT_MEMORY = 0x0002
-    RELEASE_MEMORY = 0x0003
-    IMPORT_FENCE = 0x0004
-    RELEASE_FENCE = 0x0005
-    CREATE_SESSION = 0x0006
-    RELEASE_SESSION = 0x0007
-    DESCRIBE = 0x0008
-    RUN = 0x0010
-    RUN_ASYNC = 0x0011  # RUN's body; replied to with a RUN reply once the work is enqueued
+    HELLO = _KINDS["HELLO"]
+    IMPORT_MEMORY = _KINDS["IMPORT_MEMORY"]
+    RELEASE_MEMORY = _KINDS["RELEASE_MEMORY"]
+    IMPORT_FENCE = _KINDS["IMPORT_FENCE"]
+    RELEASE_FENCE = _KINDS["RELEASE_FENCE"]
+    CREATE_SESSION = _KINDS["CREATE_SESSION"]
+    RELEASE_SESSION = _KINDS["RELEASE_SESSION"]
+    DESCRIBE = _KINDS["DESCRIBE"]
+    RUN = _KINDS["RUN"]
+    RUN_ASYNC = _KINDS["RUN_ASYNC"]  # RUN's body; replied to with a RUN reply once enqueued
     # Streaming sessions (docs/streaming.md): body {"id": ...}, reply the session description.
-    START_SESSION = 0x0020
-    PAUSE_SESSION = 0x0021
-    STOP_SESSION = 0x0022
-    ERROR = 0x7FFF
+    START_SESSION = _KINDS["START_SESSION"]
+    PAUSE_SESSION = _KINDS["PAUSE_SESSION"]
+    STOP_SESSION = _KINDS["STOP_SESSION"]
+    ERROR = _KINDS["ERROR"]
 
 
 REQUEST_KINDS = frozenset(k for k in Kind if k is not Kind.ERROR)

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fenceline_wire.h" /* installed beside this header; native/common in the source tree */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,30 +36,22 @@ extern "C" {
 #define FL_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FL_API_VERSION 1u
+#define FL_API_VERSION 2u /* 2: RunAsync and streaming sessions */
 
 /* Status codes. 1..999 are the service's stable IPC codes (fenceline.errors, ipc_code); they are
  * append-only and named by what the caller should do next. 1000 and up are raised by this
  * library alone. A service newer than this header may send a code not listed here: treat it as
  * FL_ERROR_INTERNAL. */
+#define FL_CLIENT_ERROR_ENUM_(name, value, code, action) FL_ERROR_##name = value,
 typedef enum FlErrorCode {
   FL_OK = 0,
-  FL_ERROR_INTERNAL = 1,           /* a bug or an OS failure; the message says which */
-  FL_ERROR_INVALID_ARGUMENT = 2,   /* fix the call: a value is out of range or malformed */
-  FL_ERROR_NOT_FOUND = 3,          /* the model, memory, fence or session does not exist */
-  FL_ERROR_CONFLICT = 4,           /* the object's state forbids it (in use, value not above) */
-  FL_ERROR_UNSUPPORTED = 5,        /* this build or machine cannot do it */
-  FL_ERROR_TIMED_OUT = 6,          /* the fence did not reach the value in time; nothing ran */
-  FL_ERROR_RESOURCE_EXHAUSTED = 7, /* a limit was reached; release something or retry */
-  FL_ERROR_DEVICE_LOST = 8,        /* the peer behind a fence is gone (abandoned, error) */
-  FL_ERROR_INVALID_REQUEST = 9,    /* the service could not parse the request */
-  FL_ERROR_MODEL = 10,             /* the model failed on this input */
-  FL_ERROR_PERMISSION_DENIED = 11, /* this process's uid is not on the service's allow-list */
-  FL_ERROR_UNAUTHENTICATED = 12,   /* a bearer token is missing (HTTP only) */
-  FL_ERROR_UNAVAILABLE = 13,       /* the service is shutting down: reconnect once it is back */
-  FL_ERROR_TRANSPORT = 1000,       /* the connection failed or closed: create a new client */
-  FL_ERROR_PROTOCOL = 1001         /* the service's reply does not parse: versions differ */
+  /* The service's codes, with what to do about each: fenceline_wire.h (FL_WIRE_ERRORS). */
+  FL_WIRE_ERRORS(FL_CLIENT_ERROR_ENUM_)
+  /* This library's own, never sent by the service: */
+  FL_ERROR_TRANSPORT = 1000, /* the connection failed or closed: create a new client */
+  FL_ERROR_PROTOCOL = 1001   /* the service's reply does not parse: versions differ */
 } FlErrorCode;
+#undef FL_CLIENT_ERROR_ENUM_
 
 typedef enum FlAccess { FL_ACCESS_READ_WRITE = 0, FL_ACCESS_READ_ONLY = 1 } FlAccess;
 
@@ -69,7 +63,7 @@ typedef enum FlFenceStatus {
 } FlFenceStatus;
 
 /* Run's timeout_ms that means "the service's default" (10 s unless configured). */
-#define FL_TIMEOUT_DEFAULT 0xFFFFFFFFu
+#define FL_TIMEOUT_DEFAULT FL_WIRE_TIMEOUT_DEFAULT
 /* WaitFence's timeout_ns that means "no deadline". */
 #define FL_WAIT_FOREVER (-1)
 /* Object ids are this many lowercase hex digits. */
@@ -283,6 +277,36 @@ struct FlApi {
   void (*FreeString)(char *str);
   /* The library's version ("0.1.0"), a static string. Thread-safe. */
   const char *(*GetVersionString)(void);
+
+  /* ---- version 2: asynchronous runs and streaming sessions ----------------------------------- */
+
+  /* Run, answered early where the session has a queue: a session over GPU memory replies once
+   * the wait, the model and the signal are enqueued on its stream (FL_OK then means "queued in
+   * order"; the signal fence tells when they are done, and wait_us is 0). A host session runs
+   * to completion exactly as Run does. Thread-safe (serialized per client). */
+  FlStatus *(*RunAsync)(FlSession *session, uint64_t wait_value, uint64_t signal_value,
+                        uint32_t timeout_ms, FlRunResult *out);
+  /* A streaming session (docs/streaming.md): the service runs frame N by itself as soon as the
+   * wait fence reaches N and then signals N, with no message per frame. policy "latest" (NULL)
+   * runs the newest value and skips the ones it fell behind on, "every" runs each value;
+   * spin_us < 0 takes the service's default spin; start 0 creates it paused. The two fences
+   * must differ. Run and RunAsync on it fail with FL_ERROR_CONFLICT. *out is freed with
+   * ReleaseSession, which stops it. Thread-safe. */
+  FlStatus *(*CreateStreamingSession)(FlClient *client, const FlSessionDesc *desc,
+                                      const char *policy, int64_t spin_us, int start,
+                                      FlSession **out);
+  /* Starts (or resumes) a streaming session; a no-op when it runs. When out_json is not NULL it
+   * receives the session's description (JSON; the caller's, freed with FreeString). A
+   * request-mode session fails with FL_ERROR_CONFLICT. Thread-safe. */
+  FlStatus *(*StartSession)(FlSession *session, char **out_json);
+  /* Pauses a streaming session: returns once the frame in flight is signalled. Values the wait
+   * fence reaches meanwhile are handled by the policy at the next start. out_json as for
+   * StartSession. Thread-safe. */
+  FlStatus *(*PauseSession)(FlSession *session, char **out_json);
+  /* Stops a streaming session and releases it in the service; out_json (as for StartSession)
+   * receives its final description, with the frame counts. The handle then serves only
+   * ReleaseSession, which frees local memory. Thread-safe. */
+  FlStatus *(*StopSession)(FlSession *session, char **out_json);
 };
 
 /* The function table for `version` (pass FL_API_VERSION), or NULL when this library cannot serve

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "../../../common/errno_code.h"
 #include "../../errors.h"
 #include "../../host_memory.h"
 
@@ -28,13 +29,7 @@ struct FdGuard {
 };
 
 [[noreturn]] void throw_os(const std::string &what, int err) {
-  if (err == ENOENT) throw Error(Code::NotFound, errno_message(what, err));
-  if (err == EEXIST) throw Error(Code::Conflict, errno_message(what, err));
-  if (err == EACCES || err == EPERM || err == EINVAL)
-    throw Error(Code::InvalidArgument, errno_message(what, err));
-  if (err == ENOMEM || err == EMFILE || err == ENFILE || err == ENOSPC)
-    throw Error(Code::ResourceExhausted, errno_message(what, err));
-  throw Error(Code::OsError, errno_message(what, err));
+  throw Error(static_cast<Code>(fl_wire_code_for_errno(err)), errno_message(what, err));
 }
 
 std::uint64_t page_size() {
