@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
 from fenceline.client import Fence, SharedFrame
@@ -91,62 +90,6 @@ def test_capabilities_report_every_handle_kind(http: httpx.Client) -> None:
     assert any(d["kind"] == "cpu" for d in caps["devices"])
 
 
-def test_run_computes_in_place_and_sees_later_renderer_writes(http: httpx.Client, named: Named) -> None:
-    s = named.post("/v2/interop/sessions", **named.session_body())
-    assert s["output_devices"] == {"y": "cpu"}
-    x = named.frame.array(np.float32, SHAPE)
-    y = named.frame.array(np.float32, SHAPE, NBYTES)
-    for v, fill in ((1, 2.5), (2, -1.0)):
-        x[:] = fill  # the renderer changes its buffer; nothing is re-registered
-        named.wait.signal(v)
-        r = http.post(f"/v2/interop/sessions/{s['id']}/run", json={"wait_value": v})
-        assert r.status_code == 200, r.text
-        assert r.json()["signal_value"] == v
-        assert set(r.json()["timings_us"]) == {"wait", "infer", "total"}
-        assert np.all(y == fill + 1)
-        assert named.signal.value == v
-    assert http.delete(f"/v2/interop/sessions/{s['id']}").status_code == 204
-
-
-def test_run_waits_for_input_fence_signalled_later(http: httpx.Client, named: Named) -> None:
-    s = named.post("/v2/interop/sessions", **named.session_body())
-    x = named.frame.array(np.float32, SHAPE)
-    y = named.frame.array(np.float32, SHAPE, NBYTES)
-    result: list[httpx.Response] = []
-    t = threading.Thread(
-        target=lambda: result.append(
-            http.post(f"/v2/interop/sessions/{s['id']}/run", json={"wait_value": 3, "timeout_ms": 20000})
-        )
-    )
-    t.start()
-    time.sleep(0.3)
-    assert t.is_alive() and named.signal.value == 0  # still waiting: nothing ran
-    x[:] = 41
-    named.wait.signal(3)
-    t.join(20)
-    assert result[0].status_code == 200 and result[0].json()["signal_value"] == 3
-    assert np.all(y == 42)
-
-
-def test_wait_timeout_runs_and_signals_nothing(http: httpx.Client, named: Named) -> None:
-    s = named.post("/v2/interop/sessions", **named.session_body())
-    y = named.frame.array(np.float32, SHAPE, NBYTES)
-    y[:] = 7
-    r = http.post(f"/v2/interop/sessions/{s['id']}/run", json={"wait_value": 1, "timeout_ms": 50})
-    assert_error(r, 504, "timed_out")
-    assert named.signal.value == 0 and np.all(y == 7)
-
-
-def test_signal_value_not_above_current_is_a_conflict(http: httpx.Client, named: Named) -> None:
-    s = named.post("/v2/interop/sessions", **named.session_body())
-    named.wait.signal(5)
-    assert http.post(f"/v2/interop/sessions/{s['id']}/run", json={"wait_value": 5}).status_code == 200
-    for body in ({"wait_value": 5}, {"wait_value": 5, "signal_value": 4}):
-        assert_error(http.post(f"/v2/interop/sessions/{s['id']}/run", json=body), 409, "conflict")
-    r = http.post(f"/v2/interop/sessions/{s['id']}/run", json={"wait_value": 5, "signal_value": 9})
-    assert r.status_code == 200 and r.json()["signal_value"] == 9 and named.signal.value == 9
-
-
 @pytest.mark.parametrize(
     ("view", "match"),
     [
@@ -192,14 +135,6 @@ def test_memory_import_checks_the_object(http: httpx.Client, named: Named) -> No
     ]
     for body, status, code in cases:
         assert_error(http.post("/v2/interop/memory", json=body), status, code)
-
-
-def test_read_only_memory_cannot_hold_outputs(http: httpx.Client, named: Named) -> None:
-    ro = named.post("/v2/interop/memory", handle_type="host_shm", name=named.frame.name, access="read_only")["id"]
-    body = named.session_body()
-    body["outputs"]["y"]["memory"] = ro
-    assert "read_write" in assert_error(http.post("/v2/interop/sessions", json=body), 400, "invalid_argument")["error"]
-    assert http.delete(f"/v2/interop/memory/{ro}").status_code == 204
 
 
 def test_fence_import_checks_the_page(http: httpx.Client, named: Named) -> None:

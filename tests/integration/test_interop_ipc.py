@@ -69,46 +69,10 @@ def test_fp16_views_run(service: Service, model_repo: Path) -> None:
         s.close()
 
 
-def test_renderer_writes_between_runs_are_seen_without_reregistering(service: Service) -> None:
+def test_memory_in_use_cannot_be_released(service: Service) -> None:
+    """Run errors over every client: tests/integration/test_runs.py."""
     with IpcClient(service.socket) as c:
         s = open_session(c, "add_64x64", [1, 3, 64, 64])
-        for v in range(1, 6):
-            s.x[:] = v * 10
-            s.wait.signal(v)
-            c.run(s.session_id, v)
-            assert np.all(s.y == v * 10 + 1) and s.signal.value == v
-        s.close()
-
-
-def test_run_waits_until_the_renderer_signals(service: Service) -> None:
-    with IpcClient(service.socket) as c:
-        s = open_session(c, "add_64x64", [1, 3, 64, 64])
-        got: list[int] = []
-        t = threading.Thread(target=lambda: got.append(c.run(s.session_id, 2, timeout_ms=20000).signal_value))
-        t.start()
-        time.sleep(0.3)
-        assert t.is_alive() and s.signal.value == 0
-        s.x[:] = 5
-        s.wait.signal(2)
-        t.join(20)
-        assert got == [2] and np.all(s.y == 6)
-        s.close()
-
-
-def test_ipc_errors_carry_stable_codes(service: Service) -> None:
-    with IpcClient(service.socket) as c:
-        s = open_session(c, "add_64x64", [1, 3, 64, 64])
-        with pytest.raises(ServiceError) as e:
-            c.run(s.session_id, 1, timeout_ms=30)
-        assert e.value.code == "timed_out" and s.signal.value == 0
-        s.wait.signal(3)
-        c.run(s.session_id, 3)
-        with pytest.raises(ServiceError) as e:
-            c.run(s.session_id, 3)
-        assert e.value.code == "conflict"
-        with pytest.raises(ServiceError) as e:
-            c.run("0" * 32, 4)
-        assert e.value.code == "not_found"
         with pytest.raises(ServiceError) as e:
             c.release_memory(s.memory_id)
         assert e.value.code == "conflict"
@@ -139,7 +103,8 @@ def test_closing_a_connection_releases_its_objects(service: Service) -> None:
 
 
 def test_a_killed_renderer_leaks_nothing_and_the_service_keeps_serving(service: Service) -> None:
-    fds_before, maps_before = service.settled()
+    _, maps_before = service.settled()
+    table_before = service.fd_table()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "renderer_proc.py"), str(service.socket), "add_64x64", "-1"],
         stdout=subprocess.PIPE, text=True,
@@ -148,12 +113,17 @@ def test_a_killed_renderer_leaks_nothing_and_the_service_keeps_serving(service: 
     info = json.loads(proc.stdout.readline())
     assert "session" in info
     assert wait_until(lambda: len(service.maps()) > len(maps_before))
+    # What the renderer made the service open (its connection, its imports). Comparing only
+    # these, not every fd, keeps the check deterministic while unrelated fds of the service
+    # (HTTP connections of earlier tests closing late under load) come and go.
+    added = service.fd_table() - table_before
+    assert any("socket:" in target for _, target in added), added
     time.sleep(0.3)  # mid-stream
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     proc.stdout.close()
-    assert wait_until(lambda: service.maps() == maps_before and sorted(service.fds()) == fds_before), (
-        service.maps(), diff(service.fds(), fds_before),
+    assert wait_until(lambda: service.maps() == maps_before and not added & service.fd_table()), (
+        service.maps(), added & service.fd_table(),
     )
     with IpcClient(service.socket) as c:
         s = open_session(c, "add_64x64", [1, 3, 64, 64])

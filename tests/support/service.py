@@ -41,6 +41,15 @@ class Service:
                 out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
         return out
 
+    def fd_table(self) -> set[tuple[str, str]]:
+        """(fd, target) of every open fd: an fd closed and its number reused for something else
+        reads as a different entry."""
+        out = set()
+        for fd in os.listdir(f"/proc/{self.pid}/fd"):
+            with contextlib.suppress(OSError):  # closed between listdir and readlink
+                out.add((fd, os.readlink(f"/proc/{self.pid}/fd/{fd}")))
+        return out
+
     def settled(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
         """(fds, maps) once they have stopped changing (earlier tests' connections closed)."""
         last, since = (sorted(self.fds()), self.maps()), time.monotonic()

@@ -1,0 +1,115 @@
+"""What a run does, the same over every client (HTTP, Python IPC, the C client): the model runs
+in place in the renderer's memory, between the renderer's fences, and every refusal carries the
+same stable code. Transport-only behaviour stays in test_interop_http.py and
+test_interop_ipc.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from fenceline.client import Fence, SharedFrame, View
+from tests.support.transports import Failed, Ran, Transport
+
+SHAPE = [1, 3, 64, 64]
+NBYTES = 3 * 64 * 64 * 4
+
+
+class Scene:
+    """A renderer's named frame (input, then output) and two fences, imported by `transport`."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.t = transport
+        self.frame = SharedFrame(2 * NBYTES, named=True)
+        self.wait, self.signal = Fence(named=True), Fence(named=True)
+        self.memory = transport.import_memory(self.frame)
+        self.wait_id = transport.import_fence(self.wait)
+        self.signal_id = transport.import_fence(self.signal)
+        self.x = self.frame.array(np.float32, SHAPE)
+        self.y = self.frame.array(np.float32, SHAPE, NBYTES)
+
+    def session(self, output_memory: str | None = None) -> str:
+        return self.t.create_session(
+            "add_64x64",
+            {"x": View(self.memory, "FP32", SHAPE)},
+            {"y": View(output_memory or self.memory, "FP32", SHAPE, NBYTES)},
+            self.wait_id, self.signal_id,
+        )
+
+    def close(self) -> None:
+        for obj in (self.frame, self.wait, self.signal):
+            obj.close()
+
+
+@pytest.fixture
+def scene(transport: Transport) -> Iterator[Scene]:
+    s = Scene(transport)
+    yield s
+    s.close()
+
+
+def fails(code: str, call: object) -> Failed:
+    with pytest.raises(Failed) as e:
+        call()  # type: ignore[operator]
+    assert e.value.code == code, e.value
+    assert e.value.message and "Traceback" not in e.value.message
+    return e.value
+
+
+def test_run_computes_in_place_and_sees_later_renderer_writes(scene: Scene) -> None:
+    sid = scene.session()
+    for v, fill in ((1, 2.5), (2, -1.0), (3, 30.0), (4, 40.0)):
+        scene.x[:] = fill  # the renderer changes its buffer; nothing is re-registered
+        scene.wait.signal(v)
+        assert scene.t.run(sid, v) == Ran(v)
+        assert np.all(scene.y == fill + 1)
+        assert scene.signal.value == v
+    scene.t.release_session(sid)
+
+
+def test_run_waits_for_the_input_fence_signalled_later(scene: Scene) -> None:
+    sid = scene.session()
+    result: list[Ran] = []
+    t = threading.Thread(target=lambda: result.append(scene.t.run(sid, 3, timeout_ms=20000)))
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive() and scene.signal.value == 0  # still waiting: nothing ran
+    scene.x[:] = 41
+    scene.wait.signal(3)
+    t.join(20)
+    assert result == [Ran(3)] and np.all(scene.y == 42)
+
+
+def test_wait_timeout_runs_and_signals_nothing(scene: Scene) -> None:
+    sid = scene.session()
+    scene.y[:] = 7
+    fails("timed_out", lambda: scene.t.run(sid, 1, timeout_ms=50))
+    assert scene.signal.value == 0 and np.all(scene.y == 7)
+    scene.wait.signal(1)  # and the session still runs afterwards
+    assert scene.t.run(sid, 1) == Ran(1)
+
+
+def test_signal_value_not_above_the_output_fence_is_a_conflict(scene: Scene) -> None:
+    sid = scene.session()
+    scene.wait.signal(5)
+    assert scene.t.run(sid, 5) == Ran(5)
+    fails("conflict", lambda: scene.t.run(sid, 5))
+    fails("conflict", lambda: scene.t.run(sid, 5, signal_value=4))
+    assert scene.signal.value == 5
+    assert scene.t.run(sid, 5, signal_value=9) == Ran(9) and scene.signal.value == 9
+
+
+def test_an_unknown_session_is_not_found(scene: Scene) -> None:
+    fails("not_found", lambda: scene.t.run("0" * 32, 1, timeout_ms=100))
+
+
+def test_read_only_memory_cannot_hold_outputs(scene: Scene) -> None:
+    ro = scene.t.import_memory(scene.frame, access="read_only")
+    assert "read_write" in fails("invalid_argument", lambda: scene.session(ro)).message
+    sid = scene.session()  # the same frame imported read_write binds outputs
+    scene.wait.signal(1)
+    assert scene.t.run(sid, 1) == Ran(1)
