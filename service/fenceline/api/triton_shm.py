@@ -56,6 +56,8 @@ async def _json_object(request: Request) -> dict[str, Any]:
         body = json.loads(raw) if raw else {}
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
+    except RecursionError:
+        raise InvalidArgument("failed to parse the request JSON buffer: nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the request body must be a JSON object")
     return body

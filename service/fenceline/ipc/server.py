@@ -49,6 +49,7 @@ class Connection:
         self.server = server
         self.sock = sock
         self.owner = f"ipc:{number}"
+        self.peer = f"uid {peer_credentials(sock)[1]}"  # the log rate limit's key
         self.runtime = server.runtime
         # RUN looks sessions up by their raw id; the cache holds only this owner's sessions.
         self._sessions: dict[bytes, Session] = {}
@@ -73,6 +74,7 @@ class Connection:
 
     def _serve(self) -> None:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
+        logs.peer.set(self.peer)
         fd = self.sock.fileno()
         metrics = self.runtime.metrics
         try:
@@ -310,6 +312,7 @@ class IpcServer:
                 return
             pid, uid, _gid = peer_credentials(conn)
             if uid not in self.allow_uids:
+                logs.peer.set(f"uid {uid}")
                 log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
                 self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
                 self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))

@@ -311,6 +311,13 @@ class Runtime:
                 views: dict[str, TensorBinding] = {}
                 for tensor, spec in specs.items():
                     mem_entry = self.memory.get(owner, spec.memory)
+                    if not all(isinstance(d, int) and 0 <= d < 2**63 for d in spec.shape):
+                        # The native view takes int64 dimensions; a larger one is the caller's
+                        # mistake, not a failed conversion (an ``internal`` error).
+                        raise InvalidArgument(
+                            f"{role} {tensor!r}: shape dimensions are integers in 0..2^63-1, "
+                            f"got {list(spec.shape)}"
+                        )
                     try:
                         views[tensor] = mem_entry.obj.view(
                             spec.offset_bytes, datatype(spec.datatype), list(spec.shape),
