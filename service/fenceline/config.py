@@ -30,7 +30,7 @@ class ServeSettings:
     log_level: str = "info"
     log_format: LogFormat = "text"
     client_shared_memory: bool = True  # Triton's system shared-memory registration
-    allow_uids: frozenset[int] | None = None  # None: the service's own uid
+    allow_uids: frozenset[int] | None = None  # users besides the service's own (--allow-uid)
     token_file: Path | None = None
     max_body_mb: int = 256
     http_header_timeout_s: float = 10.0  # a request's line and headers must arrive within this

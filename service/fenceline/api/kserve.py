@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
+from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.datatypes import datatype
@@ -156,6 +157,8 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
     def work() -> Response:
         header = parse_header(body[:header_length])
         req = decode_request(header, body[header_length:], name, version)
+        if req.uses_shm():
+            req.caller = http_caller(request)
         return encode_result(k.infer(req))
 
     return await run_in_threadpool(work)

@@ -30,7 +30,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                    help="text for a terminal, json: one object per line with request/session ids")
     p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
-                   help="a uid that may use the IPC socket; repeatable (default: the service's own)")
+                   help="another user that may use the IPC socket and import the objects it "
+                   "owns by name; repeatable (the service's own user always may); docs/http.md")
     p.add_argument("--token-file", type=Path,
                    help="require Authorization: Bearer <the file's contents> on HTTP")
     p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")

@@ -80,6 +80,7 @@ def serve(settings: ServeSettings) -> int:
             max_mapped_bytes_per_owner=settings.max_mapped_mb << 20,
             max_inflight_runs_per_owner=settings.max_inflight,
             max_sessions_per_device=settings.max_sessions_per_device,
+            allow_uids=settings.allow_uids or frozenset(),
         ),
     )
     ipc = IpcServer(

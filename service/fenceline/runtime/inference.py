@@ -20,10 +20,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fenceline.errors import Conflict, InvalidArgument, ModelError, NotFound, Unsupported
+from fenceline.errors import (
+    Conflict,
+    InvalidArgument,
+    ModelError,
+    NotFound,
+    PermissionDenied,
+    Unsupported,
+)
 from fenceline.interop.capabilities import can_import_memory
 from fenceline.interop.datatypes import Datatype, datatype
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
+from fenceline.interop.owners import SERVICE, Caller
 from fenceline.runtime.models import Model
 from fenceline.runtime.service import Runtime
 
@@ -81,6 +89,10 @@ class InferRequest:
     inputs: list[InputTensor]
     outputs: list[OutputRequest] | None  # None: every output of the model
     binary_output: bool = False  # the default for outputs the request does not list
+    caller: Caller = SERVICE  # who asks: system shm regions serve their registrar only
+
+    def uses_shm(self) -> bool:
+        return any(t.shm for t in self.inputs) or any(o.shm for o in self.outputs or ())
 
 
 @dataclass
@@ -146,6 +158,15 @@ def check_window(ref: ShmRef, region_size: int) -> None:
         )
 
 
+def check_use(caller: Caller, region: Any) -> None:
+    registrar = getattr(region, "registrar", SERVICE)
+    if not caller.may_use_objects_of(registrar):
+        raise PermissionDenied(
+            f"shared memory region '{region.name}' was registered by another user; a region "
+            "serves the user that registered it"
+        )
+
+
 def check_tensor_size(ref: ShmRef, dt: Datatype, shape: list[int], role: str, tensor: str) -> int:
     need = tensor_nbytes(dt, shape)
     if role == "input" and ref.byte_size != need:
@@ -168,6 +189,7 @@ class Region:
     byte_size: int
     memory_id: str
     memory: MemoryImport
+    registrar: Caller = SERVICE  # only it (or the service's user) may use or unregister it
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset,
@@ -201,13 +223,17 @@ class RegionTable:
                 f"at most {self.settings.max_regions} shared memory regions; unregister some"
             )
 
-    def unregister(self, name: str | None = None) -> int:
-        """Unregisters one region (an unknown name is not an error) or, with None, all.
-        Requests using a region keep its memory mapped until they end."""
+    def unregister(self, name: str | None = None, caller: Caller = SERVICE) -> int:
+        """Unregisters one region (an unknown name is not an error) or, with None, all that
+        ``caller`` may use. Requests using a region keep its memory mapped until they end."""
         self.check_enabled()
         with self._lock:
             names = list(self._regions) if name is None else [name]
-            regions = [self._regions.pop(n) for n in names if n in self._regions]
+            if name is not None and name in self._regions:
+                check_use(caller, self._regions[name])
+            names = [n for n in names if n in self._regions and caller.may_use_objects_of(
+                getattr(self._regions[n], "registrar", SERVICE))]
+            regions = [self._regions.pop(n) for n in names]
         for r in regions:
             self.runtime.release_memory(OWNER, r.memory_id)
             self.runtime.metrics.kserve_shm_regions.dec()
@@ -254,7 +280,9 @@ class SystemSharedMemory(RegionTable):
         if not can_import_memory("host_shm"):
             raise Unsupported("this build cannot import host shared memory")
 
-    def register(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+    def register(
+        self, name: str, key: Any, offset: Any, byte_size: Any, caller: Caller = SERVICE
+    ) -> None:
         self.check_enabled()
         if not name:
             raise InvalidArgument("'region name' is necessary to register system shared memory")
@@ -272,7 +300,8 @@ class SystemSharedMemory(RegionTable):
             self._check_free(name)
         try:
             info = self.runtime.import_memory(
-                OWNER, "host_shm", name=shm_key, size_bytes=byte_size, offset_bytes=offset
+                OWNER, "host_shm", name=shm_key, size_bytes=byte_size, offset_bytes=offset,
+                caller=caller,
             )
         except InvalidArgument as e:
             raise InvalidArgument(f"{invalid}: {e.message}") from None
@@ -282,7 +311,7 @@ class SystemSharedMemory(RegionTable):
                 f"with key '{key}'"
             ) from None
         memory = self.runtime.memory.get(OWNER, info["id"]).obj
-        region = Region(name, key, offset, byte_size, info["id"], memory)
+        region = Region(name, key, offset, byte_size, info["id"], memory, caller)
         try:
             with self._lock:
                 self._check_free(name)  # a concurrent registration of the same name may have won
@@ -319,6 +348,14 @@ class SystemSharedMemory(RegionTable):
         """All of ``ref`` as bytes, for outputs whose shape is known only after the run."""
         region, offset = self.window(ref)
         return region.memory.view(offset, BYTE, [ref.byte_size], need_write=True)
+
+    def check_uses(self, refs: list[ShmRef], caller: Caller) -> None:
+        """Raises unless ``caller`` may use every region of this table that ``refs`` name;
+        call with :attr:`locked` held."""
+        for ref in refs:
+            region = self._regions.get(ref.region)
+            if region is not None:
+                check_use(caller, region)
 
     @property
     def locked(self) -> threading.Lock:
@@ -367,6 +404,9 @@ class KServeInference:
             binding = model.session.io_binding()
             plan = _Plan()
             with self.shm.locked:
+                if uses_shm:
+                    refs = [t.shm for t in req.inputs] + [o.shm for o in wanted]
+                    self.shm.check_uses([r for r in refs if r is not None], req.caller)
                 self._bind_inputs(model, req, binding, plan)
                 self._bind_outputs(model, wanted, binding, plan)
             bound = time.perf_counter_ns()
