@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import pytest
 
 from fenceline.client import IpcClient
 from tests.conftest import Service, start_service, stop_service
+from tests.helpers import ensure_user, shared_dir
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -32,15 +31,6 @@ pytestmark = pytest.mark.skipif(
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAME_BYTES = 2 * 3 * 64 * 64 * 4  # add_64x64's input, then room for its output
-
-
-def ensure_user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        name], capture_output=True, check=False)  # fmt: skip
-        return pwd.getpwnam(name)  # made by us or by a concurrent run
 
 
 class User:
@@ -84,17 +74,15 @@ def users() -> Iterator[tuple[User, User]]:
 
 
 @pytest.fixture(scope="module")
-def shared_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="fenceline-mu-", dir="/tmp"))
-    os.chmod(d, 0o711)  # other users pass through to the socket, as under /run
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+def shared() -> Iterator[Path]:
+    with shared_dir() as d:
+        yield d
 
 
 @pytest.fixture(scope="module")
-def svc(model_repo: Path, shared_dir: Path, users: tuple[User, User]) -> Iterator[Service]:
+def svc(model_repo: Path, shared: Path, users: tuple[User, User]) -> Iterator[Service]:
     a, _ = users
-    s = start_service(model_repo, shared_dir, "--allow-uid", str(a.uid))
+    s = start_service(model_repo, shared, "--allow-uid", str(a.uid))
     yield s
     stop_service(s)
     assert "Traceback" not in s.log_text(), s.log_text()
@@ -218,12 +206,12 @@ def test_triton_regions_take_only_the_callers_objects_and_serve_only_it(
 
 
 def test_a_bearer_token_lets_its_holder_import_as_the_service(
-    model_repo: Path, shared_dir: Path, users: tuple[User, User], tmp_path: Path
+    model_repo: Path, shared: Path, users: tuple[User, User], tmp_path: Path
 ) -> None:
     a, b = users
     token = tmp_path / "token"
     token.write_text("relb-token\n")
-    d = shared_dir / "token-svc"
+    d = shared / "token-svc"
     d.mkdir()
     s = start_service(model_repo, d, "--token-file", str(token))
     try:
