@@ -58,9 +58,10 @@ class User:
         return out
 
     def close(self) -> None:
-        assert self.proc.stdin is not None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
         self.proc.wait(30)
+        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
