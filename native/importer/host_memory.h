@@ -26,7 +26,10 @@ class Mapping {
   int fd() const { return fd_; }
   // True when the object can no longer shrink, so the mapping can never fault.
   bool sealed() const { return sealed_; }
-  // Throws DeviceLost when the object now ends before the end of the mapping.
+  // True once an access faulted because the object shrank (fault_guard.h): the range now
+  // holds zero pages, not the renderer's memory, for good.
+  bool lost() const;
+  // Throws DeviceLost when the mapping was lost or the object now ends before its end.
   void check_size() const;
 
  private:
@@ -38,6 +41,7 @@ class Mapping {
   std::uint8_t *data_ = nullptr;
   std::size_t size_ = 0;
   int fd_ = -1;
+  int guard_slot_ = -1;
   bool writable_ = false;
 };
 

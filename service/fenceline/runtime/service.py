@@ -31,6 +31,7 @@ from fenceline.runtime.cuda_session import CudaSession, check_gpu_session, uses_
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
+from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -486,10 +487,12 @@ class Runtime:
         transport: str,
         record: bool = True,
         asynchronous: bool = False,
+        cancel: Cancel | None = None,
     ) -> RunResult:
         """One request-mode run. ``record=False`` leaves the metrics to the caller
         (:meth:`record_run`), so a transport can send its reply first. ``asynchronous``: a CUDA
-        session replies once the work is enqueued; host sessions always run to completion."""
+        session replies once the work is enqueued; host sessions always run to completion.
+        ``cancel`` ends the fence wait early (default: when the service shuts down)."""
         if _stream_of(session) is not None:
             raise Conflict(
                 "this session streams: it runs by itself when its input fence advances; RUN is "
@@ -504,15 +507,14 @@ class Runtime:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
+        stop = cancel if cancel is not None else self.closing
         if asynchronous and isinstance(session, CudaSession):
             result = session.run(
-                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, stop,
                 asynchronous=True,
             )
         else:
-            result = session.run(
-                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
-            )
+            result = session.run(wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, stop)
         if record:
             self.record_run(session, result, transport)
         return result

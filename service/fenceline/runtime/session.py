@@ -10,11 +10,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, ModelError
+from fenceline.errors import Conflict, DeviceLost, ModelError
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
-from fenceline.waiting import AdaptiveSpin
+from fenceline.waiting import AdaptiveSpin, Cancel
 
 if TYPE_CHECKING:
     from fenceline.runtime.streaming import StreamWorker
@@ -83,7 +83,7 @@ class Session:
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | None = None,
+        cancel: threading.Event | Cancel | None = None,
     ) -> RunResult:
         """wait(input fence >= wait_value) -> run -> signal(output fence := signal_value).
 
@@ -118,6 +118,7 @@ class Session:
             except Exception as e:  # onnxruntime's own error types
                 raise ModelError(f"model {self.model.name!r} failed: {e}") from e
             inferred = time.perf_counter_ns()
+            self._check_lost()
             self._signal_handle.signal(target)
             end = time.perf_counter_ns()
             self.runs += 1
@@ -140,17 +141,32 @@ class Session:
                 self.model.session.run_with_iobinding(self._binding)
             except Exception as e:  # onnxruntime's own error types
                 raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+            self._check_lost()
             self.runs += 1
             return time.perf_counter_ns() - t0
 
+    def _check_lost(self) -> None:
+        """After a run: memory that shrank during it was replaced by zero pages (the native
+        fault guard), so what the model read or wrote is not the renderer's; fail the run
+        rather than signal it."""
+        for handle in self._unsealed:
+            if handle.lost:
+                raise DeviceLost(
+                    f"a buffer of this session shrank while model {self.model.name!r} ran; "
+                    "release the session and its memory"
+                )
+
     def close(self) -> None:
-        """Waits for a run in flight, then unbinds. Safe to call twice."""
+        """Waits for a run in flight, then unbinds and lets go of the views, so the mappings
+        are released now even if something still holds this object. Safe to call twice."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._binding.clear_binding_inputs()
             self._binding.clear_binding_outputs()
+            self.inputs, self.outputs = {}, {}
+            self._unsealed = []
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
