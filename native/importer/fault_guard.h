@@ -7,7 +7,8 @@
 // pages over the whole range (the faulting instruction then retries and succeeds) plus a "lost"
 // mark that the run, wait or signal reports as device_lost afterwards.
 //
-// POSIX-only; kept apart from the mapping code so an OS seam can replace it.
+// One implementation per OS: platform/posix/fault_guard.cpp; on Windows a mapped section cannot
+// shrink, and platform/win32/fault_guard.cpp only counts.
 #pragma once
 
 #include <cstddef>

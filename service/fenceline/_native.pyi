@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'HostFence', 'HostMemory', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'mapping_stats', 'recv_message']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'mapping_stats', 'recv_message']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -17,6 +17,11 @@ class HostMemory:
     def from_fd(fd: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
         """
         Takes ownership of fd, also when it raises.
+        """
+    @staticmethod
+    def from_handle(handle: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
+        """
+        Windows: maps a section handle duplicated into this process; takes ownership of it, also when it raises.
         """
     @staticmethod
     def open_shm(name: str, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
@@ -42,6 +47,11 @@ class HostMemory:
     @property
     def fd(self) -> int:
         ...
+    @property
+    def handle(self) -> int:
+        """
+        The OS handle: the fd on POSIX, the section HANDLE on Windows.
+        """
     @property
     def lost(self) -> bool:
         """
@@ -227,13 +237,15 @@ def cuda_unavailable_reason() -> str:
     ...
 def mapping_stats() -> tuple[int, int, int]:
     """
-    (mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the SIGBUS faults absorbed since start because a mapped object shrank.
+    (mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the SIGBUS faults absorbed since start because a mapped object shrank (POSIX).
     """
 def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple:
     """
     Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; (None, [], None) at EOF. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. Spins up to spin_ns with the GIL released, then blocks.
     """
 FENCE_PAGE_SIZE: int = 4096
+FENCE_WAKE_SUFFIX: str = '.wake'
+PLATFORM: str = 'posix'
 WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0
