@@ -9,12 +9,13 @@ import json
 import os
 import resource
 import socket
+import struct
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -22,9 +23,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fenceline.client import IpcClient, SharedFrame
+from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame
 from fenceline.errors import InvalidRequest
 from fenceline.ipc import codec
+from fenceline.soak.hostile import FdOnly
 from tests.conftest import Service, start_service, stop_service
 from tests.helpers import open_session
 
@@ -356,3 +358,59 @@ def test_fuzzed_malformed_frames_with_fds_leave_no_fd_behind(service: Service) -
     assert eventually(lambda: sorted(service.fds()) == fds_before), (
         sorted(set(service.fds()) - set(fds_before))
     )
+
+
+# -- rules of docs/ipc.md and docs/fences.md -----------------------------------------------------
+
+
+def _fence_page(flags: int = 0, status: int = 0) -> int:
+    fd = os.memfd_create("rule-fence", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 4096)
+    os.pwrite(fd, struct.pack("<IHHQII", 0x46544C46, 1, flags, 0, 0, status), 0)
+    return fd
+
+
+@pytest.mark.parametrize(("flags", "status"), [(1, 0), (0x8000, 0), (0, 3), (0, 0xFFFFFFFF)])
+def test_fence_pages_with_nonzero_flags_or_an_undefined_status_are_refused(
+    service: Service, flags: int, status: int
+) -> None:
+    fd = _fence_page(flags, status)
+    try:
+        with IpcClient(service.socket) as c, pytest.raises(ServiceError) as e:
+            c.import_fence(cast(Fence, FdOnly(fd)))
+        assert e.value.code == "invalid_argument" and "flags 0" in e.value.message
+    finally:
+        os.close(fd)
+
+
+def test_an_undefined_status_written_during_a_wait_ends_it_with_device_lost(
+    service: Service,
+) -> None:
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", SHAPE)
+        rid = c.send_run(s.session_id, 1, timeout_ms=20_000)
+        time.sleep(0.2)
+        os.pwrite(s.wait.fd, struct.pack("<I", 9), 20)  # status := 9, no wake: waits re-check
+        with pytest.raises(ServiceError) as e:
+            c.recv_run_reply(rid)
+        assert e.value.code == "device_lost" and s.signal.value == 0
+        s.close()
+
+
+def test_run_rules_timeout_zero_first_value_and_flags(service: Service) -> None:
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", SHAPE)
+        for value, timeout_ms, code in [(1, 0, "timed_out"), (1, 600_001, "invalid_argument"),
+                                        (0, 1000, "conflict")]:
+            with pytest.raises(ServiceError) as e:
+                c.run(s.session_id, value, timeout_ms=timeout_ms)
+            assert e.value.code == code, (value, timeout_ms, e.value)
+        s.wait.signal(1)
+        assert c.run(s.session_id, 1, timeout_ms=0).signal_value == 1  # 0: no wait, reached
+        assert s.signal.value == 1
+        run = codec.Run(codec.session_id_bytes(s.session_id), 2, None, None, flags=1)
+        c._send(codec.encode_run(9, run))
+        with pytest.raises(ServiceError) as e:
+            c.recv_run_reply(9)
+        assert e.value.code == "invalid_request"
+        s.close()

@@ -150,12 +150,12 @@ def shrink_fence(sock: str) -> dict[str, Any]:
         bad_wait, bad_signal = _raw_fence(), _raw_fence()
         try:
             waits = c.create_session(
-                "add_64x64", *views, c.import_fence(cast(Fence, _Fd(bad_wait))),
+                "add_64x64", *views, c.import_fence(cast(Fence, FdOnly(bad_wait))),
                 c.import_fence(good_out),
             )["id"]
             signals = c.create_session(
                 "add_64x64", *views, c.import_fence(good_in),
-                c.import_fence(cast(Fence, _Fd(bad_signal))),
+                c.import_fence(cast(Fence, FdOnly(bad_signal))),
             )["id"]
             print(json.dumps({"ready": [waits, signals]}), flush=True)
             threading.Timer(0.3, os.ftruncate, (bad_wait, 0)).start()
@@ -169,7 +169,7 @@ def shrink_fence(sock: str) -> dict[str, Any]:
     return out
 
 
-class _Fd:
+class FdOnly:
     """Anything IpcClient.import_fence can send: an fd and no name."""
 
     name = None
