@@ -17,7 +17,8 @@ Modes:
 - ``die-before-reply``: a RUN, the fence signalled, and SIGKILL of itself before the reply.
 
 Each prints one JSON line when it is set up (``{"ready": ...}``) and one with what it saw at the
-end; ``die-*`` never reach the end.
+end; ``die-*`` never reach the end. Everything it shares is named ``fenceline-hostile-<pid>``, so
+the soak can see in the service's ``/proc`` entries when all of it has been released.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, cast
 
+from fenceline import _native
 from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame, View
 from fenceline.ipc import codec
 
+TAG = f"fenceline-hostile-{os.getpid()}"
 SMALL = [1, 3, 64, 64]  # add_64x64
 LARGE = [1, 3, 720, 1280]  # add_720p: a run long enough to be shrunk under
 
@@ -59,10 +62,10 @@ class RawFrame:
         self.size = size
         self.name: str | None = None
         if shm:
-            self.name = f"/fenceline-hostile-{os.getpid()}-{secrets.token_hex(4)}"
+            self.name = f"/{TAG}-{secrets.token_hex(4)}"
             self.fd = os.open(f"/dev/shm{self.name}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         else:
-            self.fd = os.memfd_create("fenceline-hostile", os.MFD_CLOEXEC)
+            self.fd = os.memfd_create(TAG, os.MFD_CLOEXEC)
         os.ftruncate(self.fd, size)
 
     def close(self) -> None:
@@ -74,16 +77,41 @@ class RawFrame:
 
 def _raw_fence() -> int:
     """An unsealable memfd holding a valid host_timeline page at value 0 (docs/fences.md)."""
-    fd = os.memfd_create("fenceline-hostile-fence", os.MFD_CLOEXEC)
+    fd = os.memfd_create(TAG, os.MFD_CLOEXEC)
     os.ftruncate(fd, 4096)
     with mmap.mmap(fd, 4096) as page:
         page[0:8] = struct.pack("<IHH", 0x46544C46, 1, 0)
     return fd
 
 
-def _import(client: IpcClient, frame: RawFrame) -> str:
-    # IpcClient.import_memory takes anything with .name and .fd.
+class Tagged:
+    """A sealable memfd frame or fence named with TAG: what a well-behaved renderer shares."""
+
+    name = None
+
+    def __init__(self, handle: _native.HostMemory | _native.HostFence) -> None:
+        self.handle = handle
+
+    @property
+    def fd(self) -> int:
+        return int(self.handle.fd)
+
+    @classmethod
+    def frame(cls, size: int) -> Tagged:
+        return cls(_native.HostMemory.create_memfd(TAG, size))
+
+    @classmethod
+    def fence(cls) -> Tagged:
+        return cls(_native.HostFence.create_memfd(TAG))
+
+
+def _import(client: IpcClient, frame: RawFrame | Tagged) -> str:
+    # IpcClient.import_memory and import_fence take anything with .name and .fd.
     return client.import_memory(cast(SharedFrame, frame))
+
+
+def _fence(client: IpcClient, fence: Tagged | FdOnly) -> str:
+    return client.import_fence(cast(Fence, fence))
 
 
 @contextlib.contextmanager
@@ -117,17 +145,18 @@ def shrink(sock: str, runs: int, *, shm: bool) -> dict[str, Any]:
     guarded = False
     n = 0
     try:
-        with IpcClient(sock, name="hostile-shrink") as c, Fence() as ready, Fence() as done:
+        with IpcClient(sock, name="hostile-shrink") as c:
+            ready, done = Tagged.fence(), Tagged.fence()
             mem = _import(c, frame)
             sid = c.create_session(
                 "add_720p", {"x": View(mem, "FP32", LARGE)},
-                {"y": View(mem, "FP32", LARGE, nbytes)}, c.import_fence(ready), c.import_fence(done),
+                {"y": View(mem, "FP32", LARGE, nbytes)}, _fence(c, ready), _fence(c, done),
             )["id"]
             print(json.dumps({"ready": sid}), flush=True)
             with _shrinking(frame.fd, frame.size):
                 while n < runs and not guarded:
                     n += 1
-                    ready.signal(n)
+                    ready.handle.signal(n)
                     try:
                         c.run(sid, n, timeout_ms=10_000)
                         codes["ok"] += 1
@@ -143,25 +172,23 @@ def shrink_fence(sock: str) -> dict[str, Any]:
     """A wait fence shrunk during the wait, a signal fence shrunk before the signal."""
     nbytes = _nbytes(SMALL)
     out: dict[str, Any] = {}
-    with IpcClient(sock, name="hostile-fence") as c, SharedFrame(2 * nbytes) as frame, \
-            Fence() as good_in, Fence() as good_out:
-        mem = c.import_memory(frame)
+    with IpcClient(sock, name="hostile-fence") as c:
+        frame, good_in, good_out = Tagged.frame(2 * nbytes), Tagged.fence(), Tagged.fence()
+        mem = _import(c, frame)
         views = ({"x": View(mem, "FP32", SMALL)}, {"y": View(mem, "FP32", SMALL, nbytes)})
         bad_wait, bad_signal = _raw_fence(), _raw_fence()
         try:
             waits = c.create_session(
-                "add_64x64", *views, c.import_fence(cast(Fence, FdOnly(bad_wait))),
-                c.import_fence(good_out),
+                "add_64x64", *views, _fence(c, FdOnly(bad_wait)), _fence(c, good_out),
             )["id"]
             signals = c.create_session(
-                "add_64x64", *views, c.import_fence(good_in),
-                c.import_fence(cast(Fence, FdOnly(bad_signal))),
+                "add_64x64", *views, _fence(c, good_in), _fence(c, FdOnly(bad_signal)),
             )["id"]
             print(json.dumps({"ready": [waits, signals]}), flush=True)
             threading.Timer(0.3, os.ftruncate, (bad_wait, 0)).start()
             out["wait"] = _code(lambda: c.run(waits, 1, timeout_ms=10_000))
             os.ftruncate(bad_signal, 0)
-            good_in.signal(1)
+            good_in.handle.signal(1)
             out["signal"] = _code(lambda: c.run(signals, 1, timeout_ms=10_000))
         finally:
             os.close(bad_wait)
@@ -209,7 +236,7 @@ def bad_headers(sock: str, rounds: int) -> dict[str, Any]:
     """Sends every bad frame ``rounds`` times with two fds attached; checks each answer."""
     wrong: list[str] = []
     sent = 0
-    frame = SharedFrame(1 << 20)
+    frame = Tagged.frame(1 << 20)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sock)
     s.settimeout(10)
@@ -230,19 +257,23 @@ def bad_headers(sock: str, rounds: int) -> dict[str, Any]:
         alive = codec.decode(s.recv(codec.MAX_FRAME)).kind == codec.Kind.HELLO | codec.REPLY_BIT
     finally:
         s.close()
-        frame.close()
     return {"frames": sent, "wrong": wrong[:10], "connection_usable": alive}
+
+
+def _session(c: IpcClient, model: str, shape: list[int]) -> tuple[str, Tagged]:
+    nbytes = _nbytes(shape)
+    frame, ready, done = Tagged.frame(2 * nbytes), Tagged.fence(), Tagged.fence()
+    mem = _import(c, frame)
+    sid = c.create_session(
+        model, {"x": View(mem, "FP32", shape)}, {"y": View(mem, "FP32", shape, nbytes)},
+        _fence(c, ready), _fence(c, done),
+    )["id"]
+    return sid, ready
 
 
 def die_waiting(sock: str) -> None:
     c = IpcClient(sock, name="hostile-waiter")
-    nbytes = _nbytes(SMALL)
-    frame, ready, done = SharedFrame(2 * nbytes), Fence(), Fence()
-    mem = c.import_memory(frame)
-    sid = c.create_session(
-        "add_64x64", {"x": View(mem, "FP32", SMALL)}, {"y": View(mem, "FP32", SMALL, nbytes)},
-        c.import_fence(ready), c.import_fence(done),
-    )["id"]
+    sid, _ = _session(c, "add_64x64", SMALL)
     c.send_run(sid, 1, timeout_ms=600_000)  # the longest wait the service allows
     print(json.dumps({"ready": sid}), flush=True)
     while True:
@@ -251,16 +282,10 @@ def die_waiting(sock: str) -> None:
 
 def die_before_reply(sock: str) -> None:
     c = IpcClient(sock, name="hostile-runner")
-    nbytes = _nbytes(LARGE)
-    frame, ready, done = SharedFrame(2 * nbytes), Fence(), Fence()
-    mem = c.import_memory(frame)
-    sid = c.create_session(
-        "add_720p", {"x": View(mem, "FP32", LARGE)}, {"y": View(mem, "FP32", LARGE, nbytes)},
-        c.import_fence(ready), c.import_fence(done),
-    )["id"]
+    sid, ready = _session(c, "add_720p", LARGE)
     print(json.dumps({"ready": sid}), flush=True)
     c.send_run(sid, 1, timeout_ms=10_000)
-    ready.signal(1)
+    ready.handle.signal(1)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
