@@ -40,7 +40,7 @@ from typing import Any, cast
 
 from fenceline import _native
 from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame, View
-from fenceline.ipc import codec
+from fenceline.protocol import codec
 
 TAG = f"fenceline-hostile-{os.getpid()}"
 SMALL = [1, 3, 64, 64]  # add_64x64
@@ -84,33 +84,38 @@ def _raw_fence() -> int:
     return fd
 
 
-class Tagged:
-    """A sealable memfd frame or fence named with TAG: what a well-behaved renderer shares."""
+class TaggedFrame:
+    """A sealable memfd frame named with TAG: what a well-behaved renderer shares."""
 
     name = None
 
-    def __init__(self, handle: _native.HostMemory | _native.HostFence) -> None:
-        self.handle = handle
+    def __init__(self, size: int) -> None:
+        self.handle = _native.HostMemory.create_memfd(TAG, size)
 
     @property
     def fd(self) -> int:
         return int(self.handle.fd)
 
-    @classmethod
-    def frame(cls, size: int) -> Tagged:
-        return cls(_native.HostMemory.create_memfd(TAG, size))
 
-    @classmethod
-    def fence(cls) -> Tagged:
-        return cls(_native.HostFence.create_memfd(TAG))
+class TaggedFence:
+    """A sealable memfd host_timeline fence named with TAG."""
+
+    name = None
+
+    def __init__(self) -> None:
+        self.handle = _native.HostFence.create_memfd(TAG)
+
+    @property
+    def fd(self) -> int:
+        return int(self.handle.fd)
 
 
-def _import(client: IpcClient, frame: RawFrame | Tagged) -> str:
+def _import(client: IpcClient, frame: RawFrame | TaggedFrame) -> str:
     # IpcClient.import_memory and import_fence take anything with .name and .fd.
     return client.import_memory(cast(SharedFrame, frame))
 
 
-def _fence(client: IpcClient, fence: Tagged | FdOnly) -> str:
+def _fence(client: IpcClient, fence: TaggedFence | FdOnly) -> str:
     return client.import_fence(cast(Fence, fence))
 
 
@@ -146,7 +151,7 @@ def shrink(sock: str, runs: int, *, shm: bool) -> dict[str, Any]:
     n = 0
     try:
         with IpcClient(sock, name="hostile-shrink") as c:
-            ready, done = Tagged.fence(), Tagged.fence()
+            ready, done = TaggedFence(), TaggedFence()
             mem = _import(c, frame)
             sid = c.create_session(
                 "add_720p", {"x": View(mem, "FP32", LARGE)},
@@ -173,7 +178,7 @@ def shrink_fence(sock: str) -> dict[str, Any]:
     nbytes = _nbytes(SMALL)
     out: dict[str, Any] = {}
     with IpcClient(sock, name="hostile-fence") as c:
-        frame, good_in, good_out = Tagged.frame(2 * nbytes), Tagged.fence(), Tagged.fence()
+        frame, good_in, good_out = TaggedFrame(2 * nbytes), TaggedFence(), TaggedFence()
         mem = _import(c, frame)
         views = ({"x": View(mem, "FP32", SMALL)}, {"y": View(mem, "FP32", SMALL, nbytes)})
         bad_wait, bad_signal = _raw_fence(), _raw_fence()
@@ -236,7 +241,7 @@ def bad_headers(sock: str, rounds: int) -> dict[str, Any]:
     """Sends every bad frame ``rounds`` times with two fds attached; checks each answer."""
     wrong: list[str] = []
     sent = 0
-    frame = Tagged.frame(1 << 20)
+    frame = TaggedFrame(1 << 20)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sock)
     s.settimeout(10)
@@ -260,9 +265,9 @@ def bad_headers(sock: str, rounds: int) -> dict[str, Any]:
     return {"frames": sent, "wrong": wrong[:10], "connection_usable": alive}
 
 
-def _session(c: IpcClient, model: str, shape: list[int]) -> tuple[str, Tagged]:
+def _session(c: IpcClient, model: str, shape: list[int]) -> tuple[str, TaggedFence]:
     nbytes = _nbytes(shape)
-    frame, ready, done = Tagged.frame(2 * nbytes), Tagged.fence(), Tagged.fence()
+    frame, ready, done = TaggedFrame(2 * nbytes), TaggedFence(), TaggedFence()
     mem = _import(c, frame)
     sid = c.create_session(
         model, {"x": View(mem, "FP32", shape)}, {"y": View(mem, "FP32", shape, nbytes)},
