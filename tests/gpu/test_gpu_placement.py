@@ -22,7 +22,7 @@ from fenceline.interop.devices import (
     session_device,
 )
 from fenceline.metrics import Metrics
-from fenceline.runtime.service import RuntimeSettings
+from fenceline.runtime.table import RuntimeSettings
 from tests.support.service import Service
 
 U0, U1, U2 = bytes(range(16)), bytes(range(16, 32)), bytes(range(32, 48))

@@ -326,7 +326,8 @@ def test_streaming_requests_are_validated(service: Service, http: HttpClient) ->
 def test_streaming_sessions_per_client_are_limited(model_repo: Path) -> None:
     from fenceline.errors import ResourceExhausted
     from fenceline.runtime.models import ModelRepository
-    from fenceline.runtime.service import Runtime, RuntimeSettings, ViewSpec
+    from fenceline.runtime.service import Runtime
+    from fenceline.runtime.table import RuntimeSettings, ViewSpec
 
     runtime = Runtime(ModelRepository.from_sources(model_repo, {}),
                       settings=RuntimeSettings(max_streaming_sessions_per_owner=1))

@@ -20,8 +20,9 @@ from fastapi.responses import HTMLResponse
 from fenceline import __version__
 from fenceline.errors import FencelineError
 from fenceline.interop.handles import FenceHandle
-from fenceline.runtime.service import Entry, Runtime
+from fenceline.runtime.service import Runtime
 from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.table import Entry
 
 router = APIRouter(tags=["status"])
 

@@ -15,7 +15,8 @@ from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
 from fenceline.runtime.models import ModelRepository
-from fenceline.runtime.service import Runtime, RuntimeSettings
+from fenceline.runtime.service import Runtime
+from fenceline.runtime.table import RuntimeSettings
 from fenceline.triton.regions import InferenceSettings
 from fenceline.waiting import set_spinners
 

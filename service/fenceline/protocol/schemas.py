@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fenceline.runtime.service import ViewSpec
+from fenceline.runtime.table import ViewSpec
 
 U64 = Field(ge=0, lt=2**64)
 

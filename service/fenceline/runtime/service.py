@@ -9,13 +9,11 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
-    NotFound,
     ResourceExhausted,
     Unavailable,
     Unsupported,
@@ -35,76 +33,14 @@ from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
+from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
 from fenceline.waiting import Cancel
 
+# Entry, RuntimeSettings, Table and ViewSpec live in runtime/table.py; re-exported for callers
+# that import them from here.
+__all__ = ["Entry", "Runtime", "RuntimeSettings", "Table", "ViewSpec"]
+
 log = logging.getLogger("fenceline.runtime")
-
-T = TypeVar("T")
-
-
-@dataclass
-class Entry(Generic[T]):
-    id: str
-    owner: str
-    obj: T
-    users: set[str] = field(default_factory=set)  # ids of sessions that use it
-
-
-@dataclass(frozen=True)
-class ViewSpec:
-    memory: str
-    offset_bytes: int
-    datatype: str
-    shape: list[int]
-
-
-@dataclass(frozen=True)
-class RuntimeSettings:
-    default_timeout_ms: int = 10_000
-    max_timeout_ms: int = 600_000
-    spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
-    max_sessions_per_owner: int = 256
-    max_imports_per_owner: int = 1024
-    max_stream_spin_ns: int = 1_000_000  # the most a streaming session may ask to spin per wait
-    max_streaming_sessions_per_owner: int = 64  # each has a thread while it runs
-    max_mapped_bytes_per_owner: int = 16 << 30
-    max_inflight_runs_per_owner: int = 64
-    max_sessions_per_device: int = 1024  # CUDA sessions per GPU, over every client
-    # Users besides the service's own who may import objects they own by name (--allow-uid).
-    allow_uids: frozenset[int] = frozenset()
-
-    def __post_init__(self) -> None:
-        for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
-                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
-                     "max_streaming_sessions_per_owner",
-                     "max_inflight_runs_per_owner", "max_sessions_per_device"):
-            if getattr(self, name) <= 0:
-                raise InvalidArgument(f"{name} must be positive")
-        if self.spin_ns < 0:
-            raise InvalidArgument("spin_ns must not be negative")
-
-
-class Table(Generic[T]):
-    """Objects by unguessable id. An id of another owner is reported as not found."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.entries: dict[str, Entry[T]] = {}
-
-    def add(self, owner: str, obj: T, id: str | None = None) -> Entry[T]:
-        entry = Entry(id or secrets.token_hex(16), owner, obj)
-        self.entries[entry.id] = entry
-        return entry
-
-    def get(self, owner: str, id: str) -> Entry[T]:
-        entry = self.entries.get(id)
-        if entry is None or entry.owner != owner:
-            raise NotFound(f"no {self.kind} with id {id!r}")
-        return entry
-
-    def owned_by(self, owner: str) -> list[Entry[T]]:
-        return [e for e in self.entries.values() if e.owner == owner]
-
 
 class Runtime:
     def __init__(

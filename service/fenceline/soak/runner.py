@@ -152,9 +152,11 @@ def _settle(pid: int, quiet_s: float = 1.0, timeout_s: float = 20.0) -> Resource
 
 def run_soak(
     renderers: int = 4, seconds: float = 60.0, kill_every: float = 5.0, warmup: float = 10.0,
-    seed: int = 0, hostile: int = 0,
+    seed: int = 0, hostile: int = 0, min_kills: int = 0,
 ) -> SoakReport:
-    """``hostile``: slots of hostile renderers (soak/hostile_pool.py) beside the normal ones."""
+    """``hostile``: slots of hostile renderers (soak/hostile_pool.py) beside the normal ones.
+    ``min_kills``: run past ``seconds`` until that many renderers were killed, so a loaded
+    machine (slow restarts) still gets the kills a check relies on."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="fenceline-soak-") as tmp:
         shm_before = set(os.listdir("/dev/shm"))
@@ -179,7 +181,7 @@ def run_soak(
             kills, samples = 0, []
             t0 = time.monotonic()
             next_kill = t0 + kill_every
-            while (now := time.monotonic()) - t0 < seconds:
+            while (now := time.monotonic()) - t0 < seconds or kills < min_kills:
                 time.sleep(min(1.0, max(0.0, next_kill - now)))
                 if time.monotonic() >= next_kill:
                     victim = pool.pop(rng.randrange(len(pool)))
