@@ -387,7 +387,7 @@ def _decode_output(raw: Any, binary_default: bool) -> OutputRequest:
 
 
 def encode_result(result: InferResult) -> Response:
-    outputs = []
+    outputs: list[dict[str, Any]] = []
     parts: list[memoryview] = []
     json_arrays: dict[int, np.ndarray] = {}
     for o in result.outputs:
