@@ -98,6 +98,7 @@ def serve(settings: ServeSettings) -> int:
         token=settings.token(),
         max_body_bytes=settings.max_body_mb << 20,
         max_json_bytes=settings.max_json_mb << 20,
+        ready_checks=[ipc.accepting],
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
