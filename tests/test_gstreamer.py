@@ -4,9 +4,11 @@ copy, the fallback copies once, and every failure ends the pipeline with the ser
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,3 +211,18 @@ def test_service_killed_mid_stream_fails_the_pipeline_instead_of_hanging(
         assert "fenceline error transport" in err, err
     finally:
         stop_service(svc)
+
+
+def test_bench_prints_element_fps_beside_the_appsink_onnxruntime_reference(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "gst.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "fenceline", "bench", "--gst", "--quick", "--sizes", "720p",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fencelinefilter fps" in r.stdout and "appsink->onnxruntime fps" in r.stdout
+    row = json.loads(out.read_text())["sizes"]["720p"]
+    assert row["element_fps"] > 0 and row["appsink_onnxruntime_fps"] > 0
