@@ -33,10 +33,22 @@ G_DEFINE_TYPE(FencelineFilter, fenceline_filter, GST_TYPE_BASE_TRANSFORM)
 
 /* ---- errors: every failure the service or the client reports becomes one GStreamer error ---- */
 
+/* TRUE the first time in a stream: one error per stream (see post_status). */
+static gboolean first_error(FencelineFilter *self) {
+  return !g_atomic_int_exchange(&self->posted_error, TRUE);
+}
+
 /* Posts `st` as an error message carrying the service's code and message (also as structured
  * details: fenceline-code, fenceline-code-name), and frees it. */
 static void post_status(FencelineFilter *self, FlStatus *st, const char *what) {
   const FlApi *api = self->api;
+  /* One error per stream: after failed caps the base class renegotiates on the next buffer and
+   * would fail the same way; a second error during preroll can leave gst-launch-1.0 waiting. */
+  if (!first_error(self)) {
+    GST_DEBUG_OBJECT(self, "%s: %s (already reported an error)", what, api->GetErrorMessage(st));
+    api->ReleaseStatus(st);
+    return;
+  }
   FlErrorCode code = api->GetErrorCode(st);
   const char *name = api->GetErrorCodeName(code);
   const char *msg = api->GetErrorMessage(st);
@@ -104,13 +116,11 @@ static void job_free(FencelineFilter *self, FlJob *job) {
  * Their buffers go back to their pools. */
 static void discard_jobs(FencelineFilter *self) {
   g_mutex_lock(&self->lock);
-  g_queue_clear(&self->unsent);
   FlJob *job;
+  while ((job = g_queue_pop_head(&self->unsent)) != NULL) job->done = TRUE; /* never sent */
   while ((job = g_queue_peek_head(&self->in_flight_jobs)) != NULL) {
-    while (!job->done && self->worker != NULL && !self->quit) {
-      /* Unsent jobs were dropped above, so a job not done is the one the worker runs. */
-      g_cond_wait(&self->cond, &self->lock);
-    }
+    /* Only the job the worker runs now can still be not done. */
+    while (!job->done && self->worker != NULL && !self->quit) g_cond_wait(&self->cond, &self->lock);
     g_queue_pop_head(&self->in_flight_jobs);
     job_free(self, job);
   }
@@ -255,11 +265,67 @@ static GstBufferPool *make_pool(GstCaps *caps, gsize size, guint min) {
 
 /* ---- GstBaseTransform --------------------------------------------------------------------- */
 
+/* NOT_FOUND when the service has no such model. A session over a one-byte view answers it: the
+ * service looks the model up before it checks the views, which this one may well not fit. */
+static FlStatus *check_model(FencelineFilter *self, const char *model) {
+  const FlApi *api = self->api;
+  FlFrame *frame = NULL;
+  FlMemoryImport *memory = NULL;
+  FlSession *session = NULL;
+  static const int64_t one[4] = {1, 1, 1, 1};
+  FlStatus *st = api->CreateFrame(NULL, 4096, &frame);
+  if (st == NULL) st = api->ImportFrame(self->client, frame, FL_ACCESS_READ_WRITE, &memory);
+  if (st == NULL) {
+    FlTensorView in = {self->input_name, memory, 0, "UINT8", one, 4};
+    FlTensorView out = {self->output_name, memory, 0, "UINT8", one, 4};
+    FlSessionDesc desc = {model, &in, 1, &out, 1, self->ready_import, self->done_import};
+    st = api->CreateSession(self->client, &desc, &session);
+    if (st != NULL && api->GetErrorCode(st) != FL_ERROR_NOT_FOUND) {
+      api->ReleaseStatus(st);
+      st = NULL;
+    }
+  }
+  api->ReleaseSession(session);
+  api->ReleaseMemoryImport(memory);
+  api->ReleaseFrame(frame);
+  return st;
+}
+
+/* Connecting and finding the model happen here, in the state change to PAUSED, so that a missing
+ * service or model fails the state change itself, before any data flows. */
 static gboolean filter_start(GstBaseTransform *trans) {
   FencelineFilter *self = FENCELINE_FILTER(trans);
   self->quit = FALSE;
   self->frames = self->zero_copy_frames = self->copied_frames = self->imports = 0;
   self->said_zero_copy = self->said_copy = FALSE;
+  g_atomic_int_set(&self->posted_error, FALSE);
+
+  GST_OBJECT_LOCK(self);
+  gchar *model = g_strdup(self->model);
+  GST_OBJECT_UNLOCK(self);
+  if (model == NULL || model[0] == '\0') {
+    g_free(model);
+    if (first_error(self))
+      GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS,
+                        ("fencelinefilter needs a model: set model=NAME"), (NULL));
+    return FALSE;
+  }
+  FlStatus *st = connect_service(self);
+  if (st != NULL) {
+    g_free(model);
+    post_status(self, st, "connecting to the fenceline service");
+    return FALSE;
+  }
+  st = check_model(self, model);
+  if (st != NULL) {
+    gchar *what = g_strdup_printf("model '%s'", model);
+    post_status(self, st, what);
+    g_free(what);
+    g_free(model);
+    disconnect(self);
+    return FALSE;
+  }
+  g_free(model);
   self->worker = g_thread_new("fenceline-run", worker_main, self);
   return TRUE;
 }
@@ -293,14 +359,8 @@ static gboolean filter_set_caps(GstBaseTransform *trans, GstCaps *incaps, GstCap
   guint width = GST_VIDEO_INFO_WIDTH(&info), height = GST_VIDEO_INFO_HEIGHT(&info);
 
   GST_OBJECT_LOCK(self);
-  gboolean have_model = self->model != NULL && self->model[0] != '\0';
   self->depth = self->in_flight;
   GST_OBJECT_UNLOCK(self);
-  if (!have_model) {
-    GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS, ("fencelinefilter needs a model: set model=NAME"),
-                      (NULL));
-    return FALSE;
-  }
 
   /* A caps change starts over: the service's sessions are bound to the old frame size. */
   discard_jobs(self);
@@ -323,14 +383,16 @@ static gboolean filter_set_caps(GstBaseTransform *trans, GstCaps *incaps, GstCap
   }
   self->fallback = make_pool(incaps, self->frame_bytes, 1);
   if (self->fallback == NULL || !gst_buffer_pool_set_active(self->fallback, TRUE)) {
-    GST_ELEMENT_ERROR(self, RESOURCE, NO_SPACE_LEFT, ("could not allocate memfd frames"), (NULL));
+    if (first_error(self))
+      GST_ELEMENT_ERROR(self, RESOURCE, NO_SPACE_LEFT, ("could not allocate memfd frames"), (NULL));
     return FALSE;
   }
   /* The first buffer's session checks the model against the caps now, so a model that does not
    * take these frames fails negotiation with the service's reason. */
   GstBuffer *probe = NULL;
   if (gst_buffer_pool_acquire_buffer(self->fallback, &probe, NULL) != GST_FLOW_OK) {
-    GST_ELEMENT_ERROR(self, RESOURCE, NO_SPACE_LEFT, ("could not allocate memfd frames"), (NULL));
+    if (first_error(self))
+      GST_ELEMENT_ERROR(self, RESOURCE, NO_SPACE_LEFT, ("could not allocate memfd frames"), (NULL));
     return FALSE;
   }
   GstMemory *mem = gst_buffer_peek_memory(probe, 0);
@@ -414,7 +476,8 @@ static GstBuffer *buffer_for_service(FencelineFilter *self, GstBuffer *in, GstFl
   if (!gst_video_frame_map(&src, &self->info, in, GST_MAP_READ)) {
     gst_buffer_unref(in);
     gst_buffer_unref(out);
-    GST_ELEMENT_ERROR(self, STREAM, FAILED, ("could not map an input frame"), (NULL));
+    if (first_error(self))
+      GST_ELEMENT_ERROR(self, STREAM, FAILED, ("could not map an input frame"), (NULL));
     *ret = GST_FLOW_ERROR;
     return NULL;
   }

@@ -67,6 +67,7 @@ struct _FencelineFilter {
   /* Counters (under lock), reported by the "stats" property and logged at stop. */
   guint64 frames, zero_copy_frames, copied_frames, imports;
   gboolean said_zero_copy, said_copy;
+  gint posted_error; /* atomic: an error went to the bus this stream */
 };
 
 G_END_DECLS

@@ -2,6 +2,9 @@
 
 - :func:`launch` and :func:`frames` drive ``gst-launch-1.0`` in its own process; frames leave the
   pipeline through ``fdsink`` on stdout, so the tests need no GStreamer Python bindings.
+- :func:`play` (``python -m fenceline.bench.gst PIPELINE``) plays a pipeline to its end and prints
+  the first error; the tests use it for pipelines that fail at once, where gst-launch-1.0 1.22
+  can hang (docs/gstreamer.md).
 - :func:`run_gst_bench` (``fenceline bench --gst``) prints frames per second through the element
   beside the same frames pulled out with appsink and run by onnxruntime in this process.
 """
@@ -58,10 +61,10 @@ def caps(fmt: str, width: int, height: int) -> str:
 
 def launch(pipeline: str, stderr: Path, env: dict[str, str] | None = None,
            stdout: int | None = subprocess.PIPE) -> subprocess.Popen[bytes]:
-    """gst-launch-1.0 -q (quiet: stdout carries only fdsink's bytes) -e (EOS on interrupt)."""
+    """gst-launch-1.0 -q (quiet: stdout carries only fdsink's bytes)."""
     with stderr.open("wb") as err:
         return subprocess.Popen(
-            ["gst-launch-1.0", "-q", "-e", *pipeline.split()],
+            ["gst-launch-1.0", "-q", *pipeline.split()],
             stdout=stdout, stderr=err, env=env or gst_env(),
         )
 
@@ -215,3 +218,37 @@ def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
     if json_path is not None:
         json_path.write_text(json.dumps(results, indent=2))
     return 0
+
+
+def play(description: str, timeout_s: float = 120.0) -> int:
+    """Plays a pipeline until EOS or its first error; prints the error (text, debug, details)
+    to stderr. Returns 0 at EOS, 1 after an error, 2 when nothing ended it in time."""
+    Gst = _import_gst()
+    pipeline = Gst.parse_launch(description)
+    bus = pipeline.get_bus()
+    try:
+        pipeline.set_state(Gst.State.PLAYING)
+        msg = bus.timed_pop_filtered(int(timeout_s * Gst.SECOND),
+                                     Gst.MessageType.ERROR | Gst.MessageType.EOS)
+        if msg is None:
+            print(f"no EOS or error within {timeout_s} s", file=sys.stderr)
+            return 2
+        if msg.type == Gst.MessageType.EOS:
+            return 0
+        err, debug = msg.parse_error()
+        details = msg.parse_error_details()
+        print(f"ERROR: from element {msg.src.get_path_string()}: {err.message}\n{debug}",
+              file=sys.stderr)
+        if details is not None:
+            print(f"details: {details.to_string()}", file=sys.stderr)
+        return 1
+    finally:
+        pipeline.set_state(Gst.State.NULL)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m fenceline.bench.gst 'PIPELINE DESCRIPTION'", file=sys.stderr)
+        raise SystemExit(2)
+    os.environ.setdefault("GST_PLUGIN_PATH", str(gst_plugin_dir()))
+    raise SystemExit(play(sys.argv[1]))
