@@ -104,6 +104,12 @@ def decode(data: bytes) -> Frame:
     return Frame(kind, request_id, data[HEADER_SIZE:])
 
 
+def peek_request_id(data: bytes) -> int:
+    """The request_id of a frame that failed to decode: echoed in the error reply when the
+    16 header bytes arrived, else 0."""
+    return int(HEADER.unpack_from(data)[3]) if len(data) >= HEADER_SIZE else 0
+
+
 def encode_json(kind: int, request_id: int, obj: Any) -> bytes:
     return encode(kind, request_id, json.dumps(obj, separators=(",", ":")).encode())
 
@@ -113,6 +119,8 @@ def decode_json(body: bytes) -> dict[str, Any]:
         obj = json.loads(body.decode("utf-8")) if body else {}
     except (UnicodeDecodeError, ValueError) as e:
         raise InvalidRequest(f"control body is not UTF-8 JSON: {e}") from None
+    except RecursionError:
+        raise InvalidRequest("control body: JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidRequest("control body must be a JSON object")
     return obj

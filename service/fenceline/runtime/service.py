@@ -25,8 +25,9 @@ from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, CudaMemoryImport, i
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.devices import check_device_quota, device_label
 from fenceline.interop.handles import Access, Binding, FenceHandle, MemoryHandle
-from fenceline.interop.host_fence import import_fence
-from fenceline.interop.host_memory import import_memory
+from fenceline.interop.host_fence import FenceImport, import_fence
+from fenceline.interop.host_memory import MemoryImport, import_memory
+from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
@@ -34,6 +35,7 @@ from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
+from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -68,6 +70,8 @@ class RuntimeSettings:
     max_mapped_bytes_per_owner: int = 16 << 30
     max_inflight_runs_per_owner: int = 64
     max_sessions_per_device: int = 1024  # CUDA sessions per GPU, over every client
+    # Users besides the service's own who may import objects they own by name (--allow-uid).
+    allow_uids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
@@ -130,6 +134,14 @@ class Runtime:
 
     # -- memory ---------------------------------------------------------------------------
 
+    def _check_named(self, obj: MemoryImport | FenceImport, caller: Caller, what: str) -> None:
+        """Closes ``obj`` and raises unless ``caller`` may import it by name."""
+        try:
+            check_import(caller, obj.handle.fd, what, obj.name, self.settings.allow_uids)
+        except BaseException:
+            obj.close()
+            raise
+
     def _check_import_quota(self, owner: str, fd: int | None) -> None:
         """Refuses an import over the client's limit; a received fd is closed then."""
         with self._lock:
@@ -160,10 +172,12 @@ class Runtime:
         size_bytes: int = 0,
         offset_bytes: int = 0,
         access: Access = "read_write",
+        caller: Caller = SERVICE,
         **gpu: Any,
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
-        GPU handle types (interop/cuda_memory.py)."""
+        GPU handle types (interop/cuda_memory.py). An import by ``name`` is checked against
+        ``caller`` (interop/owners.py)."""
         self._check_import_quota(owner, fd)
         mem: MemoryHandle
         if handle_type in CUDA_MEMORY_TYPES:
@@ -172,10 +186,13 @@ class Runtime:
                 access=access, **gpu,
             )
         else:
-            mem = import_memory(
+            host = import_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access,
             )
+            if fd is None:
+                self._check_named(host, caller, "memory")
+            mem = host
         with self._lock:
             mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
             limit = self.settings.max_mapped_bytes_per_owner
@@ -229,13 +246,17 @@ class Runtime:
         name: str | None = None,
         fd: int | None = None,
         device_uuid: str | None = None,
+        caller: Caller = SERVICE,
     ) -> dict[str, Any]:
         self._check_import_quota(owner, fd)
         fence: FenceHandle
         if fence_type in VK_FENCE_TYPES:
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
         else:
-            fence = import_fence(fence_type, name=name, fd=fd)
+            host_fence = import_fence(fence_type, name=name, fd=fd)
+            if fd is None:
+                self._check_named(host_fence, caller, "fence")
+            fence = host_fence
         with self._lock:
             entry = self.fences.add(owner, fence)
         self.metrics.imported_handles.labels(fence.kind).inc()
@@ -317,6 +338,13 @@ class Runtime:
                 views: dict[str, Binding] = {}
                 for tensor, spec in specs.items():
                     mem_entry = self.memory.get(owner, spec.memory)
+                    if not all(isinstance(d, int) and d < 2**63 for d in spec.shape):
+                        # The native view takes int64 dimensions; a larger one is the caller's
+                        # mistake, not a failed conversion (an ``internal`` error).
+                        raise InvalidArgument(
+                            f"{role} {tensor!r}: shape dimensions are integers below 2^63, "
+                            f"got {list(spec.shape)}"
+                        )
                     try:
                         views[tensor] = mem_entry.obj.view(
                             spec.offset_bytes, datatype(spec.datatype), list(spec.shape),
@@ -469,13 +497,15 @@ class Runtime:
         transport: str,
         asynchronous: bool = False,
         reply: Callable[[RunResult], object] | None = None,
+        cancel: Cancel | None = None,
     ) -> RunResult:
         """The one entry for a request-mode run, whatever the transport: the owner's in-flight
         quota, the argument checks, the run, ``reply`` (a transport answers the renderer before
         the metrics are recorded, so it is not kept waiting for them), then the metrics.
 
         ``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
-        always run to completion."""
+        always run to completion. ``cancel`` ends the fence wait early (default: when the
+        service shuts down)."""
         session = self.session(owner, session_id)
         with self._lock:
             if session_id in self.streams:
@@ -490,7 +520,10 @@ class Runtime:
                 )
             self._inflight[owner] = n + 1
         try:
-            result = self._run(session, wait_value, signal_value, timeout_ms, asynchronous)
+            result = self._run(
+                session, wait_value, signal_value, timeout_ms, asynchronous,
+                cancel if cancel is not None else self.closing,
+            )
         finally:
             with self._lock:
                 self._inflight[owner] -= 1
@@ -511,6 +544,7 @@ class Runtime:
         signal_value: int | None,
         timeout_ms: int | None,
         asynchronous: bool,
+        cancel: threading.Event | Cancel,
     ) -> RunResult:
         s = self.settings
         if self.closing.is_set():
@@ -522,7 +556,7 @@ class Runtime:
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
         return session.run(
-            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
             asynchronous=asynchronous,
         )
 
