@@ -35,6 +35,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", type=Path,
                    help="require Authorization: Bearer <the file's contents> on HTTP")
     p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--max-json-mb", type=int, default=16,
+                   help="largest JSON in a request (a KServe JSON header, any other body); "
+                   "larger tensors go as binary data or in shared memory")
     p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
                    help="close an HTTP connection whose request line and headers take longer")
     p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
