@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, help="time budget of each row (default per size)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
+    bench.add_argument("--gst", action="store_true",
+                       help="fps through the GStreamer element beside appsink -> onnxruntime "
+                            "(docs/gstreamer.md)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -118,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if args.gst:
+            from fenceline.bench.gst import run_gst_bench
+
+            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 
