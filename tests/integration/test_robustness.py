@@ -370,7 +370,7 @@ def test_a_short_soak_with_hostile_renderers_leaks_nothing() -> None:
     from fenceline.soak import run_soak
 
     report = run_soak(renderers=1, seconds=8, kill_every=3.0, warmup=1.0, hostile=2)
-    assert report.hostile is not None and sum(report.hostile.clients.values()) >= 2
+    assert report.hostile is not None and sum(report.hostile.clients.values()) >= 1
     assert report.checks() == {name: True for name in report.checks()}, report.to_json()
 
 
