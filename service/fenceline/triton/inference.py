@@ -278,7 +278,7 @@ def _raise_if_lost(plan: _Plan) -> None:
     guard): what was read or written there is not the client's."""
     windows = [b for b in plan.keep if isinstance(b, TensorBinding)]
     windows += [w for _, w in plan.late if w is not None] + [w for _, w in plan.copy_back]
-    if any(w.memory.handle.lost for w in windows):
+    if any(w.view.lost for w in windows):  # the view's mapping: the region may be gone
         raise DeviceLost("a shared-memory region shrank while this request used it; "
                          "unregister it")
 
