@@ -1,12 +1,21 @@
 #include "cuda_backend.h"
 
+#ifdef _WIN32
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#else
 #include <dlfcn.h>
+#endif
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "errors.h"
@@ -136,6 +145,8 @@ struct Api {
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, std::size_t *, CUdeviceptr);
+  // Optional: only D3D12 imports need it (Windows drivers; Linux ones answer NOT_SUPPORTED).
+  CUresult (*cuDeviceGetLuid)(char *, unsigned *, CUdevice);
 };
 
 struct Loaded {
@@ -144,10 +155,35 @@ struct Loaded {
   std::string reason;
 };
 
+// The driver library is the one OS-specific part: libcuda.so.1 on Linux, nvcuda.dll (which
+// every NVIDIA display driver installs) on Windows.
+#ifdef _WIN32
+void *open_driver(std::string &error) {
+  HMODULE lib = ::LoadLibraryW(L"nvcuda.dll");
+  if (!lib)
+    error = "the NVIDIA driver (nvcuda.dll) is not installed: LoadLibrary error " +
+            std::to_string(::GetLastError());
+  return reinterpret_cast<void *>(lib);
+}
+void *driver_symbol(void *lib, const char *name) {
+  return reinterpret_cast<void *>(::GetProcAddress(static_cast<HMODULE>(lib), name));
+}
+#else
+void *open_driver(std::string &error) {
+  void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char *e = ::dlerror();
+    error = std::string("the CUDA driver (libcuda.so.1) is not installed: ") + (e ? e : "");
+  }
+  return lib;
+}
+void *driver_symbol(void *lib, const char *name) { return ::dlsym(lib, name); }
+#endif
+
 template <typename F>
 bool load(void *lib, F &slot, const char *name, const char *versioned = nullptr) {
-  void *p = versioned ? ::dlsym(lib, versioned) : nullptr;
-  if (!p) p = ::dlsym(lib, name);
+  void *p = versioned ? driver_symbol(lib, versioned) : nullptr;
+  if (!p) p = driver_symbol(lib, name);
   slot = reinterpret_cast<F>(p);
   return p != nullptr;
 }
@@ -156,12 +192,8 @@ const Loaded &loaded() {
   static Loaded l = [] {
     Loaded r;
     // Kept open for the life of the process: the driver cannot be unloaded safely.
-    void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char *e = ::dlerror();
-      r.reason = std::string("the CUDA driver (libcuda.so.1) is not installed: ") + (e ? e : "");
-      return r;
-    }
+    void *lib = open_driver(r.reason);
+    if (!lib) return r;
     Api &a = r.api;
     const char *missing = nullptr;
 #define FL_LOAD(fn, ...) \
@@ -195,6 +227,7 @@ const Loaded &loaded() {
     FL_LOAD(cuIpcCloseMemHandle);
     FL_LOAD(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
 #undef FL_LOAD
+    load(lib, a.cuDeviceGetLuid, "cuDeviceGetLuid");
     if (missing) {
       r.reason = std::string("the CUDA driver lacks ") + missing + " (driver too old)";
       return r;
@@ -267,9 +300,20 @@ struct FdGuard {
   }
 };
 
+// The device's adapter LUID where the driver has one (Windows WDDM devices), else none.
+std::optional<std::string> luid_of(const Api &a, CUdevice d) {
+  if (!a.cuDeviceGetLuid) return std::nullopt;
+  char luid[8] = {0};
+  unsigned node_mask = 0;
+  if (a.cuDeviceGetLuid(luid, &node_mask, d) != CUDA_SUCCESS) return std::nullopt;
+  return std::string(luid, 8);
+}
+
 }  // namespace
 
 bool available() { return loaded().ok; }
+
+bool has_luid_query() { return loaded().api.cuDeviceGetLuid != nullptr; }
 
 std::string unavailable_reason() { return loaded().ok ? "" : loaded().reason; }
 
@@ -288,7 +332,7 @@ std::vector<DeviceInfo> devices() {
     a.cuDeviceGetName(name, sizeof(name) - 1, d);
     a.cuDeviceGetUuid(&uuid, d);
     a.cuDeviceTotalMem(&total, d);
-    out.push_back({i, name, std::string(uuid.bytes, 16), total});
+    out.push_back({i, name, std::string(uuid.bytes, 16), total, luid_of(a, d)});
   }
   return out;
 }
@@ -391,15 +435,44 @@ std::shared_ptr<ExternalMemory> ExternalMemory::import_opaque_fd(std::shared_ptr
   check(a.cuImportExternalMemory(&ext, &desc), "cuImportExternalMemory");
   guard.fd = -1;  // the driver owns the fd now
   m->external_ = ext;
+  m->map(offset, size);
+  return m;
+}
+
+std::shared_ptr<ExternalMemory> ExternalMemory::import_win32(
+    std::shared_ptr<Device> device, int type, std::uint64_t handle, const char16_t *name,
+    std::uint64_t allocation_size, unsigned flags, std::uint64_t offset, std::uint64_t size) {
+  if ((handle == 0) == (name == nullptr))
+    throw Error(Code::InvalidArgument, "a Win32 import takes exactly one of handle and name");
+  check_range(offset, size, allocation_size, "mapped range");
+  const Api &a = api();
+  device->bind();
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc;
+  std::memset(&desc, 0, sizeof(desc));
+  desc.type = type;
+  desc.handle.win32.handle = reinterpret_cast<void *>(static_cast<std::uintptr_t>(handle));
+  desc.handle.win32.name = name;  // UTF-16, what the driver reads as LPCWSTR
+  desc.size = allocation_size;
+  desc.flags = flags;
+  std::shared_ptr<ExternalMemory> m(new ExternalMemory());
+  m->device_ = std::move(device);
+  CUexternalMemory ext = nullptr;
+  check(a.cuImportExternalMemory(&ext, &desc), "cuImportExternalMemory");
+  m->external_ = ext;
+  m->map(offset, size);
+  return m;
+}
+
+void ExternalMemory::map(std::uint64_t offset, std::uint64_t size) {
   CUDA_EXTERNAL_MEMORY_BUFFER_DESC buf;
   std::memset(&buf, 0, sizeof(buf));
   buf.offset = offset;
   buf.size = size;
   CUdeviceptr ptr = 0;
-  check(a.cuExternalMemoryGetMappedBuffer(&ptr, ext, &buf), "cuExternalMemoryGetMappedBuffer");
-  m->pointer_ = ptr;
-  m->size_ = size;
-  return m;
+  check(loaded().api.cuExternalMemoryGetMappedBuffer(&ptr, external_, &buf),
+        "cuExternalMemoryGetMappedBuffer");
+  pointer_ = ptr;
+  size_ = size;
 }
 
 std::shared_ptr<ExternalMemory> ExternalMemory::open_ipc(std::shared_ptr<Device> device,
@@ -466,6 +539,27 @@ std::shared_ptr<ExternalSemaphore> ExternalSemaphore::import_timeline_fd(
   check(a.cuImportExternalSemaphore(&h, &desc),
         "cuImportExternalSemaphore (is it a timeline semaphore exported as OPAQUE_FD?)");
   guard.fd = -1;
+  s->handle_ = h;
+  return s;
+}
+
+std::shared_ptr<ExternalSemaphore> ExternalSemaphore::import_win32(std::shared_ptr<Device> device,
+                                                                   int type,
+                                                                   std::uint64_t handle,
+                                                                   const char16_t *name) {
+  if ((handle == 0) == (name == nullptr))
+    throw Error(Code::InvalidArgument, "a Win32 import takes exactly one of handle and name");
+  const Api &a = api();
+  device->bind();
+  CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC desc;
+  std::memset(&desc, 0, sizeof(desc));
+  desc.type = type;
+  desc.handle.win32.handle = reinterpret_cast<void *>(static_cast<std::uintptr_t>(handle));
+  desc.handle.win32.name = name;
+  std::shared_ptr<ExternalSemaphore> s(new ExternalSemaphore());
+  s->device_ = std::move(device);
+  CUexternalSemaphore h = nullptr;
+  check(a.cuImportExternalSemaphore(&h, &desc), "cuImportExternalSemaphore");
   s->handle_ = h;
   return s;
 }

@@ -7,6 +7,7 @@
 
 #include "../common/host_timeline.h"
 #include "cuda_backend.h"
+#include "cuda_d3d12.h"
 #include "errors.h"
 #include "host_fence.h"
 #include "host_memory.h"
@@ -15,7 +16,8 @@
 namespace py = pybind11;
 
 namespace fl {
-void bind_cuda(py::module_ &mod);  // cuda_module.cpp
+void bind_cuda(py::module_ &mod);   // cuda_module.cpp
+void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 }
 
 namespace {
@@ -43,10 +45,13 @@ void translate(std::exception_ptr p) {
 // Handle kinds this build can import. An unknown or unsupported kind is a plain false.
 bool can_import_memory(const std::string &kind) {
   if (kind == "host_shm" || kind == "host_fd") return true;
+  if (kind == "d3d12_heap" || kind == "d3d12_resource")
+    return fl::cuda::d3d12_capability().supported;
   return (kind == "opaque_fd" || kind == "cuda_ipc") && fl::cuda::available();
 }
 bool can_import_fence(const std::string &kind) {
   if (kind == "host_timeline") return true;
+  if (kind == "d3d12_fence") return fl::cuda::d3d12_capability().supported;
   return kind == "vk_timeline_opaque_fd" && fl::cuda::available();
 }
 
@@ -169,4 +174,5 @@ PYBIND11_MODULE(_native, mod) {
       "EOF. Spins up to spin_ns with the GIL released, then blocks.");
 
   fl::bind_cuda(mod);
+  fl::bind_d3d12(mod);
 }

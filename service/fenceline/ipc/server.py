@@ -199,7 +199,8 @@ class Connection:
         req = _parse(FenceImportRequest, body)
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
-            self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid
+            self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
+            adapter_luid=req.adapter_luid,
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
