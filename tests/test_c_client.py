@@ -191,7 +191,9 @@ def test_c_checks_pass_under_address_and_undefined_sanitizers(
            "-fno-sanitize-recover=undefined", "-D_GNU_SOURCE", f"-I{CLIENT_SRC / 'include'}",
            f"-I{CLIENT_SRC / 'src'}", f"-I{ROOT / 'native' / 'common'}",
            str(CLIENT_SRC / "tests" / "test_client.c"), *map(str, src),
-           str(ROOT / "native" / "common" / "host_timeline.c"), "-o", str(exe), "-lpthread"]
+           str(ROOT / "native" / "common" / "host_timeline.c"),
+           str(ROOT / "native" / "common" / "platform" / "posix" / "htl_wake.c"),
+           "-o", str(exe), "-lpthread"]
     build = run(cmd, timeout=180)
     if build.returncode != 0 and "sanitize" in build.stderr:
         pytest.skip(f"the compiler cannot build with sanitizers: {build.stderr[:200]}")

@@ -1,15 +1,12 @@
 #include "cuda_backend.h"
 
 #ifdef _WIN32
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#define WIN32_LEAN_AND_MEAN
-#include <windows.h>
+#include <io.h>
+#define FL_CLOSE_FD ::_close
 #else
-#include <dlfcn.h>
-#endif
 #include <unistd.h>
+#define FL_CLOSE_FD ::close
+#endif
 
 #include <chrono>
 #include <cstring>
@@ -20,6 +17,7 @@
 
 #include "errors.h"
 #include "host_memory.h"
+#include "platform/dynlib.h"
 
 namespace fl::cuda {
 
@@ -155,35 +153,10 @@ struct Loaded {
   std::string reason;
 };
 
-// The driver library is the one OS-specific part: libcuda.so.1 on Linux, nvcuda.dll (which
-// every NVIDIA display driver installs) on Windows.
-#ifdef _WIN32
-void *open_driver(std::string &error) {
-  HMODULE lib = ::LoadLibraryW(L"nvcuda.dll");
-  if (!lib)
-    error = "the NVIDIA driver (nvcuda.dll) is not installed: LoadLibrary error " +
-            std::to_string(::GetLastError());
-  return reinterpret_cast<void *>(lib);
-}
-void *driver_symbol(void *lib, const char *name) {
-  return reinterpret_cast<void *>(::GetProcAddress(static_cast<HMODULE>(lib), name));
-}
-#else
-void *open_driver(std::string &error) {
-  void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char *e = ::dlerror();
-    error = std::string("the CUDA driver (libcuda.so.1) is not installed: ") + (e ? e : "");
-  }
-  return lib;
-}
-void *driver_symbol(void *lib, const char *name) { return ::dlsym(lib, name); }
-#endif
-
 template <typename F>
 bool load(void *lib, F &slot, const char *name, const char *versioned = nullptr) {
-  void *p = versioned ? driver_symbol(lib, versioned) : nullptr;
-  if (!p) p = driver_symbol(lib, name);
+  void *p = versioned ? dynlib::symbol(lib, versioned) : nullptr;
+  if (!p) p = dynlib::symbol(lib, name);
   slot = reinterpret_cast<F>(p);
   return p != nullptr;
 }
@@ -192,8 +165,12 @@ const Loaded &loaded() {
   static Loaded l = [] {
     Loaded r;
     // Kept open for the life of the process: the driver cannot be unloaded safely.
-    void *lib = open_driver(r.reason);
-    if (!lib) return r;
+    void *lib = dynlib::open(dynlib::kCudaDriver);
+    if (!lib) {
+      r.reason = std::string("the CUDA driver (") + dynlib::kCudaDriver +
+                 ") is not installed: " + dynlib::last_error();
+      return r;
+    }
     Api &a = r.api;
     const char *missing = nullptr;
 #define FL_LOAD(fn, ...) \
@@ -296,7 +273,7 @@ std::map<int, std::weak_ptr<Device>> device_cache;
 struct FdGuard {
   int fd;
   ~FdGuard() {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) FL_CLOSE_FD(fd);
   }
 };
 
