@@ -3,6 +3,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include "cuda_d3d12.h"
 #include "d3d12_interop.h"
 
@@ -28,9 +32,12 @@ py::object handle_or_none(std::uint64_t h) {
   return py::int_(h);
 }
 
-py::tuple capability_tuple(const d3d12::Capability &c) {
-  return py::make_tuple(c.supported, c.reason);
+std::pair<bool, std::string> capability_pair(const d3d12::Capability &c) {
+  return {c.supported, c.reason};
 }
+
+// Typed as dict[str, Any] in the generated stub.
+using Fields = std::map<std::string, py::object>;
 
 }  // namespace
 
@@ -58,14 +65,14 @@ void bind_d3d12(py::module_ &mod) {
          std::uint64_t mapped_size, std::optional<bool> dedicated) {
         const d3d12::MemoryDescriptor d = d3d12::memory_descriptor(d3d12_memory_request(
             kind, std::move(name), handle, size, offset, mapped_size, dedicated));
-        py::dict out;
-        out["handle_type"] = d.handle_type;
-        out["flags"] = d.flags;
-        out["size"] = d.size;
+        Fields out;
+        out["handle_type"] = py::int_(d.handle_type);
+        out["flags"] = py::int_(d.flags);
+        out["size"] = py::int_(d.size);
         out["name"] = name_or_none(d.name);
         out["handle"] = handle_or_none(d.handle);
-        out["offset"] = d.offset;
-        out["mapped_size"] = d.mapped_size;
+        out["offset"] = py::int_(d.offset);
+        out["mapped_size"] = py::int_(d.mapped_size);
         return out;
       },
       py::arg("kind"), py::arg("name") = py::none(), py::arg("handle") = py::none(),
@@ -80,9 +87,9 @@ void bind_d3d12(py::module_ &mod) {
         src.name = std::move(name);
         src.handle = handle;
         const d3d12::SemaphoreDescriptor d = d3d12::fence_descriptor(src);
-        py::dict out;
-        out["handle_type"] = d.handle_type;
-        out["flags"] = d.flags;
+        Fields out;
+        out["handle_type"] = py::int_(d.handle_type);
+        out["flags"] = py::int_(d.flags);
         out["name"] = name_or_none(d.name);
         out["handle"] = handle_or_none(d.handle);
         return out;
@@ -122,14 +129,14 @@ void bind_d3d12(py::module_ &mod) {
         p.driver_reason = driver_reason;
         p.has_luid_query = has_luid_query;
         p.device_count = device_count;
-        return capability_tuple(d3d12::capability(p));
+        return capability_pair(d3d12::capability(p));
       },
       py::arg("windows"), py::arg("driver_loaded"), py::arg("driver_reason"),
       py::arg("has_luid_query"), py::arg("device_count"),
       "(supported, reason) for the given platform facts. Pure.");
   mod.def("d3d12_close_handle", &cuda::close_nt_handle, py::arg("handle"),
           "Closes an NT handle received for an import that did not happen (no-op off Windows).");
-  mod.def("d3d12_capability", [] { return capability_tuple(cuda::d3d12_capability()); },
+  mod.def("d3d12_capability", [] { return capability_pair(cuda::d3d12_capability()); },
           "(supported, reason) for this process: false with the reason except on Windows with "
           "an NVIDIA driver and a CUDA device.");
 }

@@ -245,11 +245,11 @@ def cuda_devices() -> list:
     ...
 def cuda_unavailable_reason() -> str:
     ...
-def d3d12_capability() -> tuple:
+def d3d12_capability() -> tuple[bool, str]:
     """
     (supported, reason) for this process: false with the reason except on Windows with an NVIDIA driver and a CUDA device.
     """
-def d3d12_capability_for(windows: bool, driver_loaded: bool, driver_reason: str, has_luid_query: bool, device_count: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+def d3d12_capability_for(windows: bool, driver_loaded: bool, driver_reason: str, has_luid_query: bool, device_count: typing.SupportsInt | typing.SupportsIndex) -> tuple[bool, str]:
     """
     (supported, reason) for the given platform facts. Pure.
     """
@@ -257,7 +257,7 @@ def d3d12_close_handle(handle: typing.SupportsInt | typing.SupportsIndex) -> Non
     """
     Closes an NT handle received for an import that did not happen (no-op off Windows).
     """
-def d3d12_fence_descriptor(name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None) -> dict:
+def d3d12_fence_descriptor(name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None) -> dict[str, typing.Any]:
     """
     The CUDA external-semaphore descriptor a d3d12_fence request becomes. Pure.
     """
@@ -265,7 +265,7 @@ def d3d12_luid_from_bytes(raw: bytes) -> int:
     ...
 def d3d12_luid_text(luid: typing.SupportsInt | typing.SupportsIndex) -> str:
     ...
-def d3d12_memory_descriptor(kind: str, name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None, size: typing.SupportsInt | typing.SupportsIndex = 0, offset: typing.SupportsInt | typing.SupportsIndex = 0, mapped_size: typing.SupportsInt | typing.SupportsIndex = 0, dedicated: bool | None = None) -> dict:
+def d3d12_memory_descriptor(kind: str, name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None, size: typing.SupportsInt | typing.SupportsIndex = 0, offset: typing.SupportsInt | typing.SupportsIndex = 0, mapped_size: typing.SupportsInt | typing.SupportsIndex = 0, dedicated: bool | None = None) -> dict[str, typing.Any]:
     """
     The CUDA external-memory descriptor a D3D12 memory request becomes (InvalidArgument when it breaks a rule). Pure: nothing is imported.
     """

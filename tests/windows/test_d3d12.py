@@ -14,7 +14,7 @@ from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop import d3d12
 from fenceline.interop.capabilities import capabilities
-from tests.test_d3d12_rules import *  # noqa: F403  (the same rules, in this process)
+from tests.unit.test_d3d12_rules import *  # noqa: F403  (the same rules, in this process)
 
 
 def nvidia_driver_present() -> bool:

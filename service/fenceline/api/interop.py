@@ -10,14 +10,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from fenceline.api.schemas import (
+from fenceline.errors import InvalidArgument
+from fenceline.protocol.schemas import (
     FenceImportRequest,
     MemoryImportRequest,
     RunRequest,
     RunResponse,
     SessionCreateRequest,
 )
-from fenceline.errors import InvalidArgument
 from fenceline.runtime.service import Runtime
 
 OWNER = "http"

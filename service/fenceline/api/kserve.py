@@ -25,18 +25,15 @@ from fenceline import __version__
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.datatypes import datatype
-from fenceline.runtime.inference import (
-    InferenceSettings,
+from fenceline.runtime.service import Runtime
+from fenceline.triton.inference import (
     InferRequest,
     InferResult,
     InputTensor,
     KServeInference,
     OutputRequest,
-    ShmRef,
-    check_u64,
-    tensor_nbytes,
 )
-from fenceline.runtime.service import Runtime
+from fenceline.triton.regions import InferenceSettings, ShmRef, check_u64, tensor_nbytes
 
 router = APIRouter(prefix="/v2", tags=["kserve"])
 

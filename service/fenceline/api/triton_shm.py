@@ -2,8 +2,8 @@
 ``/v2/cudasharedmemory/...``.
 
 System regions are imported through the host_shm importer once, at registration
-(:class:`fenceline.runtime.inference.SystemSharedMemory`); CUDA regions through the cuda_ipc
-importer (:class:`fenceline.runtime.cuda_shm.CudaSharedMemory`); inference binds both in place.
+(:class:`fenceline.triton.system_shm.SystemSharedMemory`); CUDA regions through the cuda_ipc
+importer (:class:`fenceline.triton.cuda_shm.CudaSharedMemory`); inference binds both in place.
 CUDA shared memory needs fenceline's CUDA backend and a GPU: without them every CUDA route
 answers 501 and ``GET /v2`` leaves ``cuda_shared_memory`` out of its extensions, so a client can
 ask first.
@@ -17,8 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from fenceline.errors import InvalidArgument
-from fenceline.runtime.cuda_shm import CudaSharedMemory, cuda_backend_works
-from fenceline.runtime.inference import KServeInference, SystemSharedMemory
+from fenceline.triton.cuda_shm import CudaSharedMemory, cuda_backend_works
+from fenceline.triton.inference import KServeInference
+from fenceline.triton.system_shm import SystemSharedMemory
 
 router = APIRouter(prefix="/v2", tags=["triton shared memory"])
 

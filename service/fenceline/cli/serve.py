@@ -13,9 +13,9 @@ from fenceline.api import create_app
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
-from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime, RuntimeSettings
+from fenceline.triton.regions import InferenceSettings
 from fenceline.waiting import set_spinners
 
 log = logging.getLogger("fenceline")

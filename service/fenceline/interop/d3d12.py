@@ -15,7 +15,7 @@ import os
 from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.cuda_memory import CudaMemoryImport
-from fenceline.interop.host_memory import Access
+from fenceline.interop.handles import Access
 from fenceline.interop.vk_fence import VkFenceImport
 
 D3D12_MEMORY_TYPES: tuple[str, ...] = ("d3d12_heap", "d3d12_resource")

@@ -19,12 +19,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs
-from fenceline.api.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, Unavailable
-from fenceline.ipc import codec
-from fenceline.ipc.codec import Kind
+from fenceline.protocol import codec
+from fenceline.protocol.codec import Kind
+from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.runtime.service import Runtime
-from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.session import RunResult
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.ipc")
@@ -50,10 +50,8 @@ class Connection:
         self.sock = sock
         self.owner = f"ipc:{number}"
         self.runtime = server.runtime
-        # RUN looks sessions up by their raw id; the cache holds only this owner's sessions.
-        self._sessions: dict[bytes, Session] = {}
         self._spin = AdaptiveSpin(server.spin_ns)
-        self._ran: tuple[Session, RunResult] | None = None  # the last RUN, recorded after reply
+        self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -90,7 +88,7 @@ class Connection:
                 if data is None:
                     break
                 request_id = 0
-                self._ran = None
+                reply: bytes | None
                 try:
                     frame = codec.decode(data)
                     request_id = frame.request_id
@@ -98,7 +96,8 @@ class Connection:
                         self._close_fds(fds)
                         if fds:
                             raise InvalidRequest("RUN carries no fds")
-                        reply = self._run(frame)
+                        self._run(frame)  # replies itself, before the metrics are recorded
+                        reply = None
                     else:
                         reply = self._control(frame, fds)
                 except FencelineError as e:
@@ -111,11 +110,10 @@ class Connection:
                     metrics.errors.labels("ipc", "internal").inc()
                     internal = FencelineError("internal error; see the service log")
                     reply = codec.encode_error(request_id, internal)
-                if not self._send(reply):
+                if reply is not None and not self._send(reply):
                     break
-                if self._ran is not None:  # after the reply: the renderer is not kept waiting
-                    self.runtime.record_run(*self._ran, "ipc")
-                    self._ran = None
+                if not self._replied:
+                    break
         finally:
             self.close()
 
@@ -143,20 +141,20 @@ class Connection:
             self._close_fds(fds)
         return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
 
-    def _run(self, frame: codec.Frame) -> bytes:
+    def _run(self, frame: codec.Frame) -> None:
         run = codec.decode_run(frame.body)
-        session = self._sessions.get(run.session_id)
-        if session is None:
-            session = self.runtime.session(self.owner, run.session_id.hex())
-            self._sessions[run.session_id] = session
-        r = self.runtime.run_session(
-            session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc",
-            record=False, asynchronous=frame.kind == Kind.RUN_ASYNC,
-        )
-        self._ran = (session, r)
-        return codec.encode_run_reply(
-            frame.request_id,
-            codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000, r.total_ns // 1000),
+        request_id = frame.request_id
+
+        def reply(r: RunResult) -> None:
+            self._replied = self._send(codec.encode_run_reply(
+                request_id,
+                codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000,
+                               r.total_ns // 1000),
+            ))
+
+        self.runtime.run(
+            self.owner, run.session_id.hex(), run.wait_value, run.signal_value, run.timeout_ms,
+            transport="ipc", asynchronous=frame.kind == Kind.RUN_ASYNC, reply=reply,
         )
 
     # -- control handlers -----------------------------------------------------------------
@@ -212,17 +210,10 @@ class Connection:
         )
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
-        sid = self._id(body)
-        self.runtime.release_session(self.owner, sid)
-        with contextlib.suppress(ValueError):
-            self._sessions.pop(bytes.fromhex(sid), None)
+        self.runtime.release_session(self.owner, self._id(body))
 
     def _stop_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
-        sid = self._id(body)
-        info = self.runtime.stop_session(self.owner, sid)
-        with contextlib.suppress(ValueError):
-            self._sessions.pop(bytes.fromhex(sid), None)
-        return info
+        return self.runtime.stop_session(self.owner, self._id(body))
 
     def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         obj = codec.decode_json(body)
@@ -240,7 +231,6 @@ class Connection:
 
     def close(self) -> None:
         if self.server.forget(self):
-            self._sessions.clear()
             try:
                 self.runtime.release_owner(self.owner)
             finally:
