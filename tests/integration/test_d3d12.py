@@ -1,6 +1,6 @@
 """D3D12 on a machine where it cannot exist (Linux): every kind reported false with the reason,
 every import refused with it by the service, over HTTP, IPC and the C client; the mapped-range
-rule checked over its whole input space. The rules themselves: tests/test_d3d12_rules.py."""
+rule checked over its whole input space. The rules themselves: tests/unit/test_d3d12_rules.py."""
 
 from __future__ import annotations
 
