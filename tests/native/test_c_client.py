@@ -18,6 +18,7 @@ import pytest
 
 from fenceline.client import c_api
 from fenceline.client.c_api import find_c_compiler
+from tests.support.helpers import ensure_user, shared_dir
 from tests.support.service import Service, start_service, stop_service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -295,13 +296,21 @@ def test_killed_c_client_leaks_nothing_in_service(
     assert set(service.fds()) - fds_before == set()
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                    reason="running the renderer as a second Unix user needs root and useradd")
 def test_refused_connection_reports_permission_denied(
-    programs: dict[str, Path], model_repo: Path, tmp_path: Path
+    programs: dict[str, Path], model_repo: Path
 ) -> None:
-    svc = start_service(model_repo, tmp_path, "--allow-uid", str(os.getuid() + 4242))
-    try:
-        r = run([programs["renderer"], "--socket", svc.socket, "--frames", "1"])
-    finally:
-        stop_service(svc)
+    allowed, other = ensure_user("fenceline-test-a"), ensure_user("fenceline-test-b")
+    with shared_dir() as d:
+        renderer = d / "renderer"
+        shutil.copy(programs["renderer"], renderer)
+        os.chmod(renderer, 0o755)
+        svc = start_service(model_repo, d, "--allow-uid", str(allowed.pw_uid))
+        try:
+            r = run(["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}",
+                     "--clear-groups", renderer, "--socket", svc.socket, "--frames", "1"])
+        finally:
+            stop_service(svc)
     assert r.returncode == 2
     assert "CreateClient failed: [permission_denied] uid" in r.stderr, r.stderr

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +74,24 @@ def reference(model_repo: Path, model: str, inputs: dict[str, np.ndarray]) -> li
         str(model_repo / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
     return list(sess.run(None, inputs))
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    """A second real Unix user (needs root). Kept afterwards: concurrent runs may share it."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        name], capture_output=True, check=False)  # fmt: skip
+        return pwd.getpwnam(name)  # made by us or by a concurrent run
+
+
+@contextlib.contextmanager
+def shared_dir() -> Iterator[Path]:
+    """A directory under /tmp that other users may pass through (0711), as /run/fenceline."""
+    d = Path(tempfile.mkdtemp(prefix="fenceline-mu-", dir="/tmp"))
+    os.chmod(d, 0o711)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

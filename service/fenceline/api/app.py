@@ -30,6 +30,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.ready = True
+    app.state.token_required = bool(token)
     errors.install(app, runtime.metrics)
     kserve.install(app, runtime, inference)
     app.include_router(kserve.router)

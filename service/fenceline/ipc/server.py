@@ -20,6 +20,8 @@ from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs
 from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, Unavailable
+from fenceline.interop.owners import Caller
+from fenceline.ipc import access
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -49,6 +51,8 @@ class Connection:
         self.server = server
         self.sock = sock
         self.owner = f"ipc:{number}"
+        self.caller = Caller(peer_credentials(sock)[1], transport="ipc")
+        self.peer = f"uid {self.caller.uid}"  # the log rate limit's key
         self.runtime = server.runtime
         self._spin = AdaptiveSpin(server.spin_ns)
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
@@ -71,6 +75,7 @@ class Connection:
 
     def _serve(self) -> None:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
+        logs.peer.set(self.peer)
         fd = self.sock.fileno()
         metrics = self.runtime.metrics
         try:
@@ -190,7 +195,8 @@ class Connection:
             raise InvalidRequest("host_shm memory is opened by name; send no fd")
         return self.runtime.import_memory(
             self.owner, req.handle_type, name=req.name, fd=fd, size_bytes=req.size_bytes,
-            offset_bytes=req.offset_bytes, access=req.access, **req.gpu_fields(),
+            offset_bytes=req.offset_bytes, access=req.access, caller=self.caller,
+            **req.gpu_fields(),
         )
 
     def _import_fence(self, body: bytes, fds: list[int]) -> dict[str, Any]:
@@ -198,7 +204,7 @@ class Connection:
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
             self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
-            adapter_luid=req.adapter_luid,
+            adapter_luid=req.adapter_luid, caller=self.caller,
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
@@ -248,7 +254,12 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 class IpcServer:
-    """``allow_uids``: peers whose uid may connect (SO_PEERCRED); default the service's own."""
+    """``allow_uids``: peers whose uid may connect (SO_PEERCRED) besides the service's own.
+
+    The socket file's mode only keeps other users out early; the peer's uid is the real check.
+    With no other uid allowed the socket is 0600 in a 0700 directory; with others it is 0666 in
+    a directory they can traverse (0711 when the service creates it), and :meth:`start` fails
+    when an allowed user could not reach it."""
 
     def __init__(
         self,
@@ -260,7 +271,8 @@ class IpcServer:
         self.runtime = runtime
         self.path = Path(path) if path is not None else default_socket_path()
         self.spin_ns = spin_ns
-        self.allow_uids = allow_uids if allow_uids is not None else frozenset({os.getuid()})
+        # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
+        self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
         self._sock: socket.socket | None = None
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
@@ -268,7 +280,9 @@ class IpcServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        others = self.allow_uids - {os.geteuid()}
+        access.prepare_directory(self.path, shared=bool(others))
+        access.check_reachable(self.path, others)
         if self.path.exists() or self.path.is_symlink():
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -285,7 +299,7 @@ class IpcServer:
             sock.bind(str(self.path))
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
+        os.chmod(self.path, access.SHARED_SOCKET if others else access.PRIVATE_SOCKET)
         sock.listen(64)
         self._sock = sock
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
@@ -301,6 +315,7 @@ class IpcServer:
                 return
             pid, uid, _gid = peer_credentials(conn)
             if uid not in self.allow_uids:
+                logs.peer.set(f"uid {uid}")
                 log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
                 self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
                 self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))

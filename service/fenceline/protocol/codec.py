@@ -113,6 +113,8 @@ def decode_json(body: bytes) -> dict[str, Any]:
         obj = json.loads(body.decode("utf-8")) if body else {}
     except (UnicodeDecodeError, ValueError) as e:
         raise InvalidRequest(f"control body is not UTF-8 JSON: {e}") from None
+    except RecursionError:
+        raise InvalidRequest("control body: JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidRequest("control body must be a JSON object")
     return obj

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,7 +75,7 @@ class ViewRequest(Strict):
     memory: str = Field(description="id of an imported memory")
     offset_bytes: int = Field(0, ge=0, lt=2**64, description="offset inside the import")
     datatype: str = Field(description="KServe datatype name: FP32, FP16, UINT8, INT64, ...")
-    shape: list[int] = Field(max_length=16)
+    shape: list[Annotated[int, Field(lt=2**63)]] = Field(max_length=16)
 
     def spec(self) -> ViewSpec:
         return ViewSpec(self.memory, self.offset_bytes, self.datatype, list(self.shape))

@@ -31,8 +31,9 @@ from fenceline.interop.d3d12 import (
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.devices import check_device_quota, device_label
 from fenceline.interop.handles import Access, Binding, FenceHandle, MemoryHandle
-from fenceline.interop.host_fence import import_fence
-from fenceline.interop.host_memory import import_memory
+from fenceline.interop.host_fence import FenceImport, import_fence
+from fenceline.interop.host_memory import MemoryImport, import_memory
+from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
@@ -74,6 +75,8 @@ class RuntimeSettings:
     max_mapped_bytes_per_owner: int = 16 << 30
     max_inflight_runs_per_owner: int = 64
     max_sessions_per_device: int = 1024  # CUDA sessions per GPU, over every client
+    # Users besides the service's own who may import objects they own by name (--allow-uid).
+    allow_uids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
@@ -136,6 +139,14 @@ class Runtime:
 
     # -- memory ---------------------------------------------------------------------------
 
+    def _check_named(self, obj: MemoryImport | FenceImport, caller: Caller, what: str) -> None:
+        """Closes ``obj`` and raises unless ``caller`` may import it by name."""
+        try:
+            check_import(caller, obj.handle.fd, what, obj.name, self.settings.allow_uids)
+        except BaseException:
+            obj.close()
+            raise
+
     def _check_import_quota(self, owner: str, fd: int | None) -> None:
         """Refuses an import over the client's limit; a received fd is closed then."""
         with self._lock:
@@ -166,12 +177,14 @@ class Runtime:
         size_bytes: int = 0,
         offset_bytes: int = 0,
         access: Access = "read_write",
+        caller: Caller = SERVICE,
         **gpu: Any,
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
         GPU handle types (interop/cuda_memory.py); allocation_size_bytes, dedicated,
         adapter_luid and nt_handle (a handle the Windows pipe received) for the D3D12 ones
-        (interop/d3d12.py)."""
+        (interop/d3d12.py). An import by ``name`` is checked against ``caller``
+        (interop/owners.py)."""
         self._check_import_quota(owner, fd)
         mem: MemoryHandle
         if handle_type in D3D12_MEMORY_TYPES:
@@ -185,10 +198,13 @@ class Runtime:
                 access=access, **gpu,
             )
         else:
-            mem = import_memory(
+            host = import_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access,
             )
+            if fd is None:
+                self._check_named(host, caller, "memory")
+            mem = host
         with self._lock:
             mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
             limit = self.settings.max_mapped_bytes_per_owner
@@ -244,6 +260,7 @@ class Runtime:
         device_uuid: str | None = None,
         adapter_luid: int | None = None,
         nt_handle: int | None = None,
+        caller: Caller = SERVICE,
     ) -> dict[str, Any]:
         """``nt_handle``: a d3d12_fence handle the Windows pipe received (owned from here on)."""
         self._check_import_quota(owner, fd)
@@ -255,7 +272,10 @@ class Runtime:
         elif fence_type in VK_FENCE_TYPES:
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
         else:
-            fence = import_fence(fence_type, name=name, fd=fd)
+            host_fence = import_fence(fence_type, name=name, fd=fd)
+            if fd is None:
+                self._check_named(host_fence, caller, "fence")
+            fence = host_fence
         with self._lock:
             entry = self.fences.add(owner, fence)
         self.metrics.imported_handles.labels(fence.kind).inc()
@@ -337,6 +357,13 @@ class Runtime:
                 views: dict[str, Binding] = {}
                 for tensor, spec in specs.items():
                     mem_entry = self.memory.get(owner, spec.memory)
+                    if not all(isinstance(d, int) and d < 2**63 for d in spec.shape):
+                        # The native view takes int64 dimensions; a larger one is the caller's
+                        # mistake, not a failed conversion (an ``internal`` error).
+                        raise InvalidArgument(
+                            f"{role} {tensor!r}: shape dimensions are integers below 2^63, "
+                            f"got {list(spec.shape)}"
+                        )
                     try:
                         views[tensor] = mem_entry.obj.view(
                             spec.offset_bytes, datatype(spec.datatype), list(spec.shape),

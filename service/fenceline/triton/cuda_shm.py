@@ -27,6 +27,7 @@ from fenceline.errors import (
 from fenceline.interop.capabilities import can_import_memory
 from fenceline.interop.cuda_memory import IPC_HANDLE_BYTES, CudaMemoryImport, CudaTensorBinding
 from fenceline.interop.datatypes import Datatype
+from fenceline.interop.owners import SERVICE, Caller
 from fenceline.runtime.models import Model
 from fenceline.triton.regions import (
     Region,
@@ -123,7 +124,10 @@ class CudaSharedMemory(RegionTable[CudaRegion]):
                 "(fenceline serve --no-client-shared-memory)"
             )
 
-    def register(self, name: str, raw_handle: Any, device_id: Any, byte_size: Any) -> None:
+    def register(
+        self, name: str, raw_handle: Any, device_id: Any, byte_size: Any,
+        caller: Caller = SERVICE,
+    ) -> None:
         self.check_enabled()
         if not name:
             raise InvalidArgument("'region name' is necessary to register CUDA shared memory")
@@ -150,6 +154,7 @@ class CudaSharedMemory(RegionTable[CudaRegion]):
             lambda memory_id, memory: CudaRegion(
                 name, byte_size, memory_id, device_id, _cuda(memory)
             ),
+            caller,
         )
         log.info("registered CUDA shm region %s: cuda:%d, %d bytes", name, device_id, byte_size)
 

@@ -17,6 +17,7 @@ import numpy as np
 from fenceline.errors import InvalidArgument, ModelError
 from fenceline.interop.datatypes import Datatype
 from fenceline.interop.host_memory import TensorBinding
+from fenceline.interop.owners import SERVICE, Caller
 from fenceline.runtime.models import Model
 from fenceline.runtime.service import Runtime
 from fenceline.triton.cuda_shm import CudaSharedMemory
@@ -51,6 +52,10 @@ class InferRequest:
     inputs: list[InputTensor]
     outputs: list[OutputRequest] | None  # None: every output of the model
     binary_output: bool = False  # the default for outputs the request does not list
+    caller: Caller = SERVICE  # who asks: a region serves the caller that registered it
+
+    def uses_shm(self) -> bool:
+        return any(t.shm for t in self.inputs) or any(o.shm for o in self.outputs or ())
 
 
 @dataclass
@@ -109,6 +114,9 @@ class KServeInference:
             binding = model.session.io_binding()
             plan = _Plan()
             with self.shm.locked:
+                if uses_shm:
+                    refs = [t.shm for t in req.inputs] + [o.shm for o in wanted]
+                    self.shm.check_uses([r for r in refs if r is not None], req.caller)
                 self._bind_inputs(model, req, binding, plan)
                 self._bind_outputs(model, wanted, binding, plan)
             bound = time.perf_counter_ns()

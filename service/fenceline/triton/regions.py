@@ -13,12 +13,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from fenceline.errors import Conflict, FencelineError, InvalidArgument, NotFound
+from fenceline.errors import Conflict, FencelineError, InvalidArgument, NotFound, PermissionDenied
 from fenceline.interop.datatypes import Datatype
 from fenceline.interop.handles import MemoryHandle
+from fenceline.interop.owners import SERVICE, Caller
 from fenceline.runtime.service import Runtime
 
 log = logging.getLogger("fenceline.kserve")
@@ -89,6 +90,14 @@ def check_tensor_size(ref: ShmRef, dt: Datatype, shape: list[int], role: str, te
     return need
 
 
+def check_use(caller: Caller, region: Region) -> None:
+    if not caller.may_use_objects_of(region.registrar):
+        raise PermissionDenied(
+            f"shared memory region '{region.name}' was registered by another user; a region "
+            "serves the user that registered it"
+        )
+
+
 @dataclass
 class Region:
     """What every region has; each kind adds its own fields (system: key and offset; CUDA:
@@ -99,6 +108,8 @@ class Region:
     name: str
     byte_size: int
     memory_id: str  # the runtime's id of the import, released at unregistration
+    # Who registered it: only that caller (or the service's user) may use or unregister it.
+    registrar: Caller = field(default=SERVICE, kw_only=True)
 
     def status(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -130,6 +141,14 @@ class RegionTable(Generic[R]):
         self.settings = settings
         self.namespace = namespace
 
+    def check_uses(self, refs: list[ShmRef], caller: Caller) -> None:
+        """Raises unless ``caller`` may use every region ``refs`` name (of any kind); call
+        with :attr:`locked` held."""
+        for ref in refs:
+            region = self.namespace.regions.get(ref.region)
+            if region is not None:
+                check_use(caller, region)
+
     @property
     def locked(self) -> threading.Lock:
         """The namespace's lock; hold it from a lookup until the view is taken."""
@@ -160,7 +179,7 @@ class RegionTable(Generic[R]):
 
     def _register(
         self, name: str, import_memory: Callable[[], dict[str, Any]],
-        make: Callable[[str, MemoryHandle], R],
+        make: Callable[[str, MemoryHandle], R], caller: Caller = SERVICE,
     ) -> R:
         """The registration of every kind: the name is checked free, the memory imported
         outside the lock (an import maps or opens a device handle), then the name is checked
@@ -171,6 +190,7 @@ class RegionTable(Generic[R]):
         memory_id = info["id"]
         try:
             region = make(memory_id, self.runtime.memory.get(self.owner, memory_id).obj)
+            region.registrar = caller
             with self.locked:
                 self._check_free(name)
                 self.namespace.regions[name] = region
@@ -180,12 +200,17 @@ class RegionTable(Generic[R]):
         self.runtime.metrics.kserve_shm_regions.inc()
         return region
 
-    def unregister(self, name: str | None = None) -> int:
+    def unregister(self, name: str | None = None, caller: Caller = SERVICE) -> int:
         """Unregisters one region (an unknown name is not an error) or, with None, all of this
-        kind. Requests using a region keep its memory mapped until they end."""
+        kind that ``caller`` may use. Requests using a region keep its memory mapped until they
+        end."""
         self.check_enabled()
         with self.locked:
-            names = list(self._mine()) if name is None else [name] if self.has(name) else []
+            mine = self._mine()
+            if name is not None and name in mine:
+                check_use(caller, mine[name])
+            names = list(mine) if name is None else [name] if name in mine else []
+            names = [n for n in names if caller.may_use_objects_of(mine[n].registrar)]
             regions = [self.namespace.regions.pop(n) for n in names]
         for r in regions:
             self._release(r)

@@ -12,6 +12,7 @@ from fenceline.errors import InvalidArgument, NotFound, Unsupported
 from fenceline.interop.capabilities import can_import_memory
 from fenceline.interop.datatypes import Datatype, datatype
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
+from fenceline.interop.owners import SERVICE, Caller
 from fenceline.triton.regions import (
     U64_MAX,
     Region,
@@ -69,7 +70,10 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
         if not can_import_memory("host_shm"):
             raise Unsupported("this build cannot import host shared memory")
 
-    def register(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+    def register(
+        self, name: str, key: Any, offset: Any, byte_size: Any, caller: Caller = SERVICE
+    ) -> None:
+        """Imports the key's object for ``caller``: it must own it (interop/owners.py)."""
         self.check_enabled()
         if not name:
             raise InvalidArgument("'region name' is necessary to register system shared memory")
@@ -88,7 +92,7 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
             try:
                 return self.runtime.import_memory(
                     self.owner, "host_shm", name=shm_key, size_bytes=byte_size,
-                    offset_bytes=offset,
+                    offset_bytes=offset, caller=caller,
                 )
             except InvalidArgument as e:
                 raise InvalidArgument(f"{invalid}: {e.message}") from None
@@ -103,6 +107,7 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
             lambda memory_id, memory: SystemRegion(
                 name, byte_size, memory_id, key, offset, _host(memory)
             ),
+            caller,
         )
         log.info("registered shm region %s: key %s offset %d, %d bytes", name, key, offset,
                  byte_size)
