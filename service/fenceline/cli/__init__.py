@@ -35,6 +35,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", type=Path,
                    help="require Authorization: Bearer <the file's contents> on HTTP")
     p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--max-json-mb", type=int, default=16,
+                   help="largest JSON in a request (a KServe JSON header, any other body); "
+                   "larger tensors go as binary data or in shared memory")
     p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
                    help="close an HTTP connection whose request line and headers take longer")
     p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
@@ -91,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
     soak.add_argument("--kill-every", type=float, default=5.0, help="mean seconds between kills")
+    soak.add_argument(
+        "--hostile", type=int, default=0, metavar="N",
+        help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
+        "frames with fds, dying while the service waits or before it replies",
+    )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
 
