@@ -111,8 +111,8 @@ class _Api:
         lib = ctypes.CDLL(str(Path(c_api.c_library_dir()) / c_api.LIBRARY))
         lib.FlGetApi.restype = ctypes.c_void_p
         lib.FlGetApi.argtypes = [ctypes.c_uint32]
-        table = lib.FlGetApi(2)
-        assert table, "FlGetApi(2) returned NULL"
+        table = lib.FlGetApi(3)
+        assert table, "FlGetApi(3) returned NULL"
         self._lib = lib  # keeps the library loaded while the table is used
         self._slots = {
             name: ctypes.c_void_p.from_address(table + i * ctypes.sizeof(ctypes.c_void_p)).value

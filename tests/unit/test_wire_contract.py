@@ -49,7 +49,7 @@ def test_the_c_client_names_every_code_as_the_service_does() -> None:
     lib = ctypes.CDLL(str(c_api.c_library_dir() / c_api.LIBRARY))
     lib.FlGetApi.restype = ctypes.c_void_p
     lib.FlGetApi.argtypes = [ctypes.c_uint32]
-    table = lib.FlGetApi(2)
+    table = lib.FlGetApi(3)
     assert table is not None
     # GetErrorCodeName is the fourth entry of the FlApi table.
     slot = ctypes.c_void_p.from_address(table + 3 * ctypes.sizeof(ctypes.c_void_p)).value
