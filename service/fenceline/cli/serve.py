@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from types import FrameType
 
 import uvicorn
@@ -11,6 +12,7 @@ import uvicorn
 from fenceline import logs
 from fenceline.api import create_app
 from fenceline.config import ServeSettings, parse_model_arg
+from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
 from fenceline.runtime.inference import InferenceSettings
@@ -80,9 +82,18 @@ def serve(settings: ServeSettings) -> int:
             max_sessions_per_device=settings.max_sessions_per_device,
         ),
     )
-    ipc = IpcServer(
-        runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000, allow_uids=settings.allow_uids
-    )
+    ipc: IpcServer | PipeServer
+    if sys.platform == "win32":
+        # Windows: the per-user named pipe; --socket, when given, is the pipe's name.
+        ipc = PipeServer(
+            runtime, str(settings.socket) if settings.socket else None,
+            spin_ns=settings.ipc_spin_us * 1000,
+        )
+    else:
+        ipc = IpcServer(
+            runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000,
+            allow_uids=settings.allow_uids,
+        )
     ipc.start()
     app = create_app(
         runtime,

@@ -73,14 +73,13 @@ class Connection:
 
     def _serve(self) -> None:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
-        fd = self.sock.fileno()
         metrics = self.runtime.metrics
         try:
             while True:
                 budget = self._spin.budget_ns()
                 t0 = time.perf_counter_ns()
                 try:
-                    data, fds = _native.recv_message(fd, codec.MAX_FRAME, codec.MAX_FDS, budget)
+                    data, fds = self._receive(budget)
                 except FencelineError as e:  # oversized frame or too many fds: consumed
                     self._send(codec.encode_error(0, e))
                     continue
@@ -118,6 +117,11 @@ class Connection:
                     self._ran = None
         finally:
             self.close()
+
+    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int]]:
+        """One frame and its fds; (None, []) once the peer is gone. The Windows pipe overrides
+        this (fenceline.ipc.pipe_server)."""
+        return _native.recv_message(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, spin_ns)  # type: ignore[no-any-return]
 
     def _send(self, data: bytes) -> bool:
         try:
