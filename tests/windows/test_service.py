@@ -92,7 +92,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     svc = WinService(proc, f"http://127.0.0.1:{port}", pipe, repo / "add_64x64" / "1" / "model.onnx")
-    threading.Thread(target=drain, args=(proc, svc.log), daemon=True).start()
+    drainer = threading.Thread(target=drain, args=(proc, svc.log), daemon=True)
+    drainer.start()
     deadline = time.monotonic() + 120
     while True:
         assert proc.poll() is None, "\n".join(svc.log)
@@ -103,9 +104,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
             pass
         assert time.monotonic() < deadline, "\n".join(svc.log)
         time.sleep(0.2)
-    yield svc
-    proc.terminate()
-    proc.wait(60)
+    try:
+        yield svc
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        drainer.join(30)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def renderer(service: WinService, transport: str, *extra: str) -> subprocess.Popen[str]:

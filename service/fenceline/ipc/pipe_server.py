@@ -18,8 +18,9 @@ from typing import Any
 
 from fenceline import _native
 from fenceline.errors import FencelineError, PermissionDenied, Unavailable
-from fenceline.ipc import codec
+from fenceline.interop.owners import Caller
 from fenceline.ipc.server import Connection
+from fenceline.protocol import codec
 from fenceline.runtime.service import Runtime
 
 log = logging.getLogger("fenceline.ipc")
@@ -47,8 +48,8 @@ class PipeConnection(Connection):
     """A Connection whose frames travel over one pipe instance. No fds exist on Windows: a
     request that needs one is answered as on Linux without it."""
 
-    def __init__(self, server: Any, pipe: Any, number: int) -> None:
-        super().__init__(server, pipe, number)
+    def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
+        super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
 
     def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int]]:
         data = self.sock.recv(codec.MAX_FRAME)
@@ -108,7 +109,7 @@ class PipeServer:
             if self.runtime.closing.is_set():
                 self._refuse(pipe, Unavailable("the service is shutting down"))
                 continue
-            c = PipeConnection(self, pipe, next(self._numbers))
+            c = PipeConnection(self, pipe, next(self._numbers), sid)
             with self._lock:
                 self._connections.add(c)
             self.runtime.metrics.ipc_connections.inc()
@@ -145,6 +146,7 @@ class PipeServer:
         with self._lock:
             conns = list(self._connections)
         for c in conns:
-            c.sock.shutdown()
+            pipe: Any = c.sock
+            pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
         for c in conns:
             c.thread.join(timeout)

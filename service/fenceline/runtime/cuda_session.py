@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
-from fenceline.runtime.session import RunResult
+from fenceline.runtime.session import RECENT_RUNS, RunResult, StreamControl
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -117,6 +118,8 @@ class CudaSession:
         self.device_label = device_label(device.ordinal)
         self.runs = 0
         self.last_signal_value = 0
+        self.stream: StreamControl | None = None  # GPU sessions take RUN and RUN_ASYNC only
+        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._max_wait_value = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -186,7 +189,9 @@ class CudaSession:
             self.runs += 1
             self.last_signal_value = target
             if asynchronous:
-                return RunResult(target, 0, enqueued - start, enqueued - start)
+                queued = RunResult(target, 0, enqueued - start, enqueued - start)
+                self.recent.append((enqueued, queued))
+                return queued
             done = stream.synchronize(min(timeout_ns, CANCEL_SLICE_NS), spin_ns)
             left = timeout_ns - CANCEL_SLICE_NS
             while not done and left > 0:
@@ -200,7 +205,9 @@ class CudaSession:
                 f"the input fence did not reach {wait_value} within {timeout_ns / 1e6:g} ms; the "
                 "run stays queued on the GPU and completes once it does"
             )
-        return RunResult(target, end - enqueued, enqueued - start, end - start)
+        result = RunResult(target, end - enqueued, enqueued - start, end - start)
+        self.recent.append((end, result))
+        return result
 
     def close(self) -> None:
         """Lets queued work finish (releasing, after a grace period, a GPU wait that nobody
@@ -242,4 +249,4 @@ class CudaSession:
 
 
 def _view_info(b: CudaTensorBinding) -> dict[str, Any]:
-    return {"offset_bytes": b.view.offset, "datatype": b.datatype.name, "shape": b.shape}
+    return {"offset_bytes": b.offset, "datatype": b.datatype.name, "shape": b.shape}
