@@ -110,12 +110,13 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
         proc.terminate()
         proc.wait(60)
         drainer.join(30)
-        assert proc.stdout is not None
-        proc.stdout.close()
+        if not drainer.is_alive():  # else closing would wait for its read: leave it to exit
+            assert proc.stdout is not None
+            proc.stdout.close()
 
 
 def renderer(service: WinService, transport: str, *extra: str) -> subprocess.Popen[str]:
-    where = service.url if transport == "http" else service.pipe
+    where = service.url if transport == "http" else service.pipe  # pipe, stream
     return subprocess.Popen(
         [sys.executable, str(HERE / "win_renderer.py"), transport, where, str(FRAMES),
          str(service.model), *extra],
@@ -190,3 +191,38 @@ def test_bad_names_over_http_are_rejected_with_stable_codes(service: WinService)
         r = httpx.post(f"{service.url}/v2/interop/memory", json={"handle_type": "host_shm", "name": name}, timeout=30)
         assert r.status_code == status, (name, r.text)
         assert r.json()["code"] == code and "Traceback" not in r.text
+
+
+def doc_examples() -> list[str]:
+    text = (HERE.parents[1] / "docs" / "windows.md").read_text(encoding="utf-8")
+    blocks = text.split("```python\n")[1:]
+    return [b.split("```", 1)[0] for b in blocks]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["pipe", "http"])
+def test_docs_renderer_examples_run_as_written(service: WinService, index: int) -> None:
+    """docs/windows.md's renderers, run in their own process, with only the service's address
+    and the object names made unique (the lane's service is not on the default port and pipe)."""
+    code = doc_examples()[index]
+    tag = secrets.token_hex(4)
+    code = (code.replace("http://127.0.0.1:8000", service.url)
+            .replace("IpcClient()", f"IpcClient({service.pipe!r})")
+            .replace("Local\\\\game-", f"Local\\\\game-{tag}-"))
+    before = service.settled_handles()
+    p = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert service.metric("fenceline_interop_imported_handles") == 0
+    assert service.metric("fenceline_session_active") == 0
+    assert service.settled_handles() <= before
+
+
+def test_streaming_session_over_the_pipe_runs_every_frame_without_a_message(service: WinService) -> None:
+    """The service waits on the renderer's fence itself (docs/streaming.md): the renderer only
+    signals and waits, across processes, through the fences' wake semaphores."""
+    before = service.settled_handles()
+    result = finish(renderer(service, "stream"))
+    assert result == {"frames": FRAMES, "mismatches": 0, "seconds": result["seconds"]}
+    assert service.metric("fenceline_interop_imported_handles") == 0
+    assert service.metric("fenceline_stream_running_sessions") == 0
+    assert service.settled_handles() <= before

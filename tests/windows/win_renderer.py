@@ -5,6 +5,7 @@ against onnxruntime run directly in this process. Prints one JSON line.
 
     win_renderer.py http URL FRAMES MODEL_ONNX
     win_renderer.py pipe PIPE_NAME FRAMES MODEL_ONNX [--hang-after N]
+    win_renderer.py stream PIPE_NAME FRAMES MODEL_ONNX    a streaming session: no message per frame
 """
 
 from __future__ import annotations
@@ -58,14 +59,18 @@ def main(argv: list[str]) -> int:
     else:
         client = IpcClient(where)
         mem = client.import_memory(frame)
+        streaming = transport == "stream"
         session = client.create_session(
             "add_64x64",
             {"x": View(mem, "FP32", SHAPE)},
             {"y": View(mem, "FP32", SHAPE, offset_bytes=NBYTES)},
             client.import_fence(ready), client.import_fence(done),
+            mode="streaming" if streaming else "request", policy="every",
         )["id"]
 
         def run(n: int) -> int:
+            if streaming:  # the service runs frame n on its own once `ready` reaches n
+                return n if done.wait(n, 60.0) else -done.value
             return int(client.run(session, n).signal_value)
 
     t0 = time.perf_counter()
@@ -85,6 +90,9 @@ def main(argv: list[str]) -> int:
         for path in (f"sessions/{session}", f"memory/{mem}", f"fences/{wait_id}", f"fences/{signal_id}"):
             http.delete(f"/v2/interop/{path}").raise_for_status()
     else:
+        if transport == "stream":
+            stream = client.stop_session(session)["stream"]
+            assert stream["frames"] == frames and stream["failed"] == 0, stream
         client.close()  # the service releases everything this connection created
     print(json.dumps({"frames": frames, "mismatches": mismatches, "seconds": round(elapsed, 3)}),
           flush=True)
