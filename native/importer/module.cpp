@@ -6,7 +6,9 @@
 
 #include "../common/host_timeline.h"
 #include "cuda_backend.h"
+#include "cuda_d3d12.h"
 #include "errors.h"
+#include "fault_guard.h"
 #include "host_fence.h"
 #include "host_memory.h"
 #ifndef _WIN32
@@ -16,7 +18,8 @@
 namespace py = pybind11;
 
 namespace fl {
-void bind_cuda(py::module_ &mod);  // cuda_module.cpp
+void bind_cuda(py::module_ &mod);   // cuda_module.cpp
+void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
@@ -55,10 +58,13 @@ bool can_import_memory(const std::string &kind) {
   if (kind == "host_shm") return true;
   if (kind == "host_fd") return kPosix;
   if (kind == "host_handle") return !kPosix;
+  if (kind == "d3d12_heap" || kind == "d3d12_resource")
+    return fl::cuda::d3d12_capability().supported;
   return kPosix && (kind == "opaque_fd" || kind == "cuda_ipc") && fl::cuda::available();
 }
 bool can_import_fence(const std::string &kind) {
   if (kind == "host_timeline") return true;
+  if (kind == "d3d12_fence") return fl::cuda::d3d12_capability().supported;
   return kPosix && kind == "vk_timeline_opaque_fd" && fl::cuda::available();
 }
 
@@ -123,10 +129,14 @@ PYBIND11_MODULE(_native, mod) {
       .def_property_readonly("sealed",
                              [](const fl::HostMemory &h) { return h.mapping()->sealed(); },
                              "True when the object cannot shrink (memfd with F_SEAL_SHRINK).")
+      .def_property_readonly(
+          "lost", [](const fl::HostMemory &h) { return h.mapping()->lost(); },
+          "True once an access faulted because the object shrank: the range holds zero pages "
+          "now, for good.")
       .def(
           "check", [](const fl::HostMemory &h) { h.mapping()->check_size(); },
-          "Raises DeviceLost when the object was truncated below the mapping (an access "
-          "would fault).")
+          "Raises DeviceLost when the mapping was lost or the object was truncated below it (an "
+          "access would fault).")
       .def(
           "array",
           [](const fl::HostMemory &h, const py::dtype &dtype, std::vector<std::int64_t> shape,
@@ -147,6 +157,10 @@ PYBIND11_MODULE(_native, mod) {
       .def_property_readonly("address", &fl::TensorView::address)
       .def_property_readonly("offset", &fl::TensorView::offset)
       .def_property_readonly("nbytes", &fl::TensorView::nbytes)
+      .def_property_readonly(
+          "lost", [](const fl::TensorView &v) { return v.mapping()->lost(); },
+          "True once the memory under this view shrank (see HostMemory.lost); still answers "
+          "after the import was closed, since the view keeps the mapping.")
       .def_property_readonly("shape", &fl::TensorView::shape)
       .def(
           "array",
@@ -183,15 +197,29 @@ PYBIND11_MODULE(_native, mod) {
           py::gil_scoped_release release;
           m = fl::recv_message(fd, max_bytes, max_fds, spin_ns);
         }
-        if (m.eof) return py::tuple(py::make_tuple(py::none(), py::list()));
-        return py::tuple(py::make_tuple(py::bytes(m.data), py::cast(m.fds)));
+        py::object problem = py::none();
+        if (!m.problem.empty()) problem = py::str(m.problem);
+        if (m.eof) return py::tuple(py::make_tuple(py::none(), py::list(), problem));
+        return py::tuple(py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem));
       },
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
-      "Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at "
-      "EOF. Spins up to spin_ns with the GIL released, then blocks.");
+      "Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; "
+      "(None, [], None) at EOF. A message over max_bytes or max_fds has its fds closed, data "
+      "holds its first bytes and problem says what was wrong. Spins up to spin_ns with the GIL "
+      "released, then blocks.");
 #endif
 
+  mod.def(
+      "mapping_stats",
+      [] {
+        const auto s = fl::fault_guard::stats();
+        return py::make_tuple(s.ranges, s.bytes, s.faults);
+      },
+      "(mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the "
+      "SIGBUS faults absorbed since start because a mapped object shrank (POSIX).");
+
   fl::bind_cuda(mod);
+  fl::bind_d3d12(mod);
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
 #endif

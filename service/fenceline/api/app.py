@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,8 +22,12 @@ def create_app(
     *,
     token: str | None = None,
     max_body_bytes: int = 256 << 20,
+    max_json_bytes: int = 16 << 20,
+    ready_checks: Sequence[Callable[[], bool]] = (),
 ) -> FastAPI:
-    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``."""
+    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``.
+    ``ready_checks``: the readiness probe answers 503 while any of them is false (the IPC
+    socket cannot accept)."""
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -30,6 +35,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.ready = True
+    app.state.ready_checks = tuple(ready_checks)
     app.state.token_required = bool(token)
     errors.install(app, runtime.metrics)
     kserve.install(app, runtime, inference)
@@ -45,7 +51,7 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_json_bytes=max_json_bytes)
     if token:
         app.add_middleware(BearerToken, token=token)
     app.add_middleware(RequestIdMiddleware)  # outermost: 401s and 413s get an id and a log line

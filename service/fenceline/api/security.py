@@ -39,18 +39,29 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
+# Bodies of the control routes (imports, sessions, region registration) are small JSON objects;
+# FastAPI parses them on the event loop, so they stay far below the JSON limit of inference.
+CONTROL_BODY_BYTES = 1 << 20
+
+
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    """``max_bytes`` for inference bodies (binary tensor data); every other route takes JSON
+    only, of at most ``max_json_bytes`` and :data:`CONTROL_BODY_BYTES`."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        json_bytes = max_bytes if max_json_bytes is None else min(max_bytes, max_json_bytes)
+        self.max_json_bytes = min(json_bytes, CONTROL_BODY_BYTES)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.max_bytes if scope["path"].endswith("/infer") else self.max_json_bytes
         length = dict(scope["headers"]).get(b"content-length")
-        too_big = f"request body over the {self.max_bytes}-byte limit"
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+        too_big = f"request body over the {limit}-byte limit"
+        if length is not None and length.isdigit() and int(length) > limit:
             await _reply(send, 413, too_big, "payload_too_large")
             return
         seen = 0
@@ -61,7 +72,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request" and not replied:
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     # Answer now; the app then sees a disconnect and its own reply is dropped.
                     replied = True
                     await _reply(send, 413, too_big, "payload_too_large")

@@ -37,8 +37,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", type=Path,
                    help="require Authorization: Bearer <the file's contents> on HTTP")
     p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--max-json-mb", type=int, default=16,
+                   help="largest JSON in a request (a KServe JSON header, any other body); "
+                   "larger tensors go as binary data or in shared memory")
     p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
                    help="close an HTTP connection whose request line and headers take longer")
+    p.add_argument("--http-body-idle-s", type=float, default=30.0, metavar="S",
+                   help="close an HTTP connection whose request body pauses for longer")
     p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
     p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
     p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")
@@ -88,11 +93,19 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, help="time budget of each row (default per size)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
+    bench.add_argument("--gst", action="store_true",
+                       help="fps through the GStreamer element beside appsink -> onnxruntime "
+                            "(docs/gstreamer.md)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
     soak.add_argument("--kill-every", type=float, default=5.0, help="mean seconds between kills")
+    soak.add_argument(
+        "--hostile", type=int, default=0, metavar="N",
+        help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
+        "frames with fds, dying while the service waits or before it replies",
+    )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
 
@@ -110,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if args.gst:
+            from fenceline.bench.gst import run_gst_bench
+
+            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 

@@ -128,9 +128,9 @@ class IpcClient:
             budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
             if self._pipe is not None:
-                data, got_fds = self._pipe.recv(codec.MAX_FRAME), []
+                data, got_fds, problem = self._pipe.recv(codec.MAX_FRAME), [], None
             else:
-                data, got_fds = _native.recv_message(
+                data, got_fds, problem = _native.recv_message(
                     self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
                 )
             self._spin.observe(time.perf_counter_ns() - t0, budget)
@@ -140,6 +140,8 @@ class IpcClient:
             os.close(f)
         if data is None:
             raise ClientError("the service closed the connection")
+        if problem is not None:
+            raise ClientError(f"bad reply from the service: {problem}")
         try:
             reply = codec.decode(data)
         except FencelineError as e:
@@ -237,6 +239,31 @@ class IpcClient:
         }
         return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
 
+    def import_d3d12_memory(
+        self,
+        kind: str,
+        name: str,
+        allocation_size: int,
+        *,
+        adapter_luid: int,
+        offset_bytes: int = 0,
+        size_bytes: int = 0,
+        access: str = "read_write",
+    ) -> str:
+        """Registers a D3D12 heap or committed resource (``kind`` d3d12_heap, d3d12_resource) by
+        the name given to CreateSharedHandle (docs/windows.md); only Windows services accept it."""
+        body = {
+            "handle_type": kind, "name": name, "allocation_size_bytes": allocation_size,
+            "adapter_luid": adapter_luid, "offset_bytes": offset_bytes, "size_bytes": size_bytes,
+            "access": access,
+        }
+        return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
+
+    def import_d3d12_fence(self, name: str, *, adapter_luid: int) -> str:
+        """Registers a shared ID3D12Fence by the name given to CreateSharedHandle."""
+        body = {"fence_type": "d3d12_fence", "name": name, "adapter_luid": adapter_luid}
+        return str(self._call(Kind.IMPORT_FENCE, body)["id"])
+
     def create_session(
         self,
         model: str,
@@ -269,6 +296,21 @@ class IpcClient:
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
         )
         return codec.decode_run_reply(self._exchange(frame, rid).body)
+
+    def send_run(
+        self,
+        session_id: str,
+        wait_value: int,
+        signal_value: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> int:
+        """Sends a RUN and returns at once with its request id; collect the reply with
+        :meth:`recv_run_reply` before the next request."""
+        rid = next(self._ids)
+        self._send(codec.encode_run(
+            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
+        ))
+        return rid
 
     def run_async(
         self, session_id: str, wait_value: int, signal_value: int | None = None

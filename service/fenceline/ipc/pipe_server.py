@@ -51,9 +51,14 @@ class PipeConnection(Connection):
     def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
 
-    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int]]:
-        data = self.sock.recv(codec.MAX_FRAME)
-        return (None if data is None else bytes(data)), []
+    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int], str | None]:
+        try:
+            data = self.sock.recv(codec.MAX_FRAME)
+        except FencelineError as e:  # an oversized message, read to its end: refuse it
+            return b"", [], str(e)
+        if data is None:
+            return None, [], None
+        return bytes(data), [], None if data else "empty message"
 
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))

@@ -22,6 +22,12 @@ from fenceline.errors import (
 )
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, CudaMemoryImport, import_cuda_memory
+from fenceline.interop.d3d12 import (
+    D3D12_FENCE_TYPES,
+    D3D12_MEMORY_TYPES,
+    import_d3d12_fence,
+    import_d3d12_memory,
+)
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.devices import check_device_quota, device_label
 from fenceline.interop.handles import Access, Binding, FenceHandle, MemoryHandle
@@ -35,6 +41,7 @@ from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
+from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -175,11 +182,18 @@ class Runtime:
         **gpu: Any,
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
-        GPU handle types (interop/cuda_memory.py). An import by ``name`` is checked against
-        ``caller`` (interop/owners.py)."""
+        GPU handle types (interop/cuda_memory.py); allocation_size_bytes, dedicated,
+        adapter_luid and nt_handle (a handle the Windows pipe received) for the D3D12 ones
+        (interop/d3d12.py). An import by ``name`` is checked against ``caller``
+        (interop/owners.py)."""
         self._check_import_quota(owner, fd)
         mem: MemoryHandle
-        if handle_type in CUDA_MEMORY_TYPES:
+        if handle_type in D3D12_MEMORY_TYPES:
+            mem = import_d3d12_memory(
+                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+                access=access, **gpu,
+            )
+        elif handle_type in CUDA_MEMORY_TYPES:
             mem = import_cuda_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access, **gpu,
@@ -245,11 +259,18 @@ class Runtime:
         name: str | None = None,
         fd: int | None = None,
         device_uuid: str | None = None,
+        adapter_luid: int | None = None,
+        nt_handle: int | None = None,
         caller: Caller = SERVICE,
     ) -> dict[str, Any]:
+        """``nt_handle``: a d3d12_fence handle the Windows pipe received (owned from here on)."""
         self._check_import_quota(owner, fd)
         fence: FenceHandle
-        if fence_type in VK_FENCE_TYPES:
+        if fence_type in D3D12_FENCE_TYPES:
+            fence = import_d3d12_fence(
+                fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid
+            )
+        elif fence_type in VK_FENCE_TYPES:
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
         else:
             host_fence = import_fence(fence_type, name=name, fd=fd)
@@ -496,13 +517,15 @@ class Runtime:
         transport: str,
         asynchronous: bool = False,
         reply: Callable[[RunResult], object] | None = None,
+        cancel: Cancel | None = None,
     ) -> RunResult:
         """The one entry for a request-mode run, whatever the transport: the owner's in-flight
         quota, the argument checks, the run, ``reply`` (a transport answers the renderer before
         the metrics are recorded, so it is not kept waiting for them), then the metrics.
 
         ``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
-        always run to completion."""
+        always run to completion. ``cancel`` ends the fence wait early (default: when the
+        service shuts down)."""
         session = self.session(owner, session_id)
         with self._lock:
             if session_id in self.streams:
@@ -517,7 +540,10 @@ class Runtime:
                 )
             self._inflight[owner] = n + 1
         try:
-            result = self._run(session, wait_value, signal_value, timeout_ms, asynchronous)
+            result = self._run(
+                session, wait_value, signal_value, timeout_ms, asynchronous,
+                cancel if cancel is not None else self.closing,
+            )
         finally:
             with self._lock:
                 self._inflight[owner] -= 1
@@ -538,6 +564,7 @@ class Runtime:
         signal_value: int | None,
         timeout_ms: int | None,
         asynchronous: bool,
+        cancel: threading.Event | Cancel,
     ) -> RunResult:
         s = self.settings
         if self.closing.is_set():
@@ -549,7 +576,7 @@ class Runtime:
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
         return session.run(
-            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
             asynchronous=asynchronous,
         )
 
