@@ -92,6 +92,11 @@ class PipeServer:
         self._thread.start()
         log.info("IPC pipe listening on %s", self.path)
 
+    def accepting(self) -> bool:
+        """False once the pipe cannot take new connections (stopped, or accepting failed): the
+        readiness probe answers 503 then."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _accept(self) -> None:
         while True:
             try:
