@@ -127,6 +127,7 @@ class IpcClient:
         try:
             budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
+            got_fds: list[int]
             if self._pipe is not None:
                 data, got_fds, problem = self._pipe.recv(codec.MAX_FRAME), [], None
             else:

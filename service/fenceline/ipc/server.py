@@ -143,7 +143,7 @@ class Connection:
     def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int], str | None]:
         """One frame, its fds and why it is refused (None: it is not); (None, [], None) once the
         peer is gone. The Windows pipe overrides this (fenceline.ipc.pipe_server)."""
-        return _native.recv_message(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, spin_ns)  # type: ignore[return-value]
+        return _native.recv_message(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, spin_ns)
 
     def _send(self, data: bytes) -> bool:
         try:
