@@ -15,6 +15,7 @@ from fenceline.client import SharedFrame
 from fenceline.errors import Conflict, InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import datatype
 from fenceline.runtime.cuda_shm import (
+    OWNER,
     CudaRegion,
     CudaSharedMemory,
     check_device_id,
@@ -158,6 +159,24 @@ def test_system_and_cuda_regions_share_one_namespace(
         kserve.shm.unregister()
     with pytest.raises(NotFound, match="Unable to find cuda shared memory region: 'ghost'"):
         cuda.status("ghost")
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_unregistering_a_cuda_region_releases_its_import(
+    runtime: Runtime, cuda: WithCuda, everything: bool
+) -> None:
+    """The table gives the import back under the owner it was made under: a release under the
+    system regions' owner answered not_found and left the import open."""
+    with SharedFrame(NBYTES, named=True) as frame:
+        # A host import stands in for the cuda_ipc one: the table only sees an id and an owner.
+        info = runtime.import_memory(OWNER, "host_shm", name=str(frame.name), size_bytes=NBYTES)
+        memory = runtime.memory.get(OWNER, info["id"]).obj
+        cuda._regions["gpu"] = CudaRegion("gpu", 0, NBYTES, info["id"], memory)
+        assert cuda.unregister(None if everything else "gpu") == 1
+        assert runtime.memory.owned_by(OWNER) == []
+        assert cuda.status() == []
+        with pytest.raises(NotFound):
+            runtime.release_memory(OWNER, info["id"])
 
 
 def test_the_region_count_limit_counts_both_kinds(kserve: KServeInference) -> None:

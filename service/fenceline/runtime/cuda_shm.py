@@ -110,6 +110,7 @@ class CudaSharedMemory(RegionTable):
 
     kind = "cuda"
     title = "CUDA"
+    owner = OWNER
 
     def __init__(
         self, runtime: Runtime, settings: InferenceSettings, system: SystemSharedMemory

@@ -181,6 +181,7 @@ class RegionTable:
 
     kind = "system"  # as in "Unable to find system shared memory region"
     title = "system"  # as in "registered as system shared memory"
+    owner = OWNER  # the runtime owner this kind's imports are made under
 
     def __init__(self, runtime: Runtime, settings: InferenceSettings, lock: threading.Lock) -> None:
         self.runtime = runtime
@@ -209,7 +210,7 @@ class RegionTable:
             names = list(self._regions) if name is None else [name]
             regions = [self._regions.pop(n) for n in names if n in self._regions]
         for r in regions:
-            self.runtime.release_memory(OWNER, r.memory_id)
+            self.runtime.release_memory(self.owner, r.memory_id)
             self.runtime.metrics.kserve_shm_regions.dec()
             log.info("unregistered %s shm region %s", self.kind, r.name)
         return len(regions)
