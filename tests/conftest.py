@@ -33,6 +33,36 @@ def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("models"), TEST_MODELS)
 
 
+@dataclass(frozen=True)
+class Mapping:
+    range: str
+    name: str  # the path, [heap], [stack], or "" for an anonymous mapping
+    size_kb: int
+    rss_kb: int
+
+
+def read_smaps(pid: int) -> list[Mapping]:
+    out: list[Mapping] = []
+    head: list[str] = []
+    fields: dict[str, int] = {}
+
+    def flush() -> None:
+        if head:
+            out.append(Mapping(head[0], " ".join(head[5:]), fields.get("Size", 0),
+                               fields.get("Rss", 0)))
+
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if "-" in line.split(" ", 1)[0] and not key.isalpha():
+                flush()
+                head, fields = line.split(), {}
+            elif rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0])
+    flush()
+    return out
+
+
 @dataclass
 class Service:
     proc: subprocess.Popen[bytes]
@@ -69,6 +99,10 @@ class Service:
         """The service's shared-memory mappings (memfds and /dev/shm objects)."""
         with open(f"/proc/{self.pid}/maps") as f:
             return [line.strip() for line in f if "/dev/shm/" in line or "memfd:" in line]
+
+    def smaps(self) -> list[Mapping]:
+        """Every mapping of the service, anonymous ones included, with its size and RSS."""
+        return read_smaps(self.pid)
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")

@@ -115,6 +115,22 @@ def test_ipc_errors_carry_stable_codes(service: Service) -> None:
         s.close()
 
 
+def test_a_timed_out_run_is_not_queued_and_the_same_run_can_be_sent_again(service: Service) -> None:
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", [1, 3, 64, 64])
+        s.y[:] = 7
+        with pytest.raises(ServiceError) as e:
+            c.run(s.session_id, 4, signal_value=5, timeout_ms=30)
+        assert e.value.code == "timed_out" and e.value.queued is False
+        assert e.value.details == {"queued": False, "wait_value": 4, "signal_value": 5}
+        assert s.signal.value == 0 and np.all(s.y == 7)
+        s.x[:] = 1
+        s.wait.signal(4)
+        assert c.run(s.session_id, 4, signal_value=5).signal_value == 5
+        assert s.signal.value == 5 and np.all(s.y == 2)
+        s.close()
+
+
 def test_objects_of_one_connection_are_invisible_to_another(service: Service) -> None:
     with IpcClient(service.socket) as a, IpcClient(service.socket) as b:
         s = open_session(a, "add_64x64", [1, 3, 64, 64])

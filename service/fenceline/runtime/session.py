@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, ModelError
+from fenceline.errors import Conflict, ModelError, TimedOut
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
@@ -87,7 +87,8 @@ class Session:
     ) -> RunResult:
         """wait(input fence >= wait_value) -> run -> signal(output fence := signal_value).
 
-        A wait that times out raises TimedOut having run and signalled nothing."""
+        A wait that times out raises TimedOut having run and signalled nothing: its details say
+        ``queued: false`` (docs/ipc.md, "When a run times out")."""
         target = wait_value if signal_value is None else signal_value
         with self._lock:
             if self._closed:
@@ -107,7 +108,14 @@ class Session:
                     self._wait_handle, wait_value, timeout_ns,
                     lambda v, t: fence.wait_result(v, t, 0, cancel),
                 )
-                fence.raise_for(r, wait_value, timeout_ns)
+                try:
+                    fence.raise_for(r, wait_value, timeout_ns)
+                except TimedOut as e:
+                    raise TimedOut(
+                        f"{e.message}; nothing ran and nothing was signalled (not queued): "
+                        "send the run again once the input is ready",
+                        {"queued": False, "wait_value": wait_value, "signal_value": target},
+                    ) from None
             waited = time.perf_counter_ns()
             for handle in self._unsealed:
                 handle.check()
