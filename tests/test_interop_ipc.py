@@ -131,6 +131,18 @@ def test_a_timed_out_run_is_not_queued_and_the_same_run_can_be_sent_again(servic
         s.close()
 
 
+def test_run_async_is_answered_with_a_run_reply(service: Service) -> None:
+    """docs/ipc.md: RUN_ASYNC's reply kind is RUN's (0x8010), not 0x8011."""
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", [1, 3, 64, 64])
+        s.wait.signal(1)
+        rid = 77
+        frame = codec.encode_run_async(rid, codec.Run(codec.session_id_bytes(s.session_id), 1, None, None))
+        reply = c._exchange(frame, rid)
+        assert reply.kind == 0x8010 and codec.decode_run_reply(reply.body).signal_value == 1
+        s.close()
+
+
 def test_objects_of_one_connection_are_invisible_to_another(service: Service) -> None:
     with IpcClient(service.socket) as a, IpcClient(service.socket) as b:
         s = open_session(a, "add_64x64", [1, 3, 64, 64])
