@@ -1,147 +1,24 @@
-"""Shared fixtures: a real service in its own process, the builtin models, helpers to look at a
-process's fds and mappings."""
+"""Shared fixtures: a real service in its own process (tests/support/service.py) and the
+builtin models. Tests are grouped by level: unit/, integration/ (a real service, real clients),
+e2e/ (the CLI, the container entrypoint, a browser), native/ (the C++ importer and the C client)
+and gpu/ (skipped without an NVIDIA GPU)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fenceline.models import build_repository
+from tests.support.service import Service, start_service, stop_service
 
 TEST_MODELS = ["add_64x64", "add_720p", "image_filter", "add_64x64_fp16"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("models"), TEST_MODELS)
-
-
-@dataclass(frozen=True)
-class Mapping:
-    range: str
-    name: str  # the path, [heap], [stack], or "" for an anonymous mapping
-    size_kb: int
-    rss_kb: int
-
-
-def read_smaps(pid: int) -> list[Mapping]:
-    out: list[Mapping] = []
-    head: list[str] = []
-    fields: dict[str, int] = {}
-
-    def flush() -> None:
-        if head:
-            out.append(Mapping(head[0], " ".join(head[5:]), fields.get("Size", 0),
-                               fields.get("Rss", 0)))
-
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if "-" in line.split(" ", 1)[0] and not key.isalpha():
-                flush()
-                head, fields = line.split(), {}
-            elif rest.strip().endswith("kB"):
-                fields[key] = int(rest.split()[0])
-    flush()
-    return out
-
-
-@dataclass
-class Service:
-    proc: subprocess.Popen[bytes]
-    url: str
-    socket: Path
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def fds(self) -> list[str]:
-        """What the service's open fds point at."""
-        out = []
-        for fd in os.listdir(f"/proc/{self.pid}/fd"):
-            with contextlib.suppress(OSError):  # closed between listdir and readlink
-                out.append(os.readlink(f"/proc/{self.pid}/fd/{fd}"))
-        return out
-
-    def settled(self, quiet_s: float = 0.3, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
-        """(fds, maps) once they have stopped changing (earlier tests' connections closed)."""
-        last, since = (sorted(self.fds()), self.maps()), time.monotonic()
-        deadline = since + timeout_s
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            now = (sorted(self.fds()), self.maps())
-            if now != last:
-                last, since = now, time.monotonic()
-            elif time.monotonic() - since >= quiet_s:
-                break
-        return last
-
-    def maps(self) -> list[str]:
-        """The service's shared-memory mappings (memfds and /dev/shm objects)."""
-        with open(f"/proc/{self.pid}/maps") as f:
-            return [line.strip() for line in f if "/dev/shm/" in line or "memfd:" in line]
-
-    def smaps(self) -> list[Mapping]:
-        """Every mapping of the service, anonymous ones included, with its size and RSS."""
-        return read_smaps(self.pid)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
-    port = free_port()
-    sock = tmp / "fenceline.sock"
-    log = tmp / "service.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
-             "--port", str(port), "--socket", str(sock), *extra],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200 and sock.exists():
-                return Service(proc, url, sock, log)
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"service did not become ready:\n{log.read_text()}")
-
-
-def stop_service(svc: Service) -> None:
-    if svc.proc.poll() is None:
-        svc.proc.send_signal(signal.SIGTERM)
-        try:
-            svc.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            svc.proc.kill()
-            svc.proc.wait()
 
 
 @pytest.fixture(scope="module")

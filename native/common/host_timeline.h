@@ -8,9 +8,16 @@
  *   offset  8  u64 value    atomic, never decreases
  *   offset 16  u32 seq      futex word, incremented by every signal and status change
  *   offset 20  u32 status   0 live, 1 abandoned, 2 error
+ *   offset 24  u32 waiters  Windows only: processes blocked on the wake semaphore (0 on Linux)
  *
- * Plain C (C11 or C++17) so the service's importer and the C client share one implementation.
- * Every function is safe to call from any thread or process that maps the page.
+ * Plain C (C11 or C++17, GCC, Clang or MSVC) so the service's importer and the C client share
+ * one implementation. Every function is safe to call from any thread or process that maps the
+ * page.
+ *
+ * Waking sleepers is the one part that differs per OS (platform/<os>/htl_wake.c): Linux sleeps on
+ * a futex on `seq`, which needs nothing beside the page; Windows has no cross-process futex
+ * (WaitOnAddress only works inside one process), so a page there comes with a named semaphore,
+ * its wake object, named after the page's section name plus ".wake" (docs/fences.md).
  */
 #ifndef FENCELINE_HOST_TIMELINE_H
 #define FENCELINE_HOST_TIMELINE_H
@@ -37,7 +44,27 @@ typedef struct fl_htl_page {
   uint64_t value;
   uint32_t seq;
   uint32_t status;
+  uint32_t waiters;
 } fl_htl_page;
+
+/* What wakes sleepers in other processes: NULL on Linux (the futex is in the page itself); on
+ * Windows the page's named semaphore. Owned by whoever opened it (fl_htl_wake_close). */
+typedef struct fl_htl_wake fl_htl_wake;
+
+/* Suffix appended to a fence page's name to name its wake object (Windows). */
+#define FL_HTL_WAKE_SUFFIX ".wake"
+
+/* Opens (create = 0) or creates (create = 1) the wake object of the fence page named `name`
+ * (UTF-8). Returns 0 and sets *out (NULL where the OS needs none), or a negative error:
+ * FL_HTL_E_NOT_FOUND, FL_HTL_E_EXISTS (create: the name was already taken, maybe squatted),
+ * FL_HTL_E_WRONG_TYPE (the name belongs to another kind of object), FL_HTL_E_OS. */
+int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out);
+void fl_htl_wake_close(fl_htl_wake *w); /* NULL is fine */
+
+#define FL_HTL_E_NOT_FOUND (-2)
+#define FL_HTL_E_EXISTS (-3)
+#define FL_HTL_E_WRONG_TYPE (-4)
+#define FL_HTL_E_OS (-5)
 
 /* Results of fl_htl_wait. */
 typedef enum fl_htl_wait_result {
@@ -58,15 +85,17 @@ uint32_t fl_htl_status(const void *page);
 
 /* Sets value to v if v is above the current value, then wakes every waiter.
  * Returns 0, or -1 (nothing changed) when v is not above the current value. */
-int fl_htl_signal(void *page, uint64_t v);
+int fl_htl_signal(void *page, fl_htl_wake *wake, uint64_t v);
 
 /* Sets the status word (live, abandoned, error) and wakes every waiter. */
-void fl_htl_set_status(void *page, uint32_t status);
+void fl_htl_set_status(void *page, fl_htl_wake *wake, uint32_t status);
 
-/* Waits until value >= target. Spins for up to spin_ns first (with a CPU pause), then sleeps on
- * the futex. timeout_ns < 0 waits forever. A status other than live ends the wait early unless
- * the target is already reached. */
-fl_htl_wait_result fl_htl_wait(void *page, uint64_t target, int64_t timeout_ns, int64_t spin_ns);
+/* Waits until value >= target. Spins for up to spin_ns first (with a CPU pause), then sleeps (the
+ * futex, or the wake object). timeout_ns < 0 waits forever. A status other than live ends the
+ * wait early unless the target is already reached. Without a wake object on Windows it sleeps in
+ * 1 ms slices instead. */
+fl_htl_wait_result fl_htl_wait(void *page, fl_htl_wake *wake, uint64_t target,
+                               int64_t timeout_ns, int64_t spin_ns);
 
 /* Monotonic clock in nanoseconds, the clock that deadlines above are measured on. */
 int64_t fl_htl_now_ns(void);

@@ -1,7 +1,12 @@
 #include "cuda_backend.h"
 
-#include <dlfcn.h>
+#ifdef _WIN32
+#include <io.h>
+#define FL_CLOSE_FD ::_close
+#else
 #include <unistd.h>
+#define FL_CLOSE_FD ::close
+#endif
 
 #include <chrono>
 #include <cstring>
@@ -11,6 +16,7 @@
 
 #include "errors.h"
 #include "host_memory.h"
+#include "platform/dynlib.h"
 
 namespace fl::cuda {
 
@@ -146,8 +152,8 @@ struct Loaded {
 
 template <typename F>
 bool load(void *lib, F &slot, const char *name, const char *versioned = nullptr) {
-  void *p = versioned ? ::dlsym(lib, versioned) : nullptr;
-  if (!p) p = ::dlsym(lib, name);
+  void *p = versioned ? dynlib::symbol(lib, versioned) : nullptr;
+  if (!p) p = dynlib::symbol(lib, name);
   slot = reinterpret_cast<F>(p);
   return p != nullptr;
 }
@@ -156,10 +162,10 @@ const Loaded &loaded() {
   static Loaded l = [] {
     Loaded r;
     // Kept open for the life of the process: the driver cannot be unloaded safely.
-    void *lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib = dynlib::open(dynlib::kCudaDriver);
     if (!lib) {
-      const char *e = ::dlerror();
-      r.reason = std::string("the CUDA driver (libcuda.so.1) is not installed: ") + (e ? e : "");
+      r.reason = std::string("the CUDA driver (") + dynlib::kCudaDriver +
+                 ") is not installed: " + dynlib::last_error();
       return r;
     }
     Api &a = r.api;
@@ -263,7 +269,7 @@ std::map<int, std::weak_ptr<Device>> device_cache;
 struct FdGuard {
   int fd;
   ~FdGuard() {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) FL_CLOSE_FD(fd);
   }
 };
 

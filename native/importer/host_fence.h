@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/host_timeline.h"
 #include "host_memory.h"
 
 namespace fl {
@@ -28,12 +29,18 @@ class HostFence {
   int wait(std::uint64_t target, std::int64_t timeout_ns, std::int64_t spin_ns) const;
 
   HostMemory &memory() { return *memory_; }
-  void close() { memory_->close(); }
+  void close() {
+    memory_->close();
+    wake_.reset();
+  }
 
  private:
-  explicit HostFence(std::shared_ptr<HostMemory> m);
+  HostFence(std::shared_ptr<HostMemory> m, std::shared_ptr<fl_htl_wake> wake);
   void *page() const { return memory_->mapping()->data(); }
   std::shared_ptr<HostMemory> memory_;
+  // The page's wake object (Windows: its named semaphore; null on Linux). Shared so that a wait
+  // in progress keeps it open through close().
+  std::shared_ptr<fl_htl_wake> wake_;
 };
 
 }  // namespace fl

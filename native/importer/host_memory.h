@@ -1,4 +1,6 @@
-// Host memory imports: a POSIX shared-memory object or a memfd/shm fd, mapped once.
+// Host memory imports, mapped once: on Linux a POSIX shared-memory object or a memfd/shm fd; on
+// Windows a file mapping (section) by name or by handle. One implementation per OS
+// (platform/<os>/host_memory.cpp); host_memory.cpp holds what both share.
 #pragma once
 
 #include <cstddef>
@@ -9,13 +11,19 @@
 
 namespace fl {
 
-// One mmap of [offset, offset + size) of a shared-memory object. Owns the mapping and the fd;
-// the destructor unmaps and closes. Never copied: shared by every view through shared_ptr.
+// The OS handle of a shared-memory object: an fd on POSIX, a section HANDLE on Windows.
+using NativeHandle = std::intptr_t;
+
+// One mapping of [offset, offset + size) of a shared-memory object. Owns the mapping and the OS
+// handle; the destructor unmaps and closes. Never copied: shared by every view through shared_ptr.
 class Mapping {
  public:
   // Takes ownership of fd, also when it throws. size 0 maps from offset to the end.
   static std::shared_ptr<Mapping> from_fd(int fd, std::uint64_t offset, std::uint64_t size,
                                           bool writable);
+  // Windows: takes ownership of a section handle, also when it throws.
+  static std::shared_ptr<Mapping> from_handle(NativeHandle handle, std::uint64_t offset,
+                                              std::uint64_t size, bool writable);
   ~Mapping();
   Mapping(const Mapping &) = delete;
   Mapping &operator=(const Mapping &) = delete;
@@ -23,7 +31,8 @@ class Mapping {
   std::uint8_t *data() const { return data_; }
   std::size_t size() const { return size_; }
   bool writable() const { return writable_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_; }  // -1 on Windows
+  NativeHandle handle() const { return handle_; }  // the fd on POSIX
   // True when the object can no longer shrink, so the mapping can never fault.
   bool sealed() const { return sealed_; }
   // Throws DeviceLost when the object now ends before the end of the mapping.
@@ -38,6 +47,7 @@ class Mapping {
   std::uint8_t *data_ = nullptr;
   std::size_t size_ = 0;
   int fd_ = -1;
+  NativeHandle handle_ = -1;
   bool writable_ = false;
 };
 
@@ -59,7 +69,11 @@ class HostMemory {
                                               std::uint64_t size, bool writable);
   static std::shared_ptr<HostMemory> from_fd(int fd, std::uint64_t offset, std::uint64_t size,
                                              bool writable);
-  // Renderer side: the creator of a named object is the one who unlinks it.
+  static std::shared_ptr<HostMemory> from_handle(NativeHandle handle, std::uint64_t offset,
+                                                 std::uint64_t size, bool writable);
+  // Renderer side: the creator of a named object is the one who unlinks it. On Windows a name
+  // that already exists is refused (it may be squatted), and create_memfd makes an unnamed
+  // section that travels only as a duplicated handle.
   static std::shared_ptr<HostMemory> create_shm(const std::string &name, std::uint64_t size);
   static std::shared_ptr<HostMemory> create_memfd(const std::string &name, std::uint64_t size);
 
@@ -99,7 +113,12 @@ class TensorView {
   std::vector<std::int64_t> shape_;
 };
 
-// Shared-memory object names: a leading slash, then 1..250 of [A-Za-z0-9._-], no other slash.
+// Shared-memory object names. POSIX: a leading slash, then 1..250 of [A-Za-z0-9._-], no other
+// slash. Windows: Local\ or Global\ (exactly so), then 1..240 characters without a backslash.
 void check_shm_name(const std::string &name);
+
+// Overflow-checked arithmetic, without compiler builtins (MSVC has none of GCC's).
+bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t *out);
+bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t *out);
 
 }  // namespace fl

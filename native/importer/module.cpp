@@ -3,20 +3,24 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <unistd.h>
 
 #include "../common/host_timeline.h"
 #include "cuda_backend.h"
 #include "errors.h"
 #include "host_fence.h"
 #include "host_memory.h"
+#ifndef _WIN32
 #include "seqpacket.h"
+#endif
 
 namespace py = pybind11;
 
 namespace fl {
 void bind_cuda(py::module_ &mod);  // cuda_module.cpp
+namespace win32 {
+void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
+}  // namespace fl
 
 namespace {
 
@@ -41,13 +45,21 @@ void translate(std::exception_ptr p) {
 }
 
 // Handle kinds this build can import. An unknown or unsupported kind is a plain false.
+// Windows has no fd passing, memfd or Vulkan OPAQUE_FD: those kinds are a plain false there.
+#ifdef _WIN32
+constexpr bool kPosix = false;
+#else
+constexpr bool kPosix = true;
+#endif
 bool can_import_memory(const std::string &kind) {
-  if (kind == "host_shm" || kind == "host_fd") return true;
-  return (kind == "opaque_fd" || kind == "cuda_ipc") && fl::cuda::available();
+  if (kind == "host_shm") return true;
+  if (kind == "host_fd") return kPosix;
+  if (kind == "host_handle") return !kPosix;
+  return kPosix && (kind == "opaque_fd" || kind == "cuda_ipc") && fl::cuda::available();
 }
 bool can_import_fence(const std::string &kind) {
   if (kind == "host_timeline") return true;
-  return kind == "vk_timeline_opaque_fd" && fl::cuda::available();
+  return kPosix && kind == "vk_timeline_opaque_fd" && fl::cuda::available();
 }
 
 // A numpy array over [offset, offset + nbytes) of a mapping that holds the mapping alive.
@@ -75,6 +87,8 @@ PYBIND11_MODULE(_native, mod) {
   mod.def("can_import_memory", &can_import_memory, py::arg("kind"));
   mod.def("can_import_fence", &can_import_fence, py::arg("kind"));
   mod.attr("FENCE_PAGE_SIZE") = FL_HTL_PAGE_SIZE;
+  mod.attr("PLATFORM") = kPosix ? "posix" : "win32";
+  mod.attr("FENCE_WAKE_SUFFIX") = FL_HTL_WAKE_SUFFIX;
   mod.attr("WAIT_REACHED") = static_cast<int>(FL_HTL_REACHED);
   mod.attr("WAIT_TIMED_OUT") = static_cast<int>(FL_HTL_TIMED_OUT);
   mod.attr("WAIT_ABANDONED") = static_cast<int>(FL_HTL_ABANDONED);
@@ -86,6 +100,10 @@ PYBIND11_MODULE(_native, mod) {
       .def_static("from_fd", &fl::HostMemory::from_fd, py::arg("fd"), py::arg("offset") = 0,
                   py::arg("size") = 0, py::arg("writable") = true,
                   "Takes ownership of fd, also when it raises.")
+      .def_static("from_handle", &fl::HostMemory::from_handle, py::arg("handle"),
+                  py::arg("offset") = 0, py::arg("size") = 0, py::arg("writable") = true,
+                  "Windows: maps a section handle duplicated into this process; takes ownership "
+                  "of it, also when it raises.")
       .def_static("create_shm", &fl::HostMemory::create_shm, py::arg("name"), py::arg("size"))
       .def_static("create_memfd", &fl::HostMemory::create_memfd, py::arg("name"),
                   py::arg("size"))
@@ -93,6 +111,9 @@ PYBIND11_MODULE(_native, mod) {
       .def_property_readonly("writable",
                              [](const fl::HostMemory &h) { return h.mapping()->writable(); })
       .def_property_readonly("fd", [](const fl::HostMemory &h) { return h.mapping()->fd(); })
+      .def_property_readonly("handle",
+                             [](const fl::HostMemory &h) { return h.mapping()->handle(); },
+                             "The OS handle: the fd on POSIX, the section HANDLE on Windows.")
       .def_property_readonly("address",
                              [](const fl::HostMemory &h) {
                                return reinterpret_cast<std::uintptr_t>(h.mapping()->data());
@@ -153,6 +174,7 @@ PYBIND11_MODULE(_native, mod) {
       .def("unlink", [](fl::HostFence &f) { f.memory().unlink(); })
       .def("close", &fl::HostFence::close);
 
+#ifndef _WIN32
   mod.def(
       "recv_message",
       [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns) {
@@ -167,6 +189,10 @@ PYBIND11_MODULE(_native, mod) {
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
       "Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at "
       "EOF. Spins up to spin_ns with the GIL released, then blocks.");
+#endif
 
   fl::bind_cuda(mod);
+#ifdef _WIN32
+  fl::win32::bind_pipe(mod);
+#endif
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'HostFence', 'HostMemory', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'recv_message']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'recv_message']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -17,6 +17,11 @@ class HostMemory:
     def from_fd(fd: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
         """
         Takes ownership of fd, also when it raises.
+        """
+    @staticmethod
+    def from_handle(handle: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
+        """
+        Windows: maps a section handle duplicated into this process; takes ownership of it, also when it raises.
         """
     @staticmethod
     def open_shm(name: str, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, writable: bool = True) -> HostMemory:
@@ -42,6 +47,11 @@ class HostMemory:
     @property
     def fd(self) -> int:
         ...
+    @property
+    def handle(self) -> int:
+        """
+        The OS handle: the fd on POSIX, the section HANDLE on Windows.
+        """
     @property
     def name(self) -> str:
         ...
@@ -225,6 +235,8 @@ def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typin
     Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at EOF. Spins up to spin_ns with the GIL released, then blocks.
     """
 FENCE_PAGE_SIZE: int = 4096
+FENCE_WAKE_SUFFIX: str = '.wake'
+PLATFORM: str = 'posix'
 WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0

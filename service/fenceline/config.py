@@ -30,9 +30,10 @@ class ServeSettings:
     log_level: str = "info"
     log_format: LogFormat = "text"
     client_shared_memory: bool = True  # Triton's system shared-memory registration
-    allow_uids: frozenset[int] | None = None  # None: the service's own uid
+    allow_uids: frozenset[int] | None = None  # users besides the service's own (--allow-uid)
     token_file: Path | None = None
     max_body_mb: int = 256
+    http_header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
     max_sessions: int = 256
     max_imports: int = 1024
     max_mapped_mb: int = 16384
@@ -71,6 +72,8 @@ class ServeSettings:
                             ("--max-sessions-per-device", self.max_sessions_per_device)):
             if value <= 0:
                 raise InvalidArgument(f"{flag} must be positive")
+        if not 0 < self.http_header_timeout_s <= 3600:
+            raise InvalidArgument("--http-header-timeout-s is a number of seconds in (0, 3600]")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")
         if self.log_format not in LOG_FORMATS:

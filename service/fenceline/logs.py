@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -23,6 +25,10 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 request_id: ContextVar[str | None] = ContextVar("fenceline_request_id", default=None)
 owner: ContextVar[str | None] = ContextVar("fenceline_owner", default=None)
 session_id: ContextVar[str | None] = ContextVar("fenceline_session_id", default=None)
+
+# Who is on the other end (``uid N`` over IPC, the client address over HTTP): the key of the
+# rate limit below. Not copied onto records: ``owner`` already names the client in each line.
+peer: ContextVar[str | None] = ContextVar("fenceline_peer", default=None)
 
 CONTEXT: dict[str, ContextVar[str | None]] = {
     "request_id": request_id,
@@ -47,6 +53,51 @@ class ContextFilter(logging.Filter):
                 if value is not None:
                     setattr(record, name, value)
         return True
+
+
+class RateLimit(logging.Filter):
+    """At most ``burst`` lines per (logger, message template, peer) in each ``window_s``, so
+    a client repeating one bad request cannot flood the log (or the disk behind it). The first
+    line let through after a window of drops carries ``suppressed=N``, the count dropped."""
+
+    def __init__(
+        self,
+        burst: int = 20,
+        window_s: float = 10.0,
+        max_keys: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window_s = window_s
+        self.max_keys = max_keys
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str, str | None], list[float]] = {}  # [start, passed, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        template = record.msg if isinstance(record.msg, str) else type(record.msg).__name__
+        key = (record.name, template, peer.get())
+        now = self.clock()
+        with self._lock:
+            state = self._seen.get(key)
+            if state is None or now - state[0] >= self.window_s:
+                if state is None and len(self._seen) >= self.max_keys:
+                    self._forget(now)
+                if state is not None and state[2]:
+                    record.suppressed = int(state[2])
+                self._seen[key] = [now, 1, 0]
+                return True
+            if state[1] < self.burst:
+                state[1] += 1
+                return True
+            state[2] += 1
+            return False
+
+    def _forget(self, now: float) -> None:
+        """Bounds the table: drops finished windows, or everything when all are live."""
+        live = {k: v for k, v in self._seen.items() if now - v[0] < self.window_s}
+        self._seen = live if len(live) < self.max_keys else {}
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -96,6 +147,7 @@ def configure(level: str = "info", fmt: LogFormat = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
+    handler.addFilter(RateLimit())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

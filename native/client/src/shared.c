@@ -266,7 +266,7 @@ const char *fl_fence_name(const FlFence *f) { return f == NULL ? NULL : f->name;
 
 FlStatus *fl_fence_signal(FlFence *f, uint64_t value) {
   if (f == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "SignalFence: fence is NULL");
-  if (fl_htl_signal(f->page, value) != 0)
+  if (fl_htl_signal(f->page, NULL, value) != 0)
     return fl_status(FL_ERROR_CONFLICT,
                      "signal value %llu is not above the fence's current value %llu",
                      (unsigned long long)value, (unsigned long long)fl_htl_value(f->page));
@@ -276,7 +276,7 @@ FlStatus *fl_fence_signal(FlFence *f, uint64_t value) {
 FlStatus *fl_fence_wait(FlFence *f, uint64_t value, int64_t timeout_ns) {
   if (f == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "WaitFence: fence is NULL");
   int64_t t0 = fl_htl_now_ns();
-  fl_htl_wait_result r = fl_htl_wait(f->page, value, timeout_ns < 0 ? -1 : timeout_ns,
+  fl_htl_wait_result r = fl_htl_wait(f->page, NULL, value, timeout_ns < 0 ? -1 : timeout_ns,
                                      fl_spin_budget(&f->spin));
   fl_spin_observe(&f->spin, fl_htl_now_ns() - t0);
   switch (r) {
@@ -299,7 +299,7 @@ FlStatus *fl_fence_set_status(FlFence *f, FlFenceStatus status) {
     return fl_status(FL_ERROR_INVALID_ARGUMENT,
                      "fence status is 0 (live), 1 (abandoned) or 2 (error), got %u",
                      (unsigned)status);
-  fl_htl_set_status(f->page, (uint32_t)status);
+  fl_htl_set_status(f->page, NULL, (uint32_t)status);
   return NULL;
 }
 

@@ -1,5 +1,5 @@
 /* Drives the client's JSON writer and reader from stdin, one command a line, for the property
- * and fuzz tests in tests/test_c_client_json.py. Arguments and results are hex-encoded bytes.
+ * and fuzz tests in tests/native/test_c_client_json.py. Arguments and results are hex-encoded bytes.
  *
  *   G <key> <json>   the top-level string field `key` of `json`, or "-"
  *   V <json>         "1" when json is one well-formed value, else "0"

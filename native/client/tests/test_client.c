@@ -1,4 +1,4 @@
-/* Checks of libfenceline_client against a live service (tests/test_c_client.py runs them).
+/* Checks of libfenceline_client against a live service (tests/native/test_c_client.py runs them).
  *
  *   test_client SOCKET CHECK   runs one check, prints "ok CHECK: detail", exits 0 (1 on failure)
  *   test_client SOCKET all     runs every check

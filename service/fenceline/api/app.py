@@ -11,8 +11,8 @@ from fenceline import __version__
 from fenceline.api import errors, interop, kserve, status, triton_shm
 from fenceline.api.request_ids import RequestIdMiddleware
 from fenceline.api.security import BearerToken, BodyLimit
-from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.service import Runtime
+from fenceline.triton.regions import InferenceSettings
 
 
 def create_app(
@@ -30,6 +30,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.ready = True
+    app.state.token_required = bool(token)
     errors.install(app, runtime.metrics)
     kserve.install(app, runtime, inference)
     app.include_router(kserve.router)

@@ -10,14 +10,15 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from fenceline.api.schemas import (
+from fenceline.api.peers import http_caller
+from fenceline.errors import InvalidArgument
+from fenceline.protocol.schemas import (
     FenceImportRequest,
     MemoryImportRequest,
     RunRequest,
     RunResponse,
     SessionCreateRequest,
 )
-from fenceline.errors import InvalidArgument
 from fenceline.runtime.service import Runtime
 
 OWNER = "http"
@@ -43,7 +44,8 @@ def post_memory(body: MemoryImportRequest, request: Request) -> dict[str, Any]:
         )
     return runtime(request).import_memory(
         OWNER, body.handle_type, name=body.name, size_bytes=body.size_bytes,
-        offset_bytes=body.offset_bytes, access=body.access, **body.gpu_fields(),
+        offset_bytes=body.offset_bytes, access=body.access, caller=http_caller(request),
+        **body.gpu_fields(),
     )
 
 
@@ -60,7 +62,9 @@ def delete_memory(id: str, request: Request) -> Response:
 
 @router.post("/fences", status_code=201)
 def post_fence(body: FenceImportRequest, request: Request) -> dict[str, Any]:
-    return runtime(request).import_fence(OWNER, body.fence_type, name=body.name)
+    return runtime(request).import_fence(
+        OWNER, body.fence_type, name=body.name, caller=http_caller(request)
+    )
 
 
 @router.get("/fences/{id}")

@@ -10,6 +10,7 @@ the threadpool, so a large frame never blocks the event loop.
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -22,21 +23,19 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
+from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.datatypes import datatype
-from fenceline.runtime.inference import (
-    InferenceSettings,
+from fenceline.runtime.service import Runtime
+from fenceline.triton.inference import (
     InferRequest,
     InferResult,
     InputTensor,
     KServeInference,
     OutputRequest,
-    ShmRef,
-    check_u64,
-    tensor_nbytes,
 )
-from fenceline.runtime.service import Runtime
+from fenceline.triton.regions import InferenceSettings, ShmRef, check_u64, tensor_nbytes
 
 router = APIRouter(prefix="/v2", tags=["kserve"])
 
@@ -155,6 +154,8 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
     def work() -> Response:
         header = parse_header(body[:header_length])
         req = decode_request(header, body[header_length:], name, version)
+        if req.uses_shm():
+            req.caller = http_caller(request)
         return encode_result(k.infer(req))
 
     return await run_in_threadpool(work)
@@ -247,6 +248,8 @@ def parse_header(raw: memoryview) -> dict[str, Any]:
         header = json.loads(bytes(raw))
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
+    except RecursionError:
+        raise InvalidArgument("failed to parse the request JSON buffer: nested too deeply") from None
     if not isinstance(header, dict):
         raise InvalidArgument("the inference request must be a JSON object")
     return header
@@ -376,7 +379,7 @@ def _json_array(data: Any, dtype: np.dtype, shape: list[int], what: str) -> np.n
         arr = np.asarray(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError) as e:
         raise InvalidArgument(f"{what}: 'data' does not hold {dtype} values: {e}") from None
-    want = int(np.prod(shape, dtype=np.int64))
+    want = math.prod(shape)  # Python ints: a product past 2^63 must not wrap to a small count
     if arr.size != want:
         raise InvalidArgument(
             f"{what}: 'data' holds {arr.size} elements, its shape {shape} needs {want}"

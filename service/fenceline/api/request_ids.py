@@ -42,6 +42,8 @@ class RequestIdMiddleware:
         if m:
             path = m.expand(r"\1\3…") + path[m.end():]
         token = logs.request_id.set(rid_text)
+        client = scope.get("client")
+        peer_token = logs.peer.set(str(client[0]) if client else None)
         is_session = m is not None and m.group(2) == "sessions"
         sid_token = logs.session_id.set(m.group(3).lower()) if is_session and m else None
         status = 500
@@ -66,4 +68,5 @@ class RequestIdMiddleware:
                 log.log(level, "%s %s %d", scope["method"], path, status, extra=extra)
             if sid_token is not None:
                 logs.session_id.reset(sid_token)
+            logs.peer.reset(peer_token)
             logs.request_id.reset(token)

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse
 
 from fenceline import __version__
 from fenceline.errors import FencelineError
-from fenceline.interop.host_fence import FenceImport
+from fenceline.interop.handles import FenceHandle
 from fenceline.runtime.service import Entry, Runtime
 from fenceline.runtime.session import RunResult, Session
 
@@ -89,7 +89,7 @@ def _session_row(
     }
 
 
-def _fence_row(e: Entry[FenceImport]) -> dict[str, Any] | None:
+def _fence_row(e: Entry[FenceHandle]) -> dict[str, Any] | None:
     try:
         value, status = e.obj.value, e.obj.status
     except FencelineError:  # released since the snapshot

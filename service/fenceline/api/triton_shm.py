@@ -2,8 +2,8 @@
 ``/v2/cudasharedmemory/...``.
 
 System regions are imported through the host_shm importer once, at registration
-(:class:`fenceline.runtime.inference.SystemSharedMemory`); CUDA regions through the cuda_ipc
-importer (:class:`fenceline.runtime.cuda_shm.CudaSharedMemory`); inference binds both in place.
+(:class:`fenceline.triton.system_shm.SystemSharedMemory`); CUDA regions through the cuda_ipc
+importer (:class:`fenceline.triton.cuda_shm.CudaSharedMemory`); inference binds both in place.
 CUDA shared memory needs fenceline's CUDA backend and a GPU: without them every CUDA route
 answers 501 and ``GET /v2`` leaves ``cuda_shared_memory`` out of its extensions, so a client can
 ask first.
@@ -15,10 +15,13 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
+from fenceline.api.peers import http_caller
 from fenceline.errors import InvalidArgument
-from fenceline.runtime.cuda_shm import CudaSharedMemory, cuda_backend_works
-from fenceline.runtime.inference import KServeInference, SystemSharedMemory
+from fenceline.triton.cuda_shm import CudaSharedMemory, cuda_backend_works
+from fenceline.triton.inference import KServeInference
+from fenceline.triton.system_shm import SystemSharedMemory
 
 router = APIRouter(prefix="/v2", tags=["triton shared memory"])
 
@@ -56,6 +59,8 @@ async def _json_object(request: Request) -> dict[str, Any]:
         body = json.loads(raw) if raw else {}
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
+    except RecursionError:
+        raise InvalidArgument("failed to parse the request JSON buffer: nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the request body must be a JSON object")
     return body
@@ -70,19 +75,22 @@ async def system_register(name: str, request: Request) -> Response:
         raise InvalidArgument("Shared memory register request has no 'key' field")
     if "byte_size" not in body:
         raise InvalidArgument("Shared memory register request has no 'byte_size' field")
-    regions.register(name, body["key"], body.get("offset", 0), body["byte_size"])
+    caller = await run_in_threadpool(http_caller, request)
+    await run_in_threadpool(
+        regions.register, name, body["key"], body.get("offset", 0), body["byte_size"], caller
+    )
     return ok()
 
 
 @router.post("/systemsharedmemory/region/{name}/unregister")
 def system_unregister(name: str, request: Request) -> Response:
-    shm(request).unregister(name)
+    shm(request).unregister(name, http_caller(request))
     return ok()
 
 
 @router.post("/systemsharedmemory/unregister")
 def system_unregister_all(request: Request) -> Response:
-    shm(request).unregister()
+    shm(request).unregister(None, http_caller(request))
     return ok()
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,16 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fenceline.client.c_api import c_compile_flags, c_examples_dir, c_link_flags
+from fenceline.client.c_api import c_compile_flags, c_examples_dir, c_link_flags, find_c_compiler
 from fenceline.client.errors import ClientError
-
-
-def find_c_compiler() -> str | None:
-    """``$CC``, else the first of cc, gcc, clang on PATH; None when there is none."""
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and (path := shutil.which(name)):
-            return path
-    return None
 
 
 def build_renderer(out_dir: Path, cc: str | None = None) -> Path:

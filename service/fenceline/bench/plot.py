@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fenceline.bench.stats import Row, percentile
+from fenceline.bench.stats import Row
 from fenceline.errors import Unsupported
+from fenceline.stats import percentile
 
 COLORS = {
     "in-process": "#4d4d4d", "ipc": "#1b7837", "streaming": "#5aae61", "c-client": "#a6dba0",

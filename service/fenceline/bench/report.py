@@ -10,7 +10,8 @@ import time
 from importlib import metadata
 from typing import Any
 
-from fenceline.bench.stats import Row, fmt_us, percentile
+from fenceline.bench.stats import Row, fmt_us
+from fenceline.stats import percentile
 
 FLOOR = "in-process"
 TRITON = "triton-shm"

@@ -9,6 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from fenceline.stats import percentile
+
 
 @dataclass
 class Row:
@@ -65,13 +67,6 @@ class Row:
         del d["samples_s"]
         d.update(n=len(self.samples_s), p50_us=self.p50_us, p99_us=self.p99_us, mean_us=self.mean_us)
         return d
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def fmt_us(us: float) -> str:

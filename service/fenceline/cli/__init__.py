@@ -30,10 +30,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                    help="text for a terminal, json: one object per line with request/session ids")
     p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
-                   help="a uid that may use the IPC socket; repeatable (default: the service's own)")
+                   help="another user that may use the IPC socket and import the objects it "
+                   "owns by name; repeatable (the service's own user always may); docs/http.md")
     p.add_argument("--token-file", type=Path,
                    help="require Authorization: Bearer <the file's contents> on HTTP")
     p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
+                   help="close an HTTP connection whose request line and headers take longer")
     p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
     p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
     p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")

@@ -10,12 +10,13 @@ import uvicorn
 
 from fenceline import logs
 from fenceline.api import create_app
+from fenceline.api.http_protocol import header_timeout_protocol
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
-from fenceline.runtime.inference import InferenceSettings
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime, RuntimeSettings
+from fenceline.triton.regions import InferenceSettings
 from fenceline.waiting import set_spinners
 
 log = logging.getLogger("fenceline")
@@ -36,6 +37,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         allow_uids=frozenset(args.allow_uid) if args.allow_uid else None,
         token_file=args.token_file,
         max_body_mb=args.max_body_mb,
+        http_header_timeout_s=args.http_header_timeout_s,
         max_sessions=args.max_sessions,
         max_imports=args.max_imports,
         max_mapped_mb=args.max_mapped_mb,
@@ -78,6 +80,7 @@ def serve(settings: ServeSettings) -> int:
             max_mapped_bytes_per_owner=settings.max_mapped_mb << 20,
             max_inflight_runs_per_owner=settings.max_inflight,
             max_sessions_per_device=settings.max_sessions_per_device,
+            allow_uids=settings.allow_uids or frozenset(),
         ),
     )
     ipc = IpcServer(
@@ -92,6 +95,7 @@ def serve(settings: ServeSettings) -> int:
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        http=header_timeout_protocol(settings.http_header_timeout_s),
         access_log=False, lifespan="off", timeout_graceful_shutdown=5,
         log_config=None,  # logs.configure set up logging, uvicorn's loggers included
     )

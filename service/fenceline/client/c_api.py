@@ -9,13 +9,23 @@ to ``PKG_CONFIG_PATH``.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
 from pathlib import Path
 
 import fenceline
 from fenceline.client.errors import ClientError
 
 LIBRARY = "libfenceline_client.so"
+
+
+def find_c_compiler() -> str | None:
+    """``$CC``, else the first of cc, gcc, clang on PATH; None when there is none."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
 
 
 def _find(relative: str) -> Path:

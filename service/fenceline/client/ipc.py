@@ -20,8 +20,8 @@ from fenceline import _native
 from fenceline.client.errors import ClientError, ServiceError
 from fenceline.client.frames import Fence, SharedFrame
 from fenceline.errors import FencelineError
-from fenceline.ipc import codec
-from fenceline.ipc.codec import Kind
+from fenceline.protocol import codec
+from fenceline.protocol.codec import Kind
 from fenceline.waiting import AdaptiveSpin
 
 

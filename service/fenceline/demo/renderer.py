@@ -11,8 +11,8 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw
 
-from fenceline.bench.stats import percentile
 from fenceline.client import Fence, IpcClient, SharedFrame, View
+from fenceline.stats import percentile
 
 H, W = 720, 1280
 SHAPE = [1, 3, H, W]

@@ -12,7 +12,7 @@ from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
 from fenceline.interop.datatypes import Datatype
 from fenceline.interop.devices import inventory, select_device
-from fenceline.interop.host_memory import Access
+from fenceline.interop.handles import Access
 
 CUDA_MEMORY_TYPES: tuple[str, ...] = ("opaque_fd", "cuda_ipc")
 IPC_HANDLE_BYTES = 64
@@ -59,6 +59,10 @@ class CudaTensorBinding:
     @property
     def address(self) -> int:
         return int(self.view.address)
+
+    @property
+    def offset(self) -> int:
+        return int(self.view.offset)
 
 
 class CudaMemoryImport:

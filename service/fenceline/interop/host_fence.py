@@ -22,6 +22,10 @@ class FenceImport:
         self.name = name
 
     @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
     def value(self) -> int:
         return int(self.handle.value)
 

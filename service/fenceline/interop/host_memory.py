@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
@@ -12,8 +11,7 @@ from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
 from fenceline.interop.datatypes import Datatype
-
-Access = Literal["read_only", "read_write"]
+from fenceline.interop.handles import Access
 
 
 @dataclass(frozen=True)
@@ -31,6 +29,10 @@ class TensorBinding:
     @property
     def address(self) -> int:
         return int(self.view.address)
+
+    @property
+    def offset(self) -> int:
+        return int(self.view.offset)
 
     def array(self) -> np.ndarray:
         return self.view.array(self.datatype.numpy)

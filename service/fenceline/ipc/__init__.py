@@ -1,2 +1,2 @@
 """The IPC fast path: a Unix SOCK_SEQPACKET socket with binary frames and fd passing
-(docs/ipc.md). ``codec`` is the wire format, ``server`` the service side."""
+(docs/ipc.md). The wire format is fenceline.protocol.codec; ``server`` is the service side."""

@@ -19,12 +19,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs
-from fenceline.api.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, Unavailable
-from fenceline.ipc import codec
-from fenceline.ipc.codec import Kind
+from fenceline.interop.owners import Caller
+from fenceline.ipc import access
+from fenceline.protocol import codec
+from fenceline.protocol.codec import Kind
+from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.runtime.service import Runtime
-from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.session import RunResult
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.ipc")
@@ -49,11 +51,11 @@ class Connection:
         self.server = server
         self.sock = sock
         self.owner = f"ipc:{number}"
+        self.caller = Caller(peer_credentials(sock)[1], transport="ipc")
+        self.peer = f"uid {self.caller.uid}"  # the log rate limit's key
         self.runtime = server.runtime
-        # RUN looks sessions up by their raw id; the cache holds only this owner's sessions.
-        self._sessions: dict[bytes, Session] = {}
         self._spin = AdaptiveSpin(server.spin_ns)
-        self._ran: tuple[Session, RunResult] | None = None  # the last RUN, recorded after reply
+        self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -73,6 +75,7 @@ class Connection:
 
     def _serve(self) -> None:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
+        logs.peer.set(self.peer)
         fd = self.sock.fileno()
         metrics = self.runtime.metrics
         try:
@@ -90,7 +93,7 @@ class Connection:
                 if data is None:
                     break
                 request_id = 0
-                self._ran = None
+                reply: bytes | None
                 try:
                     frame = codec.decode(data)
                     request_id = frame.request_id
@@ -98,7 +101,8 @@ class Connection:
                         self._close_fds(fds)
                         if fds:
                             raise InvalidRequest("RUN carries no fds")
-                        reply = self._run(frame)
+                        self._run(frame)  # replies itself, before the metrics are recorded
+                        reply = None
                     else:
                         reply = self._control(frame, fds)
                 except FencelineError as e:
@@ -111,11 +115,10 @@ class Connection:
                     metrics.errors.labels("ipc", "internal").inc()
                     internal = FencelineError("internal error; see the service log")
                     reply = codec.encode_error(request_id, internal)
-                if not self._send(reply):
+                if reply is not None and not self._send(reply):
                     break
-                if self._ran is not None:  # after the reply: the renderer is not kept waiting
-                    self.runtime.record_run(*self._ran, "ipc")
-                    self._ran = None
+                if not self._replied:
+                    break
         finally:
             self.close()
 
@@ -143,20 +146,20 @@ class Connection:
             self._close_fds(fds)
         return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
 
-    def _run(self, frame: codec.Frame) -> bytes:
+    def _run(self, frame: codec.Frame) -> None:
         run = codec.decode_run(frame.body)
-        session = self._sessions.get(run.session_id)
-        if session is None:
-            session = self.runtime.session(self.owner, run.session_id.hex())
-            self._sessions[run.session_id] = session
-        r = self.runtime.run_session(
-            session, run.wait_value, run.signal_value, run.timeout_ms, transport="ipc",
-            record=False, asynchronous=frame.kind == Kind.RUN_ASYNC,
-        )
-        self._ran = (session, r)
-        return codec.encode_run_reply(
-            frame.request_id,
-            codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000, r.total_ns // 1000),
+        request_id = frame.request_id
+
+        def reply(r: RunResult) -> None:
+            self._replied = self._send(codec.encode_run_reply(
+                request_id,
+                codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000,
+                               r.total_ns // 1000),
+            ))
+
+        self.runtime.run(
+            self.owner, run.session_id.hex(), run.wait_value, run.signal_value, run.timeout_ms,
+            transport="ipc", asynchronous=frame.kind == Kind.RUN_ASYNC, reply=reply,
         )
 
     # -- control handlers -----------------------------------------------------------------
@@ -192,14 +195,16 @@ class Connection:
             raise InvalidRequest("host_shm memory is opened by name; send no fd")
         return self.runtime.import_memory(
             self.owner, req.handle_type, name=req.name, fd=fd, size_bytes=req.size_bytes,
-            offset_bytes=req.offset_bytes, access=req.access, **req.gpu_fields(),
+            offset_bytes=req.offset_bytes, access=req.access, caller=self.caller,
+            **req.gpu_fields(),
         )
 
     def _import_fence(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(FenceImportRequest, body)
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
-            self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid
+            self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
+            caller=self.caller,
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
@@ -211,17 +216,10 @@ class Connection:
         )
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
-        sid = self._id(body)
-        self.runtime.release_session(self.owner, sid)
-        with contextlib.suppress(ValueError):
-            self._sessions.pop(bytes.fromhex(sid), None)
+        self.runtime.release_session(self.owner, self._id(body))
 
     def _stop_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
-        sid = self._id(body)
-        info = self.runtime.stop_session(self.owner, sid)
-        with contextlib.suppress(ValueError):
-            self._sessions.pop(bytes.fromhex(sid), None)
-        return info
+        return self.runtime.stop_session(self.owner, self._id(body))
 
     def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         obj = codec.decode_json(body)
@@ -239,7 +237,6 @@ class Connection:
 
     def close(self) -> None:
         if self.server.forget(self):
-            self._sessions.clear()
             try:
                 self.runtime.release_owner(self.owner)
             finally:
@@ -257,7 +254,12 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 class IpcServer:
-    """``allow_uids``: peers whose uid may connect (SO_PEERCRED); default the service's own."""
+    """``allow_uids``: peers whose uid may connect (SO_PEERCRED) besides the service's own.
+
+    The socket file's mode only keeps other users out early; the peer's uid is the real check.
+    With no other uid allowed the socket is 0600 in a 0700 directory; with others it is 0666 in
+    a directory they can traverse (0711 when the service creates it), and :meth:`start` fails
+    when an allowed user could not reach it."""
 
     def __init__(
         self,
@@ -269,7 +271,8 @@ class IpcServer:
         self.runtime = runtime
         self.path = Path(path) if path is not None else default_socket_path()
         self.spin_ns = spin_ns
-        self.allow_uids = allow_uids if allow_uids is not None else frozenset({os.getuid()})
+        # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
+        self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
         self._sock: socket.socket | None = None
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
@@ -277,7 +280,9 @@ class IpcServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        others = self.allow_uids - {os.geteuid()}
+        access.prepare_directory(self.path, shared=bool(others))
+        access.check_reachable(self.path, others)
         if self.path.exists() or self.path.is_symlink():
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -294,7 +299,7 @@ class IpcServer:
             sock.bind(str(self.path))
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
+        os.chmod(self.path, access.SHARED_SOCKET if others else access.PRIVATE_SOCKET)
         sock.listen(64)
         self._sock = sock
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
@@ -310,6 +315,7 @@ class IpcServer:
                 return
             pid, uid, _gid = peer_credentials(conn)
             if uid not in self.allow_uids:
+                logs.peer.set(f"uid {uid}")
                 log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
                 self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
                 self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))

@@ -20,6 +20,7 @@ import logging
 import mmap
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
-from fenceline.runtime.session import RunResult
+from fenceline.runtime.session import RECENT_RUNS, RunResult, StreamControl
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -48,7 +49,7 @@ DRAIN_GRACE_NS = 200_000_000
 # A plain run's host wait checks for shutdown this often.
 CANCEL_SLICE_NS = 100_000_000
 # The run at session creation (CudaSession._warm_up); a module constant so that a measurement
-# can start a service without it (tests/gpu_first_frame_probe.py).
+# can start a service without it (tests/support/gpu_first_frame_probe.py).
 WARM_UP = True
 
 
@@ -128,6 +129,8 @@ class CudaSession:
         self.device_label = device_label(device.ordinal)
         self.runs = 0
         self.last_signal_value = 0
+        self.stream: StreamControl | None = None  # GPU sessions take RUN and RUN_ASYNC only
+        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._max_wait_value = 0
         # (wait_value, signal_value) of a run that timed out and is still queued on the stream.
         self._timed_out: tuple[int, int] | None = None
@@ -243,7 +246,9 @@ class CudaSession:
             self.runs += 1
             self.last_signal_value = target
             if asynchronous:
-                return RunResult(target, 0, enqueued - start, enqueued - start)
+                queued = RunResult(target, 0, enqueued - start, enqueued - start)
+                self.recent.append((enqueued, queued))
+                return queued
             done = stream.synchronize(min(timeout_ns, CANCEL_SLICE_NS), spin_ns)
             left = timeout_ns - CANCEL_SLICE_NS
             while not done and left > 0:
@@ -260,7 +265,9 @@ class CudaSession:
                 f"run stays queued on the GPU and signals {target} once it does",
                 {"queued": True, "wait_value": wait_value, "signal_value": target},
             )
-        return RunResult(target, end - enqueued, enqueued - start, end - start)
+        result = RunResult(target, end - enqueued, enqueued - start, end - start)
+        self.recent.append((end, result))
+        return result
 
     def close(self) -> None:
         """Lets queued work finish (releasing, after a grace period, a GPU wait that nobody
@@ -302,4 +309,4 @@ class CudaSession:
 
 
 def _view_info(b: CudaTensorBinding) -> dict[str, Any]:
-    return {"offset_bytes": b.view.offset, "datatype": b.datatype.name, "shape": b.shape}
+    return {"offset_bytes": b.offset, "datatype": b.datatype.name, "shape": b.shape}

@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -23,11 +24,14 @@ from fenceline.interop.capabilities import capabilities
 from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, CudaMemoryImport, import_cuda_memory
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.devices import check_device_quota, device_label
+from fenceline.interop.handles import Access, Binding, FenceHandle, MemoryHandle
 from fenceline.interop.host_fence import FenceImport, import_fence
-from fenceline.interop.host_memory import Access, MemoryImport, TensorBinding, import_memory
+from fenceline.interop.host_memory import MemoryImport, import_memory
+from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
-from fenceline.runtime.cuda_session import CudaSession, check_gpu_session, uses_gpu
+from fenceline.runtime import backends
+from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
@@ -65,6 +69,8 @@ class RuntimeSettings:
     max_mapped_bytes_per_owner: int = 16 << 30
     max_inflight_runs_per_owner: int = 64
     max_sessions_per_device: int = 1024  # CUDA sessions per GPU, over every client
+    # Users besides the service's own who may import objects they own by name (--allow-uid).
+    allow_uids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
@@ -109,9 +115,11 @@ class Runtime:
         self.models = models
         self.metrics = metrics if metrics is not None else Metrics()
         self.settings = settings or RuntimeSettings()
-        self.memory: Table[MemoryImport] = Table("memory")
-        self.fences: Table[FenceImport] = Table("fence")
+        self.memory: Table[MemoryHandle] = Table("memory")
+        self.fences: Table[FenceHandle] = Table("fence")
         self.sessions: Table[Session] = Table("session")
+        # The worker of each streaming session, by session id (request-mode sessions have none).
+        self.streams: dict[str, StreamWorker] = {}
         self._lock = threading.RLock()
         self._inflight: dict[str, int] = {}
         # Sessions being built outside the lock: (owner, device label or "") by reserved id.
@@ -124,6 +132,14 @@ class Runtime:
         return capabilities()
 
     # -- memory ---------------------------------------------------------------------------
+
+    def _check_named(self, obj: MemoryImport | FenceImport, caller: Caller, what: str) -> None:
+        """Closes ``obj`` and raises unless ``caller`` may import it by name."""
+        try:
+            check_import(caller, obj.handle.fd, what, obj.name, self.settings.allow_uids)
+        except BaseException:
+            obj.close()
+            raise
 
     def _check_import_quota(self, owner: str, fd: int | None) -> None:
         """Refuses an import over the client's limit; a received fd is closed then."""
@@ -155,22 +171,27 @@ class Runtime:
         size_bytes: int = 0,
         offset_bytes: int = 0,
         access: Access = "read_write",
+        caller: Caller = SERVICE,
         **gpu: Any,
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
-        GPU handle types (interop/cuda_memory.py)."""
+        GPU handle types (interop/cuda_memory.py). An import by ``name`` is checked against
+        ``caller`` (interop/owners.py)."""
         self._check_import_quota(owner, fd)
-        mem: Any
+        mem: MemoryHandle
         if handle_type in CUDA_MEMORY_TYPES:
             mem = import_cuda_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access, **gpu,
             )
         else:
-            mem = import_memory(
+            host = import_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access,
             )
+            if fd is None:
+                self._check_named(host, caller, "memory")
+            mem = host
         with self._lock:
             mapped = sum(e.obj.size_bytes for e in self.memory.owned_by(owner))
             limit = self.settings.max_mapped_bytes_per_owner
@@ -187,7 +208,7 @@ class Runtime:
             self.metrics.gpu_imported_bytes.labels(device_label(mem.cuda.ordinal)).inc(mem.size_bytes)
         return self._memory_info(entry)
 
-    def _memory_info(self, e: Entry[MemoryImport]) -> dict[str, Any]:
+    def _memory_info(self, e: Entry[MemoryHandle]) -> dict[str, Any]:
         m = e.obj
         return {
             "id": e.id,
@@ -207,7 +228,7 @@ class Runtime:
     def release_memory(self, owner: str, id: str) -> None:
         self._close_memory(self._release(self.memory, owner, id))
 
-    def _close_memory(self, mem: MemoryImport) -> None:
+    def _close_memory(self, mem: MemoryHandle) -> None:
         mem.close()
         self.metrics.imported_bytes.labels(mem.kind).dec(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).dec()
@@ -224,19 +245,23 @@ class Runtime:
         name: str | None = None,
         fd: int | None = None,
         device_uuid: str | None = None,
+        caller: Caller = SERVICE,
     ) -> dict[str, Any]:
         self._check_import_quota(owner, fd)
-        fence: Any
+        fence: FenceHandle
         if fence_type in VK_FENCE_TYPES:
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
         else:
-            fence = import_fence(fence_type, name=name, fd=fd)
+            host_fence = import_fence(fence_type, name=name, fd=fd)
+            if fd is None:
+                self._check_named(host_fence, caller, "fence")
+            fence = host_fence
         with self._lock:
             entry = self.fences.add(owner, fence)
         self.metrics.imported_handles.labels(fence.kind).inc()
         return self._fence_info(entry)
 
-    def _fence_info(self, e: Entry[FenceImport]) -> dict[str, Any]:
+    def _fence_info(self, e: Entry[FenceHandle]) -> dict[str, Any]:
         f = e.obj
         return {
             "id": e.id,
@@ -244,7 +269,7 @@ class Runtime:
             "name": f.name,
             "value": f.value,
             "status": f.status,
-            "device": getattr(f, "device", "cpu"),
+            "device": f.device,
             "sessions": len(e.users),
         }
 
@@ -255,7 +280,7 @@ class Runtime:
     def release_fence(self, owner: str, id: str) -> None:
         self._close_fence(self._release(self.fences, owner, id))
 
-    def _close_fence(self, fence: FenceImport) -> None:
+    def _close_fence(self, fence: FenceHandle) -> None:
         fence.close()
         self.metrics.imported_handles.labels(fence.kind).dec()
 
@@ -299,18 +324,26 @@ class Runtime:
                     f"at most {self.settings.max_sessions_per_owner} sessions per client"
                 )
             limit = self.settings.max_streaming_sessions_per_owner
-            if mode == "streaming" and sum(_stream_of(e.obj) is not None for e in owned) >= limit:
+            streaming = sum(e.id in self.streams for e in owned)
+            if mode == "streaming" and streaming >= limit:
                 raise ResourceExhausted(
                     f"at most {limit} streaming sessions per client; stop one first"
                 )
             wait = self.fences.get(owner, wait_fence)
             signal = self.fences.get(owner, signal_fence)
-            used: list[Entry[MemoryImport]] = []
-            bound: list[dict[str, TensorBinding]] = []
+            used: list[Entry[MemoryHandle]] = []
+            bound: list[dict[str, Binding]] = []
             for role, specs in (("input", inputs), ("output", outputs)):
-                views: dict[str, TensorBinding] = {}
+                views: dict[str, Binding] = {}
                 for tensor, spec in specs.items():
                     mem_entry = self.memory.get(owner, spec.memory)
+                    if not all(isinstance(d, int) and d < 2**63 for d in spec.shape):
+                        # The native view takes int64 dimensions; a larger one is the caller's
+                        # mistake, not a failed conversion (an ``internal`` error).
+                        raise InvalidArgument(
+                            f"{role} {tensor!r}: shape dimensions are integers below 2^63, "
+                            f"got {list(spec.shape)}"
+                        )
                     try:
                         views[tensor] = mem_entry.obj.view(
                             spec.offset_bytes, datatype(spec.datatype), list(spec.shape),
@@ -320,19 +353,16 @@ class Runtime:
                         raise InvalidArgument(f"{role} {tensor!r}: {e.message}") from None
                     used.append(mem_entry)
                 bound.append(views)
-            views_used = [*bound[0].values(), *bound[1].values()]
-            gpu = uses_gpu(views_used, [wait.obj, signal.obj])
-            label = ""
-            if gpu:
-                device = check_gpu_session(m, bound[0], bound[1], wait.obj, signal.obj)
-                label = device_label(device.ordinal)
+            backend = backends.select(m, bound[0], bound[1], wait.obj, signal.obj)
+            label = backend.device_label
+            if label:
                 check_device_quota(
                     label, self._sessions_on(label), self.settings.max_sessions_per_device
                 )
             if mode == "streaming":
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
-                if gpu:
+                if not backend.streams:
                     raise Unsupported(
                         "streaming sessions run on host memory and host_timeline fences in this "
                         "build; GPU sessions take RUN or RUN_ASYNC requests (docs/gpu.md)"
@@ -342,11 +372,13 @@ class Runtime:
             holders: list[Entry[Any]] = [*used, wait, signal]
             for user in holders:  # held from now on: a release answers conflict
                 user.users.add(sid)
+        stream: StreamWorker | None = None
         try:
-            session_cls: Any = CudaSession if gpu else Session
-            session = session_cls(m, bound[0], bound[1], wait.obj, signal.obj)
+            session = backend.build(m, bound[0], bound[1], wait.obj, signal.obj)
             if mode == "streaming":
-                session.stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
+                assert isinstance(session, HostSession)  # backend.streams said so
+                stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
+                session.stream = stream
         except BaseException:
             with self._lock:
                 del self._pending[sid]
@@ -361,10 +393,11 @@ class Runtime:
                     user.users.discard(sid)
             else:
                 entry = self.sessions.add(owner, session, sid)
+                if stream is not None:
+                    self.streams[sid] = stream
         if shutting_down:
             session.close()
             raise Unavailable("the service is shutting down")
-        stream = _stream_of(session)
         if stream is not None:
             stream.label, stream.owner = entry.id[:8], owner
         self.metrics.sessions.labels(m.name).inc()
@@ -380,15 +413,15 @@ class Runtime:
 
     def _sessions_on(self, label: str) -> int:
         built = sum(
-            1 for e in self.sessions.entries.values() if getattr(e.obj, "device_label", "") == label
+            1 for e in self.sessions.entries.values() if e.obj.device_label == label
         )
         return built + sum(1 for _, d in self._pending.values() if d == label)
 
     def _session_info(self, e: Entry[Session]) -> dict[str, Any]:
         info = {"id": e.id, **e.obj.describe()}
         ids = {id(m.obj): m.id for m in self.memory.owned_by(e.owner)}
-        for role in ("inputs", "outputs"):
-            for name, binding in getattr(e.obj, role).items():
+        for role, bindings in (("inputs", e.obj.inputs), ("outputs", e.obj.outputs)):
+            for name, binding in bindings.items():
                 info[role][name]["memory"] = ids.get(id(binding.memory), "")
         fence_ids = {id(f.obj): f.id for f in self.fences.owned_by(e.owner)}
         info["wait_fence"] = fence_ids.get(id(e.obj.wait_fence), "")
@@ -400,7 +433,9 @@ class Runtime:
             return self._session_info(self.sessions.get(owner, id))
 
     def _stream(self, owner: str, id: str) -> StreamWorker:
-        stream = _stream_of(self.session(owner, id))
+        with self._lock:
+            self.sessions.get(owner, id)
+            stream = self.streams.get(id)
         if stream is None:
             raise Conflict(
                 f"session {id} runs on request (mode 'request'); only streaming sessions start, "
@@ -431,7 +466,7 @@ class Runtime:
         with self._lock:
             entry = self.sessions.get(owner, id)
             del self.sessions.entries[id]
-        stream = _stream_of(entry.obj)
+            stream = self.streams.pop(id, None)
         if stream is not None:
             stream.stop()  # joins the worker; outside the table lock
         entry.obj.close()  # waits for a run in flight, outside the table lock
@@ -441,7 +476,7 @@ class Runtime:
             ]:
                 users.discard(id)
         self.metrics.sessions.labels(entry.obj.model.name).dec()
-        label = getattr(entry.obj, "device_label", "")
+        label = entry.obj.device_label
         if label:
             self.metrics.gpu_sessions.labels(label).dec()
         log.info("session released", extra=_ids(owner, id))
@@ -458,10 +493,23 @@ class Runtime:
         signal_value: int | None = None,
         timeout_ms: int | None = None,
         *,
-        transport: str = "http",
+        transport: str,
+        asynchronous: bool = False,
+        reply: Callable[[RunResult], object] | None = None,
     ) -> RunResult:
+        """The one entry for a request-mode run, whatever the transport: the owner's in-flight
+        quota, the argument checks, the run, ``reply`` (a transport answers the renderer before
+        the metrics are recorded, so it is not kept waiting for them), then the metrics.
+
+        ``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
+        always run to completion."""
         session = self.session(owner, session_id)
         with self._lock:
+            if session_id in self.streams:
+                raise Conflict(
+                    "this session streams: it runs by itself when its input fence advances; RUN "
+                    "is for sessions created with mode 'request'"
+                )
             n = self._inflight.get(owner, 0)
             if n >= self.settings.max_inflight_runs_per_owner:
                 raise ResourceExhausted(
@@ -469,32 +517,28 @@ class Runtime:
                 )
             self._inflight[owner] = n + 1
         try:
-            return self.run_session(
-                session, wait_value, signal_value, timeout_ms, transport=transport
-            )
+            result = self._run(session, wait_value, signal_value, timeout_ms, asynchronous)
         finally:
             with self._lock:
                 self._inflight[owner] -= 1
+        if reply is not None:
+            reply(result)
+        self.metrics.observe_run(
+            session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
+            result.infer_ns / 1e9,
+        )
+        if session.device_label:
+            self.metrics.observe_gpu_run(session.device_label)
+        return result
 
-    def run_session(
+    def _run(
         self,
         session: Session,
         wait_value: int,
         signal_value: int | None,
         timeout_ms: int | None,
-        *,
-        transport: str,
-        record: bool = True,
-        asynchronous: bool = False,
+        asynchronous: bool,
     ) -> RunResult:
-        """One request-mode run. ``record=False`` leaves the metrics to the caller
-        (:meth:`record_run`), so a transport can send its reply first. ``asynchronous``: a CUDA
-        session replies once the work is enqueued; host sessions always run to completion."""
-        if _stream_of(session) is not None:
-            raise Conflict(
-                "this session streams: it runs by itself when its input fence advances; RUN is "
-                "for sessions created with mode 'request'"
-            )
         s = self.settings
         if self.closing.is_set():
             raise Unavailable("the service is shutting down")
@@ -504,26 +548,10 @@ class Runtime:
             raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
-        if asynchronous and isinstance(session, CudaSession):
-            result = session.run(
-                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
-                asynchronous=True,
-            )
-        else:
-            result = session.run(
-                wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing
-            )
-        if record:
-            self.record_run(session, result, transport)
-        return result
-
-    def record_run(self, session: Session, result: RunResult, transport: str) -> None:
-        self.metrics.observe_run(
-            session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
-            result.infer_ns / 1e9,
+        return session.run(
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+            asynchronous=asynchronous,
         )
-        if isinstance(session, CudaSession):
-            self.metrics.observe_gpu_run(session.device_label)
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -551,7 +579,7 @@ class Runtime:
 
     def snapshot(
         self,
-    ) -> tuple[list[Entry[MemoryImport]], list[Entry[FenceImport]], list[Entry[Session]]]:
+    ) -> tuple[list[Entry[MemoryHandle]], list[Entry[FenceHandle]], list[Entry[Session]]]:
         """Every object of every owner, for the admin status view. An object in the snapshot may
         be released meanwhile: reading a closed fence raises FencelineError."""
         with self._lock:
@@ -571,11 +599,6 @@ class Runtime:
         self.closing.set()
         for owner in self.owners():
             self.release_owner(owner)
-
-
-def _stream_of(session: Any) -> StreamWorker | None:
-    """A streaming session's worker; None for request-mode and GPU sessions."""
-    return getattr(session, "stream", None)
 
 
 def _ids(owner: str, session_id: str) -> dict[str, str]:

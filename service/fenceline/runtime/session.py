@@ -1,23 +1,17 @@
-"""A session: one model bound through one IOBinding to imported views, inputs and outputs alike,
-between a wait fence and a signal fence."""
+"""What every session is, whatever it runs on: the protocol the runtime, the transports and
+the status page program against. Implementations: runtime/host_session.py (host memory,
+host_timeline fences, waits on the CPU) and runtime/cuda_session.py (device memory, Vulkan
+timeline semaphores waited on a CUDA stream); runtime/backends.py picks one per session."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
-from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, ModelError, TimedOut
-from fenceline.interop.host_fence import FenceImport
-from fenceline.interop.host_memory import MemoryImport, TensorBinding
+from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
-from fenceline.waiting import AdaptiveSpin
-
-if TYPE_CHECKING:
-    from fenceline.runtime.streaming import StreamWorker
 
 
 class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
@@ -37,45 +31,39 @@ class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest
 RECENT_RUNS = 128  # what the status page shows: fps and a latency sparkline
 
 
-class Session:
-    """Runs are serialized per session (one IOBinding); different sessions run in parallel."""
+class StreamControl(Protocol):
+    """A streaming session's worker as the session sees it (runtime/streaming.py builds it);
+    the session only reports it, so this module needs nothing of the streaming machinery."""
 
-    def __init__(
-        self,
-        model: Model,
-        inputs: dict[str, TensorBinding],
-        outputs: dict[str, TensorBinding],
-        wait_fence: FenceImport,
-        signal_fence: FenceImport,
-    ) -> None:
-        assert model.session is not None
-        model.check_bindings(inputs, outputs)
-        self.model = model
-        self.inputs = inputs
-        self.outputs = outputs
-        self.wait_fence = wait_fence
-        self.signal_fence = signal_fence
-        self.runs = 0
-        self.last_signal_value = 0
-        self.stream: StreamWorker | None = None  # set for streaming sessions (runtime/streaming.py)
-        self._spin = AdaptiveSpin(0)
-        # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
-        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
-        self._lock = threading.Lock()
-        self._closed = False
-        # Renderer memory that could shrink under the mapping is checked before each run.
-        self._unsealed = _unique_unsealed(b.memory for b in (*inputs.values(), *outputs.values()))
-        self._wait_handle = wait_fence.handle
-        self._signal_handle = signal_fence.handle
-        self._binding = model.session.io_binding()
-        for name, b in inputs.items():
-            self._binding.bind_input(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
-        for name, b in outputs.items():
-            self._binding.bind_output(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
+    def describe(self) -> dict[str, Any]: ...
+
+
+class Session(Protocol):
+    """One model bound to imported views between a wait fence and a signal fence. Runs are
+    serialized per session; different sessions run in parallel. ``close()`` waits for a run in
+    flight and is safe to call twice; a run after it raises Conflict."""
+
+    # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
+    recent: deque[tuple[int, RunResult]]
+    stream: StreamControl | None  # set by the runtime for streaming sessions
+    device_label: str  # the GPU's metrics label; "" for host sessions
+    runs: int
+    last_signal_value: int
 
     @property
-    def output_devices(self) -> dict[str, str]:
-        return {name: self.model.device for name in self.outputs}
+    def model(self) -> Model: ...
+
+    @property
+    def inputs(self) -> Mapping[str, Binding]: ...
+
+    @property
+    def outputs(self) -> Mapping[str, Binding]: ...
+
+    @property
+    def wait_fence(self) -> FenceHandle: ...
+
+    @property
+    def signal_fence(self) -> FenceHandle: ...
 
     def run(
         self,
@@ -84,104 +72,14 @@ class Session:
         timeout_ns: int,
         spin_ns: int,
         cancel: threading.Event | None = None,
+        *,
+        asynchronous: bool = False,
     ) -> RunResult:
-        """wait(input fence >= wait_value) -> run -> signal(output fence := signal_value).
+        """wait(input fence >= wait_value) -> the model -> signal(output fence := signal_value
+        or wait_value). ``asynchronous``: reply once the work is queued, where the
+        implementation has a queue (host sessions always run to completion)."""
+        ...
 
-        A wait that times out raises TimedOut having run and signalled nothing: its details say
-        ``queued: false`` (docs/ipc.md, "When a run times out")."""
-        target = wait_value if signal_value is None else signal_value
-        with self._lock:
-            if self._closed:
-                raise Conflict("the session is closed")
-            start = time.perf_counter_ns()
-            current = self._signal_handle.value
-            if target <= current:
-                raise Conflict(
-                    f"signal_value {target} is not above the output fence's value {current}"
-                )
-            # Fast path: one native call when the value is already there; else an adaptive,
-            # rationed spin (fenceline.waiting), then the full wait (slices, cancellation).
-            if self._wait_handle.wait(wait_value, 0, 0) != WAIT_REACHED:
-                self._spin.max_spin_ns = spin_ns
-                fence = self.wait_fence
-                r = self._spin.wait_fence(
-                    self._wait_handle, wait_value, timeout_ns,
-                    lambda v, t: fence.wait_result(v, t, 0, cancel),
-                )
-                try:
-                    fence.raise_for(r, wait_value, timeout_ns)
-                except TimedOut as e:
-                    raise TimedOut(
-                        f"{e.message}; nothing ran and nothing was signalled (not queued): "
-                        "send the run again once the input is ready",
-                        {"queued": False, "wait_value": wait_value, "signal_value": target},
-                    ) from None
-            waited = time.perf_counter_ns()
-            for handle in self._unsealed:
-                handle.check()
-            assert self.model.session is not None
-            try:
-                # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
-                self.model.session.run_with_iobinding(self._binding)
-            except Exception as e:  # onnxruntime's own error types
-                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
-            inferred = time.perf_counter_ns()
-            self._signal_handle.signal(target)
-            end = time.perf_counter_ns()
-            self.runs += 1
-            self.last_signal_value = target
-            result = RunResult(target, waited - start, inferred - waited, end - start)
-            self.recent.append((end, result))
-        return result
+    def close(self) -> None: ...
 
-    def infer(self) -> int:
-        """Runs the model once over the bound views, now, and returns how long it took (ns).
-        Streaming drivers call this after their own fence wait; raises ModelError."""
-        with self._lock:
-            if self._closed:
-                raise Conflict("the session is closed")
-            for handle in self._unsealed:
-                handle.check()
-            assert self.model.session is not None
-            t0 = time.perf_counter_ns()
-            try:
-                self.model.session.run_with_iobinding(self._binding)
-            except Exception as e:  # onnxruntime's own error types
-                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
-            self.runs += 1
-            return time.perf_counter_ns() - t0
-
-    def close(self) -> None:
-        """Waits for a run in flight, then unbinds. Safe to call twice."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._binding.clear_binding_inputs()
-            self._binding.clear_binding_outputs()
-
-    def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "model": self.model.name,
-            "mode": "request" if self.stream is None else "streaming",
-            "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
-            "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
-            "output_devices": self.output_devices,
-            "runs": self.runs,
-            "last_signal_value": self.last_signal_value,
-        }
-        if self.stream is not None:
-            info["stream"] = self.stream.describe()
-        return info
-
-
-def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:
-    seen: dict[int, Any] = {}
-    for m in memories:
-        if not m.handle.sealed:
-            seen[id(m)] = m.handle
-    return list(seen.values())
-
-
-def _view_info(b: TensorBinding) -> dict[str, Any]:
-    return {"offset_bytes": b.view.offset, "datatype": b.datatype.name, "shape": b.shape}
+    def describe(self) -> dict[str, Any]: ...

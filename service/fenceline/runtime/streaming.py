@@ -25,7 +25,8 @@ from typing import Any, Literal
 from fenceline import _native, logs
 from fenceline.errors import Conflict, DeviceLost, FencelineError, ModelError, Unsupported
 from fenceline.metrics import Metrics
-from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.host_session import HostSession
+from fenceline.runtime.session import RunResult
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.streaming")
@@ -63,7 +64,7 @@ class StreamDriver(ABC):
     """
 
     def __init__(
-        self, session: Session, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
+        self, session: HostSession, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
         metrics: Metrics,
     ) -> None:
         self.session = session
@@ -86,7 +87,7 @@ class HostStreamDriver(StreamDriver):
     """Host timeline fences, any model: wait on the CPU, run, signal."""
 
     def __init__(
-        self, session: Session, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
+        self, session: HostSession, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
         metrics: Metrics,
     ) -> None:
         super().__init__(session, policy, spin, stats, metrics)
@@ -187,7 +188,7 @@ class StreamWorker:
     again (the runtime then releases the session)."""
 
     def __init__(
-        self, session: Session, policy: Policy, max_spin_ns: int, metrics: Metrics,
+        self, session: HostSession, policy: Policy, max_spin_ns: int, metrics: Metrics,
         slice_ns: int = SLICE_NS,
     ) -> None:
         driver = DRIVERS.get(session.wait_fence.kind)

@@ -1,0 +1,42 @@
+/* Linux: sleepers wait on a shared futex on the page's `seq` word; no wake object is needed. */
+#include <limits.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../htl_wake.h"
+
+int64_t fl_htl_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
+  (void)name;
+  (void)create;
+  *out = NULL;
+  return 0;
+}
+
+void fl_htl_wake_close(fl_htl_wake *w) { (void)w; }
+
+/* Shared (not private) futex ops: waiters and wakers live in different processes. */
+void fl_htl_wake_all(fl_htl_page *p, fl_htl_wake *w) {
+  (void)w;
+  syscall(SYS_futex, &p->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void fl_htl_sleep(fl_htl_page *p, fl_htl_wake *w, uint32_t seen_seq, int64_t timeout_ns) {
+  (void)w;
+  if (timeout_ns < 0) {
+    syscall(SYS_futex, &p->seq, FUTEX_WAIT, seen_seq, NULL, NULL, 0);
+    return;
+  }
+  struct timespec rel;
+  rel.tv_sec = (time_t)(timeout_ns / 1000000000);
+  rel.tv_nsec = (long)(timeout_ns % 1000000000);
+  syscall(SYS_futex, &p->seq, FUTEX_WAIT, seen_seq, &rel, NULL, 0);
+}

@@ -1,0 +1,80 @@
+// The Windows IPC transport: a message-mode named pipe, the same frames as the Unix socket
+// (docs/ipc.md). Overlapped I/O throughout, so that shutdown() can wake a blocked accept or
+// receive from another thread, as shutdown(2) does on Linux.
+#pragma once
+
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace fl::win32 {
+
+// The SID of this process's user, as S-1-5-...
+std::string current_user_sid();
+
+class PipeConnection {
+ public:
+  // Client side: connects to a listening service; waits up to timeout_ms while every instance
+  // is busy. NotFound when nothing listens on `name`.
+  static std::shared_ptr<PipeConnection> connect(const std::string &name, std::uint32_t timeout_ms);
+  PipeConnection(HANDLE pipe, bool server);
+  ~PipeConnection();
+  PipeConnection(const PipeConnection &) = delete;
+  PipeConnection &operator=(const PipeConnection &) = delete;
+
+  // One whole message; nullopt once the peer closed or shutdown() ran. A message over max_bytes
+  // is read to its end and reported as InvalidArgument, so the stream stays in step.
+  std::optional<std::string> recv(std::size_t max_bytes);
+  // Whole message; false when the peer is gone.
+  bool send(const std::string &data);
+  // Wakes a blocked recv (it returns nullopt) and fails later calls; the handle stays open
+  // until close() or destruction.
+  void shutdown();
+  void close();
+
+  // The peer's process id and user SID: the server side's SO_PEERCRED.
+  std::uint32_t peer_pid() const;
+  std::string peer_user_sid() const;
+  // Duplicates a handle of the peer process into this one, with the same access.
+  std::intptr_t duplicate_from_peer(std::intptr_t handle) const;
+
+ private:
+  bool wait_io(OVERLAPPED &ov, DWORD *transferred);
+  HANDLE pipe_;
+  HANDLE cancel_;  // manual-reset: set by shutdown()
+  bool server_;
+  std::mutex send_mutex_;
+};
+
+class PipeListener {
+ public:
+  // sddl: the security descriptor of every instance (who may connect). Remote clients are
+  // rejected; the first instance is created with FILE_FLAG_FIRST_PIPE_INSTANCE, so a second
+  // service (or a squatter that got there first) makes this throw Conflict.
+  PipeListener(const std::string &name, const std::string &sddl);
+  ~PipeListener();
+  PipeListener(const PipeListener &) = delete;
+  PipeListener &operator=(const PipeListener &) = delete;
+
+  // Blocks until a client connects; nullptr once close() ran.
+  std::shared_ptr<PipeConnection> accept();
+  void close();
+  const std::string &name() const { return name_; }
+
+ private:
+  HANDLE make_instance(bool first);
+  std::string name_;
+  std::wstring wname_;
+  PSECURITY_DESCRIPTOR sd_ = nullptr;
+  HANDLE next_ = INVALID_HANDLE_VALUE;
+  HANDLE cancel_;
+};
+
+}  // namespace fl::win32

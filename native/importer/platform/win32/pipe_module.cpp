@@ -1,0 +1,53 @@
+// Python bindings of the Windows named-pipe transport (fenceline._native.Pipe*).
+#include <pybind11/pybind11.h>
+
+#include "pipe.h"
+
+namespace py = pybind11;
+
+namespace fl::win32 {
+
+void bind_pipe(py::module_ &mod) {
+  mod.def("current_user_sid", &current_user_sid, "This process's user SID (S-1-5-...).");
+
+  py::class_<PipeConnection, std::shared_ptr<PipeConnection>>(mod, "PipeConnection")
+      .def_static("connect", &PipeConnection::connect, py::arg("name"),
+                  py::arg("timeout_ms") = 5000, py::call_guard<py::gil_scoped_release>(),
+                  "Connects to a service's named pipe (message mode).")
+      .def(
+          "recv",
+          [](PipeConnection &c, std::size_t max_bytes) -> py::object {
+            std::optional<std::string> m;
+            {
+              py::gil_scoped_release release;
+              m = c.recv(max_bytes);
+            }
+            if (!m) return py::none();
+            return py::bytes(*m);
+          },
+          py::arg("max_bytes"), "One message, or None once the peer closed.")
+      .def(
+          "send",
+          [](PipeConnection &c, py::bytes data) {
+            std::string s = data;
+            py::gil_scoped_release release;
+            return c.send(s);
+          },
+          py::arg("data"))
+      .def("shutdown", &PipeConnection::shutdown)
+      .def("close", &PipeConnection::close)
+      .def_property_readonly("peer_pid", &PipeConnection::peer_pid)
+      .def("peer_user_sid", &PipeConnection::peer_user_sid)
+      .def("duplicate_from_peer", &PipeConnection::duplicate_from_peer, py::arg("handle"),
+           "A handle of the peer process, duplicated into this one (the caller owns it).");
+
+  py::class_<PipeListener, std::shared_ptr<PipeListener>>(mod, "PipeListener")
+      .def(py::init<const std::string &, const std::string &>(), py::arg("name"),
+           py::arg("sddl"))
+      .def("accept", &PipeListener::accept, py::call_guard<py::gil_scoped_release>(),
+           "Blocks until a client connects; None once close() ran.")
+      .def("close", &PipeListener::close)
+      .def_property_readonly("name", &PipeListener::name);
+}
+
+}  // namespace fl::win32

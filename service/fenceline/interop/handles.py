@@ -1,0 +1,73 @@
+"""The small protocol every handle kind implements, so the runtime, the sessions and the status
+page hold imports without knowing their kind. One module per kind implements it: host_memory
+(host_shm, host_fd), cuda_memory (opaque_fd, cuda_ipc), host_fence (host_timeline), vk_fence
+(vk_timeline_opaque_fd). A new kind adds a module here and a line in the runtime's importer
+table; nothing else changes."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from fenceline.interop.datatypes import Datatype
+
+Access = Literal["read_only", "read_write"]
+
+
+class Binding(Protocol):
+    """A bounds-checked typed window into an import; it keeps the import alive."""
+
+    @property
+    def memory(self) -> MemoryHandle: ...
+
+    @property
+    def datatype(self) -> Datatype: ...
+
+    @property
+    def shape(self) -> list[int]: ...
+
+    @property
+    def address(self) -> int: ...
+
+    @property
+    def offset(self) -> int:
+        """Where the window starts inside the import, in bytes."""
+        ...
+
+
+class MemoryHandle(Protocol):
+    """Imported memory, mapped once. ``close()`` drops this object's hold on the mapping; views
+    made from it keep theirs until they are gone too."""
+
+    kind: str
+    name: str
+    size_bytes: int
+    offset_bytes: int
+    access: Access
+
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda:N"."""
+        ...
+
+    def view(self, offset_bytes: int, dt: Datatype, shape: list[int], *, need_write: bool) -> Binding:
+        ...
+
+    def close(self) -> None: ...
+
+
+class FenceHandle(Protocol):
+    """An imported timeline fence. ``close()`` releases the import once no wait holds it."""
+
+    kind: str
+    name: str
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def value(self) -> int: ...
+
+    @property
+    def status(self) -> int: ...
+
+    def close(self) -> None: ...

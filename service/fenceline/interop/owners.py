@@ -1,0 +1,73 @@
+"""Who may import a host object by name.
+
+The service opens ``/dev/shm`` names with its own rights, which may be wider than the caller's
+(another user's 0600 frame, or anything when the service runs as root). Importing by name is
+therefore allowed only when the kernel says the caller could have opened the object itself:
+the caller runs as the service's user (or root), or the caller is on the allow-list
+(``--allow-uid``) and owns the object (``st_uid`` of the object actually mapped, read with
+``fstat`` after opening, so a name swapped in between does not fool the check). A memory or
+fence fd passed over the IPC socket needs no check: the sender already held it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from fenceline.errors import PermissionDenied
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The party asking for an import, as the kernel knows it.
+
+    ``uid`` is None when nobody can tell (an HTTP client on another host or in another network
+    namespace). ``trusted`` callers act for the service's own user: code inside the service,
+    or an HTTP client that sent the service's bearer token.
+    """
+
+    uid: int | None
+    trusted: bool = False
+    transport: str = "ipc"
+
+    def may_import(self, object_uid: int, allow_uids: frozenset[int]) -> bool:
+        if self.trusted:
+            return True
+        if self.uid is None:
+            return False
+        if self.uid in (0, os.geteuid()):
+            return True  # it could open the object itself
+        return self.uid in allow_uids and self.uid == object_uid
+
+
+    def may_use_objects_of(self, other: Caller) -> bool:
+        """Whether this caller may use what ``other`` registered under a shared name (Triton's
+        shm regions): its own, or anything when it acts for the service."""
+        if self.trusted or self.uid in (0, os.geteuid()):
+            return True
+        return not other.trusted and self.uid is not None and self.uid == other.uid
+
+
+SERVICE = Caller(None, trusted=True, transport="service")
+
+
+def check_import(caller: Caller, fd: int, what: str, name: str, allow_uids: frozenset[int]) -> None:
+    """Raises PermissionDenied unless ``caller`` may import the object open on ``fd``."""
+    object_uid = os.fstat(fd).st_uid
+    if caller.may_import(object_uid, allow_uids):
+        return
+    if caller.uid is None:
+        raise PermissionDenied(
+            f"importing {what} {name!r} by name over {caller.transport} needs to know who asks: "
+            "connect from this host (the service reads the connection's owner from the kernel), "
+            "or set a bearer token with fenceline serve --token-file"
+        )
+    if caller.uid not in allow_uids:
+        raise PermissionDenied(
+            f"uid {caller.uid} may not import {what} {name!r}: only the service's own user and "
+            "the uids given with --allow-uid import objects by name"
+        )
+    raise PermissionDenied(
+        f"uid {caller.uid} may not import {what} {name!r}: it belongs to uid {object_uid}; "
+        "import objects your own user created, or pass an fd over the IPC socket"
+    )

@@ -1,0 +1,68 @@
+"""File-system access to the IPC socket for the users on the allow-list.
+
+Connecting to a Unix socket needs search (x) permission on every directory above it and write
+permission on the socket file. The peer's uid (SO_PEERCRED) is what actually admits a client;
+the modes only have to let the allowed users get that far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import stat
+from pathlib import Path
+
+from fenceline.errors import InvalidArgument
+
+PRIVATE_DIR, SHARED_DIR = 0o700, 0o711  # 0711: others may pass through, not list
+PRIVATE_SOCKET, SHARED_SOCKET = 0o600, 0o666
+
+
+def _groups(uid: int) -> set[int]:
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return set()  # no account: only the "other" bits apply to it
+    return {pw.pw_gid, *os.getgrouplist(pw.pw_name, pw.pw_gid)}
+
+
+def _has_acl(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        os.getxattr(path, "system.posix_acl_access")
+        return True
+    return False
+
+
+def can_search(uid: int, path: Path) -> bool:
+    """Whether ``uid`` may pass through directory ``path`` by its mode bits."""
+    if uid == 0:
+        return True
+    st = path.stat()
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid in _groups(uid):
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def prepare_directory(socket_path: Path, shared: bool) -> None:
+    """Creates the socket's directory if missing: private, or passable when others connect."""
+    parent = socket_path.parent
+    if not parent.is_dir():
+        parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(parent, SHARED_DIR if shared else PRIVATE_DIR)
+
+
+def check_reachable(socket_path: Path, uids: frozenset[int]) -> None:
+    """Raises unless every uid in ``uids`` can reach ``socket_path`` (a directory with an ACL is
+    taken as passable: its mode bits do not tell)."""
+    for uid in sorted(uids):
+        for d in reversed(socket_path.absolute().parents):
+            if not _has_acl(d) and not can_search(uid, d):
+                raise InvalidArgument(
+                    f"--allow-uid {uid}: that user cannot reach the IPC socket {socket_path}, "
+                    f"since it may not enter {d} (mode {stat.S_IMODE(d.stat().st_mode):04o}). "
+                    "Put the socket where it can, e.g. --socket /run/fenceline/fenceline.sock "
+                    "(the service creates that directory with mode 0711)"
+                )

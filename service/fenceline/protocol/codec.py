@@ -1,0 +1,212 @@
+"""The IPC wire format (docs/ipc.md): one SOCK_SEQPACKET message is one frame.
+
+Every frame starts with a 16-byte little-endian header::
+
+    u32 magic 0x50494C46 ("FLIP")   u16 version 1   u16 kind   u32 request_id   u32 body_length
+
+Control messages carry UTF-8 JSON bodies with the same fields as the HTTP API; the per-frame
+RUN and its reply are fixed binary structs. Replies echo request_id; a successful reply's kind
+is the request kind with bit 15 set, a failure is kind ERROR.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import struct
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+from fenceline.errors import BY_IPC_CODE, FencelineError, InvalidRequest
+
+MAGIC = 0x50494C46
+VERSION = 1
+HEADER = struct.Struct("<IHHII")
+HEADER_SIZE = HEADER.size  # 16
+MAX_FRAME = 65536
+MAX_FDS = 4
+REPLY_BIT = 0x8000
+
+# session id (16 raw bytes), wait_value, signal_value (0: same as wait), timeout_ms, flags
+RUN_BODY = struct.Struct("<16sQQII")
+# signal_value, wait_us, infer_us, total_us, reserved
+RUN_REPLY_BODY = struct.Struct("<QIIII")
+ERROR_CODE = struct.Struct("<I")
+DEFAULT_TIMEOUT = 0xFFFFFFFF
+
+
+class Kind(IntEnum):
+    HELLO = 0x0001
+    IMPORT_MEMORY = 0x0002
+    RELEASE_MEMORY = 0x0003
+    IMPORT_FENCE = 0x0004
+    RELEASE_FENCE = 0x0005
+    CREATE_SESSION = 0x0006
+    RELEASE_SESSION = 0x0007
+    DESCRIBE = 0x0008
+    RUN = 0x0010
+    RUN_ASYNC = 0x0011  # RUN's body; replied to with a RUN reply once the work is enqueued
+    # Streaming sessions (docs/streaming.md): body {"id": ...}, reply the session description.
+    START_SESSION = 0x0020
+    PAUSE_SESSION = 0x0021
+    STOP_SESSION = 0x0022
+    ERROR = 0x7FFF
+
+
+REQUEST_KINDS = frozenset(k for k in Kind if k is not Kind.ERROR)
+
+
+# NamedTuples rather than dataclasses: they are built on every frame, and cost a third as much.
+class Frame(NamedTuple):
+    kind: int
+    request_id: int
+    body: bytes
+
+
+class Run(NamedTuple):
+    session_id: bytes
+    wait_value: int
+    signal_value: int | None
+    timeout_ms: int | None
+    flags: int = 0
+
+
+class RunReply(NamedTuple):
+    signal_value: int
+    wait_us: int
+    infer_us: int
+    total_us: int
+
+
+def encode(kind: int, request_id: int, body: bytes = b"") -> bytes:
+    if len(body) > MAX_FRAME - HEADER_SIZE:
+        raise InvalidRequest(f"frame body of {len(body)} bytes exceeds {MAX_FRAME - HEADER_SIZE}")
+    return HEADER.pack(MAGIC, VERSION, kind, request_id & 0xFFFFFFFF, len(body)) + body
+
+
+def decode(data: bytes) -> Frame:
+    """Parses one frame; anything malformed raises InvalidRequest."""
+    if len(data) >= HEADER_SIZE:
+        magic, version, kind, request_id, length = HEADER.unpack_from(data)
+        if magic == MAGIC and version == VERSION and length == len(data) - HEADER_SIZE:
+            return Frame(kind, request_id, data[HEADER_SIZE:])
+    if len(data) < HEADER_SIZE:
+        raise InvalidRequest(f"frame of {len(data)} bytes is shorter than the 16-byte header")
+    magic, version, kind, request_id, length = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise InvalidRequest(f"bad frame magic 0x{magic:08X}, expected 0x{MAGIC:08X}")
+    if version != VERSION:
+        raise InvalidRequest(f"protocol version {version} is not supported (this is {VERSION})")
+    if length != len(data) - HEADER_SIZE:
+        raise InvalidRequest(
+            f"body_length {length} does not match the {len(data) - HEADER_SIZE} bytes received"
+        )
+    return Frame(kind, request_id, data[HEADER_SIZE:])
+
+
+def encode_json(kind: int, request_id: int, obj: Any) -> bytes:
+    return encode(kind, request_id, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def decode_json(body: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(body.decode("utf-8")) if body else {}
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InvalidRequest(f"control body is not UTF-8 JSON: {e}") from None
+    except RecursionError:
+        raise InvalidRequest("control body: JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise InvalidRequest("control body must be a JSON object")
+    return obj
+
+
+RUN_FRAME = struct.Struct("<IHHII" + RUN_BODY.format[1:])
+
+
+def encode_run(request_id: int, run: Run) -> bytes:
+    return RUN_FRAME.pack(
+        MAGIC, VERSION, Kind.RUN, request_id & 0xFFFFFFFF, RUN_BODY.size,
+        run.session_id,
+        run.wait_value,
+        run.signal_value or 0,
+        DEFAULT_TIMEOUT if run.timeout_ms is None else run.timeout_ms,
+        run.flags,
+    )
+
+
+def decode_run(body: bytes) -> Run:
+    if len(body) != RUN_BODY.size:
+        raise InvalidRequest(f"RUN body is {RUN_BODY.size} bytes, not {len(body)}")
+    sid, wait_value, signal_value, timeout_ms, flags = RUN_BODY.unpack(body)
+    if flags != 0:
+        raise InvalidRequest(f"unknown RUN flags 0x{flags:x}")
+    return Run(
+        sid,
+        wait_value,
+        signal_value or None,
+        None if timeout_ms == DEFAULT_TIMEOUT else timeout_ms,
+        flags,
+    )
+
+
+RUN_REPLY_FRAME = struct.Struct("<IHHII" + RUN_REPLY_BODY.format[1:])
+_RUN_REPLY = Kind.RUN | REPLY_BIT
+
+
+def encode_run_reply(request_id: int, reply: RunReply) -> bytes:
+    return RUN_REPLY_FRAME.pack(
+        MAGIC, VERSION, _RUN_REPLY, request_id & 0xFFFFFFFF, RUN_REPLY_BODY.size,
+        reply.signal_value,
+        min(reply.wait_us, 0xFFFFFFFF),
+        min(reply.infer_us, 0xFFFFFFFF),
+        min(reply.total_us, 0xFFFFFFFF),
+        0,
+    )
+
+
+def decode_run_reply(body: bytes) -> RunReply:
+    if len(body) != RUN_REPLY_BODY.size:
+        raise InvalidRequest(f"RUN reply body is {RUN_REPLY_BODY.size} bytes, not {len(body)}")
+    v, w, i, t, _ = RUN_REPLY_BODY.unpack(body)
+    return RunReply(v, w, i, t)
+
+
+def encode_error(request_id: int, exc: FencelineError) -> bytes:
+    payload = json.dumps({**exc.details, "error": exc.message, "code": exc.code}).encode()
+    # Keep the reply inside one frame whatever the message length.
+    limit = MAX_FRAME - HEADER_SIZE - ERROR_CODE.size
+    if len(payload) > limit:
+        short = {**exc.details, "error": exc.message[: limit // 4], "code": exc.code}
+        payload = json.dumps(short).encode()
+        if len(payload) > limit:
+            payload = json.dumps({"error": exc.message[: limit // 2], "code": exc.code}).encode()
+    return encode(Kind.ERROR, request_id, ERROR_CODE.pack(exc.ipc_code) + payload)
+
+
+def decode_error(body: bytes) -> FencelineError:
+    """The error a reply of kind ERROR carries, as the service's exception class."""
+    if len(body) < ERROR_CODE.size:
+        raise InvalidRequest("ERROR body is shorter than its code")
+    (code,) = ERROR_CODE.unpack_from(body)
+    info = decode_json(body[ERROR_CODE.size :])
+    cls = BY_IPC_CODE.get(code, FencelineError)
+    details = {k: v for k, v in info.items() if k not in ("error", "code")}
+    return cls(str(info.get("error", "unknown error")), details)
+
+
+@functools.lru_cache(maxsize=4096)  # called per frame by clients with the same few ids
+def session_id_bytes(session_id: str) -> bytes:
+    """Session ids are 32 hex digits; RUN carries their 16 raw bytes."""
+    try:
+        raw = bytes.fromhex(session_id)
+    except ValueError:
+        raw = b""
+    if len(raw) != 16:
+        raise InvalidRequest(f"session id {session_id!r} is not 32 hex digits")
+    return raw
+
+
+def encode_run_async(request_id: int, run: Run) -> bytes:
+    """A RUN that a CUDA session answers as soon as its work is enqueued on the GPU."""
+    frame = encode_run(request_id, run)
+    return frame[:6] + struct.pack("<H", Kind.RUN_ASYNC) + frame[8:]

@@ -1,0 +1,103 @@
+"""Request and response bodies of the interop API (the IPC control messages use the same)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fenceline.runtime.service import ViewSpec
+
+U64 = Field(ge=0, lt=2**64)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryImportRequest(Strict):
+    handle_type: str = Field(description="host_shm over HTTP; host_fd over IPC; see capabilities")
+    name: str | None = Field(None, description="shared-memory object name, e.g. /game-frame0")
+    size_bytes: int = Field(0, ge=0, lt=2**64, description="0 maps to the end of the object")
+    offset_bytes: int = Field(0, ge=0, lt=2**64)
+    access: Literal["read_only", "read_write"] = "read_write"
+    # GPU handle types (docs/gpu.md)
+    allocation_size_bytes: int = Field(
+        0, ge=0, lt=2**64, description="opaque_fd: the Vulkan allocation's size"
+    )
+    dedicated: bool = Field(False, description="opaque_fd: a dedicated Vulkan allocation")
+    device_uuid: str | None = Field(
+        None, description="32 hex digits: VkPhysicalDeviceIDProperties.deviceUUID"
+    )
+    device_id: int | None = Field(None, ge=0, description="cuda_ipc: the CUDA device ordinal")
+    ipc_handle: str | None = Field(
+        None, min_length=128, max_length=128, description="cuda_ipc: cudaIpcMemHandle_t as hex"
+    )
+
+    def gpu_fields(self) -> dict[str, Any]:
+        """The GPU fields, for the GPU handle types only (interop/cuda_memory.py)."""
+        if self.handle_type not in ("opaque_fd", "cuda_ipc"):
+            return {}
+        return {
+            "allocation_size_bytes": self.allocation_size_bytes, "dedicated": self.dedicated,
+            "device_uuid": self.device_uuid, "device_id": self.device_id,
+            "ipc_handle": self.ipc_handle,
+        }
+
+
+class FenceImportRequest(Strict):
+    fence_type: str = Field(description="host_timeline; see capabilities")
+    name: str | None = None
+    device_uuid: str | None = Field(
+        None, description="vk_timeline_opaque_fd: VkPhysicalDeviceIDProperties.deviceUUID (hex)"
+    )
+
+
+class ViewRequest(Strict):
+    memory: str = Field(description="id of an imported memory")
+    offset_bytes: int = Field(0, ge=0, lt=2**64, description="offset inside the import")
+    datatype: str = Field(description="KServe datatype name: FP32, FP16, UINT8, INT64, ...")
+    shape: list[Annotated[int, Field(lt=2**63)]] = Field(max_length=16)
+
+    def spec(self) -> ViewSpec:
+        return ViewSpec(self.memory, self.offset_bytes, self.datatype, list(self.shape))
+
+
+class SessionCreateRequest(Strict):
+    model: str
+    inputs: dict[str, ViewRequest] = Field(max_length=256)
+    outputs: dict[str, ViewRequest] = Field(max_length=256)
+    wait_fence: str
+    signal_fence: str
+    mode: Literal["request", "streaming"] = Field(
+        "request",
+        description="request: one run per RUN request; streaming: the service runs each new "
+        "input fence value by itself and signals the output fence with it (docs/streaming.md)",
+    )
+    policy: Literal["latest", "every"] = Field(
+        "latest",
+        description="streaming only: latest runs the newest value and skips those passed over; "
+        "every runs each value in order",
+    )
+    spin_us: int | None = Field(
+        None, ge=0, description="streaming only: longest spin per input wait; 0 always blocks; "
+        "default: the service's --fence-spin-us",
+    )
+    start: bool = Field(True, description="streaming only: start at once (else paused)")
+
+    def input_specs(self) -> dict[str, ViewSpec]:
+        return {name: v.spec() for name, v in self.inputs.items()}
+
+    def output_specs(self) -> dict[str, ViewSpec]:
+        return {name: v.spec() for name, v in self.outputs.items()}
+
+
+class RunRequest(Strict):
+    wait_value: int = U64
+    signal_value: int | None = Field(None, gt=0, lt=2**64, description="defaults to wait_value")
+    timeout_ms: int | None = Field(None, ge=0)
+
+
+class RunResponse(BaseModel):
+    signal_value: int
+    timings_us: dict[str, float]

@@ -1,0 +1,74 @@
+"""Runs as another Unix user: ``python -m tests.support.as_user UID GID`` (started as root) imports what
+it needs, drops to UID/GID for good, then obeys one JSON command per stdin line and answers one
+JSON line each. Imports happen first because the checkout may not be readable by that user.
+
+Commands: ``hold`` (create a named frame with a marker and a named fence, keep them until
+exit), ``ipc`` (connect and HELLO), ``ipc_import`` (memory or fence by name, or a memfd by fd),
+``http`` (one request: method, url, json, headers)."""
+
+from __future__ import annotations
+
+import encodings.idna  # noqa: F401  (httpx asks for it on first use)
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+import numpy as np
+
+import fenceline.ipc.server  # noqa: F401  (IpcClient imports it lazily)
+from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame
+
+MARKER = 0x5EC12E7
+
+
+def main() -> int:
+    uid, gid = int(sys.argv[1]), int(sys.argv[2])
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    held: list[Any] = []
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            out = run(cmd, held)
+        except ServiceError as e:
+            out = {"code": e.code, "message": e.message}
+        except Exception as e:  # the test reads it; a crash here is a test failure
+            out = {"code": "client_error", "message": f"{type(e).__name__}: {e}"}
+        print(json.dumps(out), flush=True)
+    for obj in held:
+        obj.close()
+    return 0
+
+
+def run(cmd: dict[str, Any], held: list[Any]) -> dict[str, Any]:
+    op = cmd["op"]
+    if op == "hold":
+        frame = SharedFrame(cmd["size"], name=cmd["frame"])
+        frame.array(np.uint32, [1])[0] = MARKER
+        fence = Fence(name=cmd["fence"])
+        held += [frame, fence]
+        return {"ok": True}
+    if op == "ipc":
+        with IpcClient(cmd["socket"]) as c:
+            return {"ok": True, "version": c.server["version"]}
+    if op == "ipc_import":
+        with IpcClient(cmd["socket"]) as c:
+            if cmd.get("fence"):
+                return {"ok": True, "id": c.import_fence(name=cmd["fence"])}
+            if cmd.get("memfd"):
+                with SharedFrame(4096) as frame:
+                    return {"ok": True, "id": c.import_memory(frame)}
+            return {"ok": True, "id": c.import_memory(name=cmd["name"])}
+    if op == "http":
+        r = httpx.request(cmd["method"], cmd["url"], json=cmd.get("json"),
+                          headers=cmd.get("headers"), timeout=30)  # fmt: skip
+        body = r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else None
+        return {"status": r.status_code, "body": body}
+    raise ValueError(f"unknown op {op!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
