@@ -222,15 +222,15 @@ class CudaSession:
             start = time.perf_counter_ns()
             current = self.signal_fence.enqueued_signal
             if target <= current:
-                queued = ""
+                pending = ""
                 if self._timed_out is not None and self._timed_out[1] == current:
-                    queued = (
+                    pending = (
                         f"; the run that timed out waiting for {self._timed_out[0]} is still "
                         f"queued and signals {current} once the input fence gets there"
                     )
                 raise Conflict(
                     f"signal_value {target} is not above the output fence's last value "
-                    f"{current}{queued}"
+                    f"{current}{pending}"
                 )
             stream = self._stream
             stream.wait(self.wait_fence.handle, wait_value)
