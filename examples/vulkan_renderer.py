@@ -5,9 +5,9 @@ model on the frames on the GPU, and waits on the output semaphore (spin, then bl
 On a Linux machine with an NVIDIA GPU, onnxruntime-gpu and `pip install 'fenceline[gpu]'`, from
 the repository's root:
 
-    python examples/vulkan_renderer.py --make-models models   # models/add_1080p on the CUDA EP
+    python3 examples/vulkan_renderer.py --make-models models  # models/add_1080p on the CUDA EP
     fenceline serve --model-repository models --socket /tmp/fenceline-gpu.sock &
-    python examples/vulkan_renderer.py --socket /tmp/fenceline-gpu.sock
+    python3 examples/vulkan_renderer.py --socket /tmp/fenceline-gpu.sock
     kill %1
 
 The renderer waits up to 60 s for the service's socket to appear. Each frame is a gradient that
