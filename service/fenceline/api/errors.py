@@ -1,7 +1,8 @@
 """The one table from error class to HTTP status, and the handlers that use it.
 
-Every error body is ``{"error": "<message>", "code": "<stable_code>"}``; tritonclient reads the
-``error`` key, so nothing answers FastAPI's default ``{"detail": ...}``.
+Every error body is ``{"error": "<message>", "code": "<stable_code>"}`` plus the error's
+``details`` (a timed-out run's ``queued``, ``wait_value``, ``signal_value``); tritonclient reads
+the ``error`` key, so nothing answers FastAPI's default ``{"detail": ...}``.
 """
 
 from __future__ import annotations
