@@ -22,6 +22,7 @@ int fl_htl_validate(const void *page, size_t size) {
   if (size < FL_HTL_PAGE_SIZE) return -1;
   if (fl_load_u32(&p->magic) != FL_HTL_MAGIC) return -1;
   if (p->version != FL_HTL_VERSION) return -1;
+  if (p->flags != 0 || fl_load_u32(&p->status) > FL_HTL_STATUS_ERROR) return -1;
   return 0;
 }
 
@@ -58,7 +59,8 @@ static int check(fl_htl_page *p, uint64_t target, fl_htl_wait_result *out) {
     *out = st == FL_HTL_STATUS_ERROR ? FL_HTL_ERRORED : FL_HTL_REACHED;
     return 1;
   }
-  if (st == FL_HTL_STATUS_ABANDONED) {
+  /* Abandoned, or a status this version does not define: nobody will make it right. */
+  if (st != FL_HTL_STATUS_LIVE && st != FL_HTL_STATUS_ERROR) {
     *out = FL_HTL_ABANDONED;
     return 1;
   }

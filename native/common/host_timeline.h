@@ -77,7 +77,8 @@ typedef enum fl_htl_wait_result {
 /* Writes a fresh header (value 0, status live). Only the creator of a page calls this. */
 void fl_htl_init(void *page, uint64_t initial_value);
 
-/* 0 when `size` bytes at `page` hold a valid version-1 fence, else -1. */
+/* 0 when `size` bytes at `page` hold a valid version-1 fence (flags 0, a defined status),
+ * else -1. */
 int fl_htl_validate(const void *page, size_t size);
 
 uint64_t fl_htl_value(const void *page);
@@ -91,9 +92,9 @@ int fl_htl_signal(void *page, fl_htl_wake *wake, uint64_t v);
 void fl_htl_set_status(void *page, fl_htl_wake *wake, uint32_t status);
 
 /* Waits until value >= target. Spins for up to spin_ns first (with a CPU pause), then sleeps (the
- * futex, or the wake object). timeout_ns < 0 waits forever. A status other than live ends the
- * wait early unless the target is already reached. Without a wake object on Windows it sleeps in
- * 1 ms slices instead. */
+ * futex, or the wake object). timeout_ns < 0 waits forever. A status other than live or error
+ * (abandoned, or undefined) ends the wait early unless the target is already reached. Without a
+ * wake object on Windows it sleeps in 1 ms slices instead. */
 fl_htl_wait_result fl_htl_wait(void *page, fl_htl_wake *wake, uint64_t target,
                                int64_t timeout_ns, int64_t spin_ns);
 

@@ -26,6 +26,7 @@ class HostFence {
   void set_status(std::uint32_t status);
   // 0 reached, 1 timed out, 2 abandoned, 3 errored (fl_htl_wait_result). The caller releases
   // the GIL; the page stays mapped for the whole wait even if close() runs meanwhile.
+  // Every access throws DeviceLost once the page shrank under the mapping (fault_guard.h).
   int wait(std::uint64_t target, std::int64_t timeout_ns, std::int64_t spin_ns) const;
 
   HostMemory &memory() { return *memory_; }
@@ -36,7 +37,7 @@ class HostFence {
 
  private:
   HostFence(std::shared_ptr<HostMemory> m, std::shared_ptr<fl_htl_wake> wake);
-  void *page() const { return memory_->mapping()->data(); }
+  void *page() const;
   std::shared_ptr<HostMemory> memory_;
   // The page's wake object (Windows: its named semaphore; null on Linux). Shared so that a wait
   // in progress keeps it open through close().

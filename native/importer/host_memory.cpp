@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "errors.h"
+#include "fault_guard.h"
 
 namespace fl {
 
@@ -16,6 +17,8 @@ bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t *out) {
   *out = a * b;
   return false;
 }
+
+bool Mapping::lost() const { return fault_guard::lost(guard_slot_); }
 
 std::string errno_message(const std::string &what, int err) {
   return what + ": " + std::strerror(err);

@@ -35,7 +35,10 @@ class Mapping {
   NativeHandle handle() const { return handle_; }  // the fd on POSIX
   // True when the object can no longer shrink, so the mapping can never fault.
   bool sealed() const { return sealed_; }
-  // Throws DeviceLost when the object now ends before the end of the mapping.
+  // True once an access faulted because the object shrank (fault_guard.h): the range now
+  // holds zero pages, not the renderer's memory, for good.
+  bool lost() const;
+  // Throws DeviceLost when the mapping was lost or the object now ends before its end.
   void check_size() const;
 
  private:
@@ -48,6 +51,7 @@ class Mapping {
   std::size_t size_ = 0;
   int fd_ = -1;
   NativeHandle handle_ = -1;
+  int guard_slot_ = -1;  // fault_guard.h; -1 where the OS needs no guard
   bool writable_ = false;
 };
 

@@ -7,6 +7,7 @@
 #include "../common/host_timeline.h"
 #include "cuda_backend.h"
 #include "errors.h"
+#include "fault_guard.h"
 #include "host_fence.h"
 #include "host_memory.h"
 #ifndef _WIN32
@@ -123,10 +124,14 @@ PYBIND11_MODULE(_native, mod) {
       .def_property_readonly("sealed",
                              [](const fl::HostMemory &h) { return h.mapping()->sealed(); },
                              "True when the object cannot shrink (memfd with F_SEAL_SHRINK).")
+      .def_property_readonly(
+          "lost", [](const fl::HostMemory &h) { return h.mapping()->lost(); },
+          "True once an access faulted because the object shrank: the range holds zero pages "
+          "now, for good.")
       .def(
           "check", [](const fl::HostMemory &h) { h.mapping()->check_size(); },
-          "Raises DeviceLost when the object was truncated below the mapping (an access "
-          "would fault).")
+          "Raises DeviceLost when the mapping was lost or the object was truncated below it (an "
+          "access would fault).")
       .def(
           "array",
           [](const fl::HostMemory &h, const py::dtype &dtype, std::vector<std::int64_t> shape,
@@ -183,13 +188,26 @@ PYBIND11_MODULE(_native, mod) {
           py::gil_scoped_release release;
           m = fl::recv_message(fd, max_bytes, max_fds, spin_ns);
         }
-        if (m.eof) return py::tuple(py::make_tuple(py::none(), py::list()));
-        return py::tuple(py::make_tuple(py::bytes(m.data), py::cast(m.fds)));
+        py::object problem = py::none();
+        if (!m.problem.empty()) problem = py::str(m.problem);
+        if (m.eof) return py::tuple(py::make_tuple(py::none(), py::list(), problem));
+        return py::tuple(py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem));
       },
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
-      "Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at "
-      "EOF. Spins up to spin_ns with the GIL released, then blocks.");
+      "Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; "
+      "(None, [], None) at EOF. A message over max_bytes or max_fds has its fds closed, data "
+      "holds its first bytes and problem says what was wrong. Spins up to spin_ns with the GIL "
+      "released, then blocks.");
 #endif
+
+  mod.def(
+      "mapping_stats",
+      [] {
+        const auto s = fl::fault_guard::stats();
+        return py::make_tuple(s.ranges, s.bytes, s.faults);
+      },
+      "(mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the "
+      "SIGBUS faults absorbed since start because a mapped object shrank (POSIX).");
 
   fl::bind_cuda(mod);
 #ifdef _WIN32

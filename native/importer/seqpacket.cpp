@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -100,18 +101,28 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
   }
   out.fds = take_fds(control);
   if (n == 0 && out.fds.empty()) {
-    out.eof = true;
+    // recvmsg returns 0 both at end-of-file and for an empty message; only the first leaves
+    // the socket hung up.
+    struct pollfd p {
+      fd, POLLRDHUP, 0
+    };
+    const int ready = ::poll(&p, 1, 0);
+    if (ready < 0 || (ready == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0)) {
+      out.eof = true;
+    } else {
+      out.problem = "empty frame: every frame starts with the 16-byte header";
+    }
     return out;
   }
   const bool too_many_fds = (msg_flags & MSG_CTRUNC) != 0 || out.fds.size() > max_fds;
   const bool too_long = (msg_flags & MSG_TRUNC) != 0 || static_cast<std::size_t>(n) > max_bytes;
   if (too_many_fds || too_long) {
     for (int f : out.fds) ::close(f);
-    throw Error(Code::InvalidArgument,
-                too_long ? "frame longer than " + std::to_string(max_bytes) + " bytes"
-                         : "frame carries more than " + std::to_string(max_fds) + " fds");
+    out.fds.clear();
+    out.problem = too_long ? "frame longer than " + std::to_string(max_bytes) + " bytes"
+                           : "frame carries more than " + std::to_string(max_fds) + " fds";
   }
-  out.data.assign(buf.data(), static_cast<std::size_t>(n));
+  out.data.assign(buf.data(), std::min(static_cast<std::size_t>(n), max_bytes));
   return out;
 }
 

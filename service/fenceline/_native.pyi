@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'recv_message']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'mapping_stats', 'recv_message']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -32,7 +32,7 @@ class HostMemory:
         """
     def check(self) -> None:
         """
-        Raises DeviceLost when the object was truncated below the mapping (an access would fault).
+        Raises DeviceLost when the mapping was lost or the object was truncated below it (an access would fault).
         """
     def close(self) -> None:
         ...
@@ -51,6 +51,11 @@ class HostMemory:
     def handle(self) -> int:
         """
         The OS handle: the fd on POSIX, the section HANDLE on Windows.
+        """
+    @property
+    def lost(self) -> bool:
+        """
+        True once an access faulted because the object shrank: the range holds zero pages now, for good.
         """
     @property
     def name(self) -> str:
@@ -230,9 +235,13 @@ def cuda_devices() -> list:
     ...
 def cuda_unavailable_reason() -> str:
     ...
+def mapping_stats() -> tuple[int, int, int]:
+    """
+    (mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the SIGBUS faults absorbed since start because a mapped object shrank (POSIX).
+    """
 def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple:
     """
-    Receives one SOCK_SEQPACKET message and its fds (the caller owns them); (None, []) at EOF. Spins up to spin_ns with the GIL released, then blocks.
+    Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; (None, [], None) at EOF. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. Spins up to spin_ns with the GIL released, then blocks.
     """
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'

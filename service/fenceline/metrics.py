@@ -10,6 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from fenceline import _native
 
 # 5 us .. 5 s: small frames over IPC take tens of microseconds, 4K frames milliseconds.
 LATENCY_BUCKETS = (
@@ -121,6 +125,7 @@ class Metrics:
             ["device"], registry=r,
         )
         self._gpu_run_series: dict[str, Any] = {}
+        r.register(_NativeMappings())
 
     def observe_gpu_run(self, device: str) -> None:
         child = self._gpu_run_series.get(device)
@@ -144,3 +149,25 @@ class Metrics:
         run.observe(run_s)
         wait.observe(wait_s)
         infer.observe(infer_s)
+
+
+class _NativeMappings(Collector):
+    """What the importer really holds, read at scrape time: a released import whose mapping a
+    view still holds is counted here until it is unmapped."""
+
+    def collect(self) -> Any:
+        mappings, nbytes, faults = _native.mapping_stats()
+        yield GaugeMetricFamily(
+            "fenceline_interop_host_mappings", "Host shared-memory mappings held now.",
+            value=mappings,
+        )
+        yield GaugeMetricFamily(
+            "fenceline_interop_host_mapped_bytes", "Bytes of host shared memory mapped now.",
+            value=nbytes,
+        )
+        yield CounterMetricFamily(
+            "fenceline_interop_shrunk_memory_faults",
+            "Accesses that faulted because a renderer shrank shared memory under a mapping; "
+            "each failed its run, wait or signal with device_lost instead of killing the service.",
+            value=faults,
+        )

@@ -28,6 +28,24 @@ WINDOWS_PER_PERIOD = 16  # ... one in every 16 (every 34 ms, 6% of the time)
 SPIN_SLACK_NS = 10_000
 
 
+class Cancel:
+    """Ends a long wait early: when the service shuts down (``closing``) or, for a wait done
+    for one client, when ``gone()`` says that client is no longer there. Duck-types the
+    ``is_set()`` of the ``threading.Event`` that waits accept."""
+
+    def __init__(self, closing: threading.Event, gone: Callable[[], bool]) -> None:
+        self.closing = closing
+        self._gone = gone
+
+    def is_set(self) -> bool:
+        return self.closing.is_set() or self._gone()
+
+    def reason(self) -> str:
+        if self.closing.is_set():
+            return "the service is shutting down"
+        return "the client went away while its run waited"
+
+
 class _Waitable(Protocol):
     def wait(self, value: int, timeout_ns: int, spin_ns: int) -> int: ...
 

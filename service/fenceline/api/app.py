@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,8 +22,11 @@ def create_app(
     *,
     token: str | None = None,
     max_body_bytes: int = 256 << 20,
+    ready_checks: Sequence[Callable[[], bool]] = (),
 ) -> FastAPI:
-    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``."""
+    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``.
+    ``ready_checks``: the readiness probe answers 503 while any of them is false (the IPC
+    socket cannot accept)."""
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -30,6 +34,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.ready = True
+    app.state.ready_checks = tuple(ready_checks)
     app.state.token_required = bool(token)
     errors.install(app, runtime.metrics)
     kserve.install(app, runtime, inference)

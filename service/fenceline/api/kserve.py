@@ -79,7 +79,9 @@ def live() -> Response:
 
 @router.get("/health/ready")
 def ready(request: Request) -> Response:
-    return Response(status_code=200 if request.app.state.ready else 503)
+    state = request.app.state
+    ready = state.ready and all(check() for check in getattr(state, "ready_checks", ()))
+    return Response(status_code=200 if ready else 503)
 
 
 @router.get("/models/{name}")

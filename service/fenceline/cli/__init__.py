@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
     soak.add_argument("--kill-every", type=float, default=5.0, help="mean seconds between kills")
+    soak.add_argument(
+        "--hostile", type=int, default=0, metavar="N",
+        help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
+        "frames with fds, dying while the service waits or before it replies",
+    )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
 

@@ -92,6 +92,7 @@ def serve(settings: ServeSettings) -> int:
         InferenceSettings(client_shared_memory=settings.client_shared_memory),
         token=settings.token(),
         max_body_bytes=settings.max_body_mb << 20,
+        ready_checks=[ipc.accepting],
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,

@@ -11,13 +11,23 @@ from fenceline.soak import run_soak
 def soak_from_args(args: argparse.Namespace) -> int:
     if args.renderers <= 0 or args.seconds <= 0 or args.kill_every <= 0 or args.warmup < 0:
         raise InvalidArgument("--renderers, --seconds and --kill-every must be positive")
-    report = run_soak(args.renderers, args.seconds, args.kill_every, args.warmup)
+    if args.hostile < 0:
+        raise InvalidArgument("--hostile must not be negative")
+    report = run_soak(
+        args.renderers, args.seconds, args.kill_every, args.warmup, hostile=args.hostile
+    )
     s, e = report.start, report.end
     print(f"{report.renderers} renderers for {report.seconds:.0f} s: {report.runs} runs, "
           f"{report.kills} kills, {report.wrong_outputs} wrong outputs")
     print(f"rss {s.rss_kib} KiB -> {e.rss_kib} KiB ({report.rss_growth:+.1%}), fds {s.fds} -> {e.fds}, "
           f"mappings {s.mappings} -> {e.mappings}, /dev/shm entries {s.shm_entries} -> {e.shm_entries}")
     print(f"service errors: {report.service_errors or 'none'}")
+    h = report.hostile
+    if h is not None:
+        print(f"hostile clients ended: {h.clients}; released at most {h.released_max_s:.2f} s "
+              f"after their end, {h.released_over_2s} over 2 s, {h.never_released} never")
+        for problem in h.anomalies[:10]:
+            print(f"  hostile anomaly: {problem}")
     checks = report.checks()
     for name, ok in checks.items():
         print(f"  {'ok' if ok else 'FAILED':>6}  {name}")

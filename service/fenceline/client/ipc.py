@@ -108,7 +108,7 @@ class IpcClient:
         try:
             budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
-            data, got_fds = _native.recv_message(
+            data, got_fds, problem = _native.recv_message(
                 self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
             )
             self._spin.observe(time.perf_counter_ns() - t0, budget)
@@ -118,6 +118,8 @@ class IpcClient:
             os.close(f)
         if data is None:
             raise ClientError("the service closed the connection")
+        if problem is not None:
+            raise ClientError(f"bad reply from the service: {problem}")
         try:
             reply = codec.decode(data)
         except FencelineError as e:
@@ -245,6 +247,21 @@ class IpcClient:
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
         )
         return codec.decode_run_reply(self._exchange(frame, rid).body)
+
+    def send_run(
+        self,
+        session_id: str,
+        wait_value: int,
+        signal_value: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> int:
+        """Sends a RUN and returns at once with its request id; collect the reply with
+        :meth:`recv_run_reply` before the next request."""
+        rid = next(self._ids)
+        self._send(codec.encode_run(
+            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
+        ))
+        return rid
 
     def run_async(
         self, session_id: str, wait_value: int, signal_value: int | None = None

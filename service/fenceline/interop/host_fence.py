@@ -8,6 +8,7 @@ import threading
 from fenceline import _native
 from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
 from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
+from fenceline.waiting import Cancel
 
 # Long waits sleep in slices of this length so a shutdown can end them.
 CANCEL_SLICE_NS = 100_000_000
@@ -34,14 +35,18 @@ class FenceImport:
         return int(self.handle.status)
 
     def wait(
-        self, value: int, timeout_ns: int, spin_ns: int, cancel: threading.Event | None = None
+        self, value: int, timeout_ns: int, spin_ns: int, cancel: threading.Event | Cancel | None = None
     ) -> None:
         """Returns once the fence reaches ``value``; raises TimedOut, DeviceLost, or Unavailable
         when ``cancel`` is set meanwhile."""
         self.raise_for(self.wait_result(value, timeout_ns, spin_ns, cancel), value, timeout_ns)
 
     def wait_result(
-        self, value: int, timeout_ns: int, spin_ns: int = 0, cancel: threading.Event | None = None
+        self,
+        value: int,
+        timeout_ns: int,
+        spin_ns: int = 0,
+        cancel: threading.Event | Cancel | None = None,
     ) -> int:
         """The native WAIT_* result; raises Unavailable when ``cancel`` is set meanwhile."""
         first = min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns
@@ -50,7 +55,10 @@ class FenceImport:
             left = timeout_ns - CANCEL_SLICE_NS
             while r == _native.WAIT_TIMED_OUT and left > 0:
                 if cancel.is_set():
-                    raise Unavailable("the service is shutting down")
+                    raise Unavailable(
+                        cancel.reason() if isinstance(cancel, Cancel) else
+                        "the service is shutting down"
+                    )
                 r = int(self.handle.wait(value, min(left, CANCEL_SLICE_NS), 0))
                 left -= CANCEL_SLICE_NS
         return r

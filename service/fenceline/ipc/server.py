@@ -5,9 +5,11 @@ dying) releases everything."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -19,7 +21,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs
-from fenceline.errors import FencelineError, InvalidRequest, PermissionDenied, Unavailable
+from fenceline.errors import (
+    FencelineError,
+    InvalidRequest,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
 from fenceline.interop.owners import Caller
 from fenceline.ipc import access
 from fenceline.protocol import codec
@@ -27,7 +35,7 @@ from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.runtime.service import Runtime
 from fenceline.runtime.session import RunResult
-from fenceline.waiting import AdaptiveSpin
+from fenceline.waiting import AdaptiveSpin, Cancel
 
 log = logging.getLogger("fenceline.ipc")
 
@@ -56,6 +64,9 @@ class Connection:
         self.runtime = server.runtime
         self._spin = AdaptiveSpin(server.spin_ns)
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
+        # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
+        # so the wait itself looks for the hangup.
+        self._cancel = Cancel(server.runtime.closing, lambda: _hung_up(sock))
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -83,10 +94,9 @@ class Connection:
                 budget = self._spin.budget_ns()
                 t0 = time.perf_counter_ns()
                 try:
-                    data, fds = _native.recv_message(fd, codec.MAX_FRAME, codec.MAX_FDS, budget)
-                except FencelineError as e:  # oversized frame or too many fds: consumed
-                    self._send(codec.encode_error(0, e))
-                    continue
+                    data, fds, problem = _native.recv_message(
+                        fd, codec.MAX_FRAME, codec.MAX_FDS, budget
+                    )
                 except OSError:
                     break
                 self._spin.observe(time.perf_counter_ns() - t0, budget)
@@ -95,7 +105,15 @@ class Connection:
                 request_id = 0
                 reply: bytes | None
                 try:
-                    frame = codec.decode(data)
+                    try:
+                        if problem is not None:  # too long, too many fds (closed) or empty
+                            raise InvalidRequest(problem)
+                        frame = codec.decode(data)
+                    except FencelineError:
+                        # The frame is refused whole: the fds that came with it are ours to close.
+                        self._close_fds(fds)
+                        request_id = codec.peek_request_id(data)
+                        raise
                     request_id = frame.request_id
                     if frame.kind in (Kind.RUN, Kind.RUN_ASYNC):
                         self._close_fds(fds)
@@ -160,6 +178,7 @@ class Connection:
         self.runtime.run(
             self.owner, run.session_id.hex(), run.wait_value, run.signal_value, run.timeout_ms,
             transport="ipc", asynchronous=frame.kind == Kind.RUN_ASYNC, reply=reply,
+            cancel=self._cancel,
         )
 
     # -- control handlers -----------------------------------------------------------------
@@ -179,6 +198,11 @@ class Connection:
 
     def _hello(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         hello = codec.decode_json(body)
+        unknown = sorted(set(hello) - {"client"})
+        if unknown:
+            raise InvalidRequest(f"invalid request: HELLO has no field {unknown[0]!r}")
+        if not isinstance(hello.get("client", ""), str):
+            raise InvalidRequest("invalid request: HELLO's client is a string")
         log.info("%s: hello from %s", self.owner, str(hello.get("client", "?"))[:64])
         return {
             "server": "fenceline",
@@ -237,12 +261,43 @@ class Connection:
 
     def close(self) -> None:
         if self.server.forget(self):
+            self._handlers.clear()  # they refer back to this connection
             try:
                 self.runtime.release_owner(self.owner)
             finally:
                 with contextlib.suppress(OSError):
                     self.sock.close()
                 self.runtime.metrics.ipc_connections.dec()
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """True once the peer closed its end (or died: the kernel closed it)."""
+    try:
+        p = select.poll()
+        p.register(sock.fileno(), select.POLLHUP)
+        return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in p.poll(0))
+    except (OSError, ValueError):  # closed meanwhile
+        return True
+
+
+# What accept(2) answers when this process (or the system) has no fd or buffer to spare.
+OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_BACKOFF_S = (0.01, 0.5)  # first and longest pause between accepts while out of fds
+
+
+def _reserve_fd() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _fds_available() -> bool:
+    fd = _reserve_fd()
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -278,6 +333,9 @@ class IpcServer:
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._thread: threading.Thread | None = None
+        self._accepting = False
+        self._stopping = False
+        self._spare: int | None = None  # an fd held back to shed connections when out of fds
 
     def start(self) -> None:
         others = self.allow_uids - {os.geteuid()}
@@ -302,33 +360,96 @@ class IpcServer:
         os.chmod(self.path, access.SHARED_SOCKET if others else access.PRIVATE_SOCKET)
         sock.listen(64)
         self._sock = sock
+        self._spare = _reserve_fd()
+        self._accepting = True
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
         self._thread.start()
         log.info("IPC socket listening on %s", self.path)
 
+    def accepting(self) -> bool:
+        """False while the socket cannot take new connections (stopped, or the process is out
+        of file descriptors): the readiness probe answers 503 then."""
+        return self._accepting and self._thread is not None and self._thread.is_alive()
+
     def _accept(self) -> None:
-        assert self._sock is not None
-        while True:
+        sock = self._sock
+        assert sock is not None
+        backoff = ACCEPT_BACKOFF_S[0]
+        while not self._stopping:
             try:
-                conn, _ = self._sock.accept()
-            except OSError:
+                conn, _ = sock.accept()
+            except OSError as e:
+                if self._stopping:
+                    return
+                if e.errno in OUT_OF_FDS:
+                    self._out_of_fds(sock, e)
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, ACCEPT_BACKOFF_S[1])
+                    if self._spare is None:
+                        self._spare = _reserve_fd()
+                    if self._spare is not None and _fds_available():
+                        self._set_accepting(True)
+                    continue
+                if e.errno in (errno.EINTR, errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                log.error("IPC accept failed, no new connections: %s", e)
+                self._set_accepting(False)
                 return
-            pid, uid, _gid = peer_credentials(conn)
-            if uid not in self.allow_uids:
-                logs.peer.set(f"uid {uid}")
-                log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
-                self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
-                self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))
-                continue
-            if self.runtime.closing.is_set():
-                self._refuse(conn, Unavailable("the service is shutting down"))
-                continue
-            c = Connection(self, conn, next(self._numbers))
-            with self._lock:
-                self._connections.add(c)
-            self.runtime.metrics.ipc_connections.inc()
-            self.runtime.metrics.ipc_connections_total.inc()
+            backoff = ACCEPT_BACKOFF_S[0]
+            self._set_accepting(True)
+            try:
+                self._admit(conn)
+            except Exception:  # a thread that cannot start, a peer gone before SO_PEERCRED
+                log.exception("could not take an IPC connection")
+                with contextlib.suppress(OSError):
+                    conn.close()
+
+    def _out_of_fds(self, sock: socket.socket, err: OSError) -> None:
+        """Keeps serving the connections that exist; sheds one waiting connection with a clear
+        error through the fd held in reserve for this, so a client is not left hanging."""
+        if self._accepting:
+            log.warning("IPC cannot accept connections: %s; retrying", err.strerror)
+        self._set_accepting(False)
+        self.runtime.metrics.errors.labels("ipc", ResourceExhausted.code).inc()
+        if self._spare is None:
+            return
+        os.close(self._spare)
+        self._spare = None
+        sock.setblocking(False)
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        finally:
+            sock.setblocking(True)
+        self._refuse(conn, ResourceExhausted("the service is out of file descriptors; retry later"))
+
+    def _set_accepting(self, accepting: bool) -> None:
+        if accepting and not self._accepting:
+            log.info("IPC accepts connections again")
+        self._accepting = accepting
+
+    def _admit(self, conn: socket.socket) -> None:
+        pid, uid, _gid = peer_credentials(conn)
+        if uid not in self.allow_uids:
+            logs.peer.set(f"uid {uid}")
+            log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
+            self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
+            self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))
+            return
+        if self.runtime.closing.is_set():
+            self._refuse(conn, Unavailable("the service is shutting down"))
+            return
+        c = Connection(self, conn, next(self._numbers))
+        with self._lock:
+            self._connections.add(c)
+        self.runtime.metrics.ipc_connections.inc()
+        self.runtime.metrics.ipc_connections_total.inc()
+        try:
             c.thread.start()
+        except BaseException:
+            c.close()
+            raise
 
     @staticmethod
     def _refuse(conn: socket.socket, err: FencelineError) -> None:
@@ -357,6 +478,11 @@ class IpcServer:
             return False
 
     def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
+        self._accepting = False
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)

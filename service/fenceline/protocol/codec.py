@@ -104,6 +104,12 @@ def decode(data: bytes) -> Frame:
     return Frame(kind, request_id, data[HEADER_SIZE:])
 
 
+def peek_request_id(data: bytes) -> int:
+    """The request_id of a frame that failed to decode: echoed in the error reply when the
+    16 header bytes arrived, else 0."""
+    return int(HEADER.unpack_from(data)[3]) if len(data) >= HEADER_SIZE else 0
+
+
 def encode_json(kind: int, request_id: int, obj: Any) -> bytes:
     return encode(kind, request_id, json.dumps(obj, separators=(",", ":")).encode())
 

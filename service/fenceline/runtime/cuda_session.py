@@ -41,6 +41,7 @@ from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import RECENT_RUNS, RunResult, StreamControl
+from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -207,7 +208,7 @@ class CudaSession:
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | None = None,
+        cancel: threading.Event | Cancel | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:

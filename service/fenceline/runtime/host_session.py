@@ -10,12 +10,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, ModelError, TimedOut
+from fenceline.errors import Conflict, DeviceLost, ModelError, TimedOut
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import RECENT_RUNS, RunResult, StreamControl
-from fenceline.waiting import AdaptiveSpin
+from fenceline.waiting import AdaptiveSpin, Cancel
 
 
 class HostSession:
@@ -65,7 +65,7 @@ class HostSession:
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | None = None,
+        cancel: threading.Event | Cancel | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:
@@ -111,6 +111,7 @@ class HostSession:
             except Exception as e:  # onnxruntime's own error types
                 raise ModelError(f"model {self.model.name!r} failed: {e}") from e
             inferred = time.perf_counter_ns()
+            self._check_lost()
             self._signal_handle.signal(target)
             end = time.perf_counter_ns()
             self.runs += 1
@@ -133,17 +134,32 @@ class HostSession:
                 self.model.session.run_with_iobinding(self._binding)
             except Exception as e:  # onnxruntime's own error types
                 raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+            self._check_lost()
             self.runs += 1
             return time.perf_counter_ns() - t0
 
+    def _check_lost(self) -> None:
+        """After a run: memory that shrank during it was replaced by zero pages (the native
+        fault guard), so what the model read or wrote is not the renderer's; fail the run
+        rather than signal it."""
+        for handle in self._unsealed:
+            if handle.lost:
+                raise DeviceLost(
+                    f"a buffer of this session shrank while model {self.model.name!r} ran; "
+                    "release the session and its memory"
+                )
+
     def close(self) -> None:
-        """Waits for a run in flight, then unbinds. Safe to call twice."""
+        """Waits for a run in flight, then unbinds and lets go of the views, so the mappings
+        are released now even if something still holds this object. Safe to call twice."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._binding.clear_binding_inputs()
             self._binding.clear_binding_outputs()
+            self.inputs, self.outputs = {}, {}
+            self._unsealed = []
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -35,6 +35,7 @@ from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
+from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -496,13 +497,15 @@ class Runtime:
         transport: str,
         asynchronous: bool = False,
         reply: Callable[[RunResult], object] | None = None,
+        cancel: Cancel | None = None,
     ) -> RunResult:
         """The one entry for a request-mode run, whatever the transport: the owner's in-flight
         quota, the argument checks, the run, ``reply`` (a transport answers the renderer before
         the metrics are recorded, so it is not kept waiting for them), then the metrics.
 
         ``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
-        always run to completion."""
+        always run to completion. ``cancel`` ends the fence wait early (default: when the
+        service shuts down)."""
         session = self.session(owner, session_id)
         with self._lock:
             if session_id in self.streams:
@@ -517,7 +520,10 @@ class Runtime:
                 )
             self._inflight[owner] = n + 1
         try:
-            result = self._run(session, wait_value, signal_value, timeout_ms, asynchronous)
+            result = self._run(
+                session, wait_value, signal_value, timeout_ms, asynchronous,
+                cancel if cancel is not None else self.closing,
+            )
         finally:
             with self._lock:
                 self._inflight[owner] -= 1
@@ -538,6 +544,7 @@ class Runtime:
         signal_value: int | None,
         timeout_ms: int | None,
         asynchronous: bool,
+        cancel: threading.Event | Cancel,
     ) -> RunResult:
         s = self.settings
         if self.closing.is_set():
@@ -549,7 +556,7 @@ class Runtime:
         if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
             raise InvalidArgument("fence values are unsigned 64-bit integers")
         return session.run(
-            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, self.closing,
+            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
             asynchronous=asynchronous,
         )
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Protocol
 
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
+from fenceline.waiting import Cancel
 
 
 class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
@@ -71,7 +72,7 @@ class Session(Protocol):
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | None = None,
+        cancel: threading.Event | Cancel | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "../../errors.h"
+#include "../../fault_guard.h"
 #include "../../host_memory.h"
 
 namespace fl {
@@ -78,9 +79,13 @@ std::shared_ptr<Mapping> Mapping::from_fd(int fd, std::uint64_t offset, std::uin
   m->handle_ = m->fd_;
   m->writable_ = writable;
   m->end_in_object_ = offset + size;
-  // A renderer that shrinks its object under our mapping would make our next access fault
-  // (SIGBUS). Seal memfds against shrinking where the creator allowed sealing; everything else
-  // is checked with fstat before each run (check_size).
+  m->guard_slot_ = fault_guard::add(base, m->map_length_, prot);
+  if (m->guard_slot_ < 0)
+    throw Error(Code::ResourceExhausted, "too many shared-memory mappings in this service");
+  // A renderer that shrinks its object under our mapping makes our next access fault (SIGBUS),
+  // which fault_guard absorbs. Seal memfds against shrinking where the creator allowed sealing,
+  // so that cannot happen at all; everything else is also checked with fstat before each run
+  // (check_size), to fail early rather than run on zero pages.
   if (::fcntl(m->fd_, F_ADD_SEALS, F_SEAL_SHRINK) == 0) {
     m->sealed_ = true;
   } else {
@@ -91,6 +96,9 @@ std::shared_ptr<Mapping> Mapping::from_fd(int fd, std::uint64_t offset, std::uin
 }
 
 void Mapping::check_size() const {
+  if (lost())
+    throw Error(Code::DeviceLost,
+                "the shared memory shrank while mapped: the import is lost; release it");
   if (sealed_) return;
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw Error(Code::DeviceLost, errno_message("fstat", errno));
@@ -100,6 +108,7 @@ void Mapping::check_size() const {
 }
 
 Mapping::~Mapping() {
+  fault_guard::remove(guard_slot_);
   if (map_base_) ::munmap(map_base_, map_length_);
   if (fd_ >= 0) ::close(fd_);
 }

@@ -1,0 +1,168 @@
+"""Hostile renderers in the soak (``fenceline soak --hostile N``): N slots, each running the
+modes of :mod:`fenceline.soak.hostile` in turn, one process after another. For every process
+that ends (exits, kills itself, or is killed by the pool while the service waits on its fence)
+the pool measures how long the service still holds anything it shared, by its tag in the
+service's ``/proc/PID/fd`` and ``/proc/PID/maps``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODES = ("shrink-memfd", "bad-headers", "die-waiting", "shrink-fence", "die-before-reply",
+         "shrink-shm")
+TICK_S = 0.05
+GIVE_UP_S = 30.0  # a client still held this long after its death counts as never released
+
+
+def _held_tags(pid: int) -> str:
+    """Everything the service maps or holds open, as one string to search for tags."""
+    parts: list[str] = []
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            parts.append(os.readlink(f"{fd_dir}/{fd}"))
+    with open(f"/proc/{pid}/maps") as f:
+        parts.append(f.read())
+    return "\n".join(parts)
+
+
+class _Client:
+    def __init__(self, sock: Path, mode: str, rng: random.Random) -> None:
+        self.mode = mode
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fenceline.soak.hostile", mode, str(sock)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        self.tag = f"fenceline-hostile-{self.proc.pid}"
+        self.lines: list[str] = []
+        self.ready_at: float | None = None
+        self.ended_at: float | None = None
+        self.linger_s = rng.uniform(0.2, 1.5)  # die-waiting: how long the service waits first
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if self.ready_at is None:
+                self.ready_at = time.monotonic()
+            self.lines.append(line)
+
+    def step(self, now: float) -> bool:
+        """True once the process has ended."""
+        if (self.mode == "die-waiting" and self.ready_at is not None
+                and now - self.ready_at >= self.linger_s and self.proc.poll() is None):
+            self.proc.kill()
+        if self.proc.poll() is None:
+            return False
+        self.ended_at = now
+        self.reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return True
+
+    def anomaly(self) -> str | None:
+        """What this client saw that the service must never answer, if anything."""
+        if self.mode.startswith("die-"):
+            return None if self.proc.returncode == -9 else f"{self.mode} exited {self.proc.returncode}"
+        try:
+            result: dict[str, Any] = json.loads(self.lines[-1])
+        except (IndexError, ValueError):
+            return f"{self.mode} exited {self.proc.returncode} without a result"
+        if self.mode.startswith("shrink-") and self.mode != "shrink-fence":
+            ok = set(result["codes"]) <= {"ok", "device_lost"}
+        elif self.mode == "shrink-fence":
+            ok = result == {"wait": "device_lost", "signal": "device_lost"}
+        else:
+            ok = not result["wrong"] and result["connection_usable"]
+        return None if ok else f"{self.mode}: {result}"
+
+
+@dataclass
+class HostileReport:
+    clients: dict[str, int] = field(default_factory=dict)  # ended, by mode
+    released_max_s: float = 0.0
+    released_over_2s: int = 0
+    never_released: int = 0
+    anomalies: list[str] = field(default_factory=list)
+
+
+class HostilePool:
+    def __init__(self, sock: Path, service_pid: int, slots: int, seed: int = 0) -> None:
+        self.sock = sock
+        self.service_pid = service_pid
+        self.slots = slots
+        self.rng = random.Random(seed)
+        self._modes = iter(MODES[i % len(MODES)] for i in range(10**9))
+        self._live: list[_Client] = []
+        self._releasing: list[_Client] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="soak-hostile", daemon=True)
+        self.report = HostileReport()
+        self._ended: Counter[str] = Counter()
+
+    def start(self) -> None:
+        self._live = [_Client(self.sock, next(self._modes), self.rng) for _ in range(self.slots)]
+        self._thread.start()
+
+    def stop(self) -> HostileReport:
+        """Stops starting clients, kills the live ones and waits for every release."""
+        self._stop.set()
+        self._thread.join()
+        for c in self._live:
+            c.proc.kill()
+            c.proc.wait()
+            c.step(time.monotonic())
+            c.mode = "die-killed-at-end"
+            self._releasing.append(c)
+        self._live = []
+        deadline = time.monotonic() + GIVE_UP_S
+        while self._releasing and time.monotonic() < deadline:
+            self._check_releases(time.monotonic())
+            time.sleep(TICK_S)
+        self.report.never_released += len(self._releasing)
+        self.report.clients = dict(self._ended)
+        return self.report
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for c in list(self._live):
+                if c.step(now):
+                    self._live.remove(c)
+                    self._ended[c.mode] += 1
+                    problem = c.anomaly()
+                    if problem is not None:
+                        self.report.anomalies.append(problem)
+                    self._releasing.append(c)
+                    self._live.append(_Client(self.sock, next(self._modes), self.rng))
+            self._check_releases(now)
+            time.sleep(TICK_S)
+
+    def _check_releases(self, now: float) -> None:
+        if not self._releasing:
+            return
+        held = _held_tags(self.service_pid)
+        for c in list(self._releasing):
+            assert c.ended_at is not None
+            if re.search(re.escape(c.tag) + r"(?!\d)", held):
+                if now - c.ended_at > GIVE_UP_S:
+                    self.report.never_released += 1
+                    self._releasing.remove(c)
+                continue
+            took = now - c.ended_at
+            self.report.released_max_s = max(self.report.released_max_s, took)
+            self.report.released_over_2s += took > 2.0
+            self._releasing.remove(c)
