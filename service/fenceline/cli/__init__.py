@@ -35,6 +35,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", type=Path,
                    help="require Authorization: Bearer <the file's contents> on HTTP")
     p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
+    p.add_argument("--max-json-mb", type=int, default=16,
+                   help="largest JSON in a request (a KServe JSON header, any other body); "
+                   "larger tensors go as binary data or in shared memory")
     p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
                    help="close an HTTP connection whose request line and headers take longer")
     p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
@@ -86,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, help="time budget of each row (default per size)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
+    bench.add_argument("--gst", action="store_true",
+                       help="fps through the GStreamer element beside appsink -> onnxruntime "
+                            "(docs/gstreamer.md)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -113,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if args.gst:
+            from fenceline.bench.gst import run_gst_bench
+
+            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 

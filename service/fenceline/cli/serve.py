@@ -37,6 +37,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         allow_uids=frozenset(args.allow_uid) if args.allow_uid else None,
         token_file=args.token_file,
         max_body_mb=args.max_body_mb,
+        max_json_mb=args.max_json_mb,
         http_header_timeout_s=args.http_header_timeout_s,
         max_sessions=args.max_sessions,
         max_imports=args.max_imports,
@@ -89,9 +90,14 @@ def serve(settings: ServeSettings) -> int:
     ipc.start()
     app = create_app(
         runtime,
-        InferenceSettings(client_shared_memory=settings.client_shared_memory),
+        InferenceSettings(
+            client_shared_memory=settings.client_shared_memory,
+            max_request_bytes=settings.max_body_mb << 20,
+            max_json_bytes=settings.max_json_mb << 20,
+        ),
         token=settings.token(),
         max_body_bytes=settings.max_body_mb << 20,
+        max_json_bytes=settings.max_json_mb << 20,
         ready_checks=[ipc.accepting],
     )
     config = uvicorn.Config(
