@@ -56,7 +56,7 @@ enum FlWireKind { FL_WIRE_KINDS(FL_WIRE_KIND_ENUM_) FL_KIND_END_ };
   X(NOT_FOUND, 3, "not_found", "the model, memory, fence or session does not exist")            \
   X(CONFLICT, 4, "conflict", "the object's state forbids it (in use, value not above)")          \
   X(UNSUPPORTED, 5, "unsupported", "this build or machine cannot do it")                         \
-  X(TIMED_OUT, 6, "timed_out", "the fence did not reach the value in time; nothing ran")         \
+  X(TIMED_OUT, 6, "timed_out", "the fence did not reach the value in time; the reply says whether the frame is still queued (docs/ipc.md)")         \
   X(RESOURCE_EXHAUSTED, 7, "resource_exhausted", "a limit was reached; release something or retry") \
   X(DEVICE_LOST, 8, "device_lost", "the peer behind a fence is gone (abandoned, error)")        \
   X(INVALID_REQUEST, 9, "invalid_request", "the service could not parse the request")           \

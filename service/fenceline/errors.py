@@ -9,7 +9,7 @@ so each transport maps errors exactly once.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from fenceline import _native
 
@@ -17,14 +17,16 @@ IPC_CODES: dict[str, int] = _native.error_codes()
 
 
 class FencelineError(Exception):
-    """Base of every error the service raises on purpose."""
+    """Base of every error the service raises on purpose. ``details`` are extra fields of the
+    error body beside ``error`` and ``code`` (JSON values), on every transport."""
 
     code = "internal"
     ipc_code: ClassVar[int] = IPC_CODES["internal"]
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.details: dict[str, Any] = dict(details or {})
 
 
 class InvalidArgument(FencelineError):
@@ -56,7 +58,8 @@ class Unsupported(FencelineError):
 
 
 class TimedOut(FencelineError):
-    """The deadline passed before the fence reached the value; nothing ran, nothing signalled."""
+    """The deadline passed before the fence reached the value. A run's details say whether the
+    frame is still ``queued`` (docs/ipc.md, "When a run times out")."""
 
     code = "timed_out"
     ipc_code = IPC_CODES["timed_out"]

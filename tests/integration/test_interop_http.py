@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from fenceline.client import Fence, SharedFrame
@@ -66,7 +67,9 @@ def named(http: httpx.Client) -> Iterator[Named]:
 def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
     assert r.status_code == status, r.text
     body = r.json()
-    assert set(body) == {"error", "code"} and body["code"] == code and body["error"]
+    # A timed-out run also says whether its frame is still queued (docs/ipc.md).
+    extra = {"queued", "wait_value", "signal_value"} if code == "timed_out" else set()
+    assert set(body) == {"error", "code"} | extra and body["code"] == code and body["error"]
     assert "Traceback" not in body["error"]
     return dict(body)
 
@@ -209,3 +212,22 @@ def test_runs_on_one_session_are_serialized(http: httpx.Client, named: Named, se
     b.join(20)
     assert results["a"].status_code == 200 and results["a"].json()["signal_value"] == 3
     assert results["b"].status_code == 409  # ran after a: 1 is no longer above the output fence
+
+
+def test_wait_timeout_runs_and_signals_nothing(http: httpx.Client, named: Named) -> None:
+    s = named.post("/v2/interop/sessions", **named.session_body())
+    x = named.frame.array(np.float32, SHAPE)
+    y = named.frame.array(np.float32, SHAPE, NBYTES)
+    y[:] = 7
+    run = f"/v2/interop/sessions/{s['id']}/run"
+    r = http.post(run, json={"wait_value": 1, "signal_value": 2, "timeout_ms": 50})
+    assert_error(r, 504, "timed_out")
+    assert r.json()["queued"] is False
+    assert (r.json()["wait_value"], r.json()["signal_value"]) == (1, 2)
+    assert named.signal.value == 0 and np.all(y == 7)
+    # Nothing is left of it: the same run, sent again once the input is ready, runs.
+    x[:] = 3
+    named.wait.signal(1)
+    r = http.post(run, json={"wait_value": 1, "signal_value": 2, "timeout_ms": 5000})
+    assert r.status_code == 200 and r.json()["signal_value"] == 2
+    assert named.signal.value == 2 and np.all(y == 4)
