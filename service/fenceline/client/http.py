@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -12,7 +13,10 @@ from fenceline.client.ipc import View, session_body
 
 
 class HttpClient:
-    def __init__(self, url: str = "http://127.0.0.1:8000", *, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0) -> None:
+        """``url`` None: $FENCELINE_URL, else http://127.0.0.1:8000."""
+        if url is None:
+            url = os.environ.get("FENCELINE_URL") or "http://127.0.0.1:8000"
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
 
