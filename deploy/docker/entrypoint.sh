@@ -15,6 +15,7 @@ log_format=${FENCELINE_LOG_FORMAT:-json}
 log_level=${FENCELINE_LOG_LEVEL:-info}
 shm_dir=${FENCELINE_SHM_DIR:-/dev/shm}
 shm_warn_mib=${FENCELINE_SHM_WARN_MIB:-256}
+token_file=${FENCELINE_TOKEN_FILE:-}
 
 log() {
     if [ "$log_format" = json ]; then
@@ -46,6 +47,9 @@ fi
 
 set -- --host "$host" --port "$port" --socket "$socket" \
     --log-format "$log_format" --log-level "$log_level" "$@"
+if [ -n "$token_file" ]; then
+    set -- --token-file "$token_file" "$@"
+fi
 if [ -d "$repository" ]; then
     set -- --model-repository "$repository" "$@"
 else

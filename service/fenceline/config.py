@@ -59,6 +59,7 @@ class ServeSettings(BaseSettings):
     allow_uids: frozenset[int] | None = None  # users besides the service's own (--allow-uid)
     token_file: Path | None = None
     max_body_mb: int = 256
+    max_json_mb: int = 16  # the JSON part of a request: parsing costs many times its size
     http_header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
     max_sessions: int = 256
     max_imports: int = 1024
@@ -114,7 +115,8 @@ class ServeSettings(BaseSettings):
                 raise InvalidArgument(f"--token-file {self.token_file}: no such file")
             if not self.token_file.read_text().strip():
                 raise InvalidArgument(f"--token-file {self.token_file} is empty")
-        for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-sessions", self.max_sessions),
+        for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-json-mb", self.max_json_mb),
+                            ("--max-sessions", self.max_sessions),
                             ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
                             ("--max-inflight", self.max_inflight),
                             ("--max-sessions-per-device", self.max_sessions_per_device)):

@@ -77,7 +77,6 @@ def test_daemonset_runs_on_gpu_nodes_with_probes_on_the_service_routes(service: 
     ds, pod = _daemonset()
     (container,) = pod["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert pod["hostIPC"] is True
     port = container["ports"][0]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         get = container[probe]["httpGet"]
@@ -104,7 +103,25 @@ def test_renderer_pods_share_the_socket_directory_and_uid_of_the_daemonset() -> 
 
     assert host_dir(pod, pod["containers"][0]) == host_dir(renderer, renderer["containers"][0])
     assert renderer["securityContext"]["runAsUser"] == pod["securityContext"]["runAsUser"]
-    assert renderer["hostIPC"] == pod["hostIPC"]
+    assert renderer.get("hostIPC", False) == pod.get("hostIPC", False)
+
+
+def test_daemonset_http_off_loopback_needs_a_token_and_shares_no_host_ipc() -> None:
+    """Anything in the cluster may reach port 8000: it must not import the node's /dev/shm
+    (no hostIPC), and every route but the probes needs the token from a Secret."""
+    _, pod = _daemonset()
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["FENCELINE_HOST"] not in ("127.0.0.1", "::1")
+    assert not pod.get("hostIPC", False)
+    token_dir = str(Path(env["FENCELINE_TOKEN_FILE"]).parent)
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == token_dir)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] and not volume["secret"].get("optional", False)
+    policy = next(d for _, d in manifests() if d["kind"] == "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= (
+        _daemonset()[0]["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_every_fenceline_variable_of_the_daemonset_is_read_by_the_entrypoint() -> None:

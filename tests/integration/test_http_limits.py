@@ -3,6 +3,7 @@ dimensions, heads that never finish, and the log lines a repeating client causes
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import time
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from fenceline import logs
@@ -146,3 +148,59 @@ def test_rate_limit_counts_what_it_dropped_and_keys_by_peer() -> None:
         assert len(first) == 1 and vars(first[0])["suppressed"] == 7
     finally:
         logs.peer.reset(token)
+
+
+def _peak_rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+
+
+@pytest.fixture(scope="module")
+def small_json(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    s = start_service(model_repo, tmp_path_factory.mktemp("json"), "--max-json-mb", "1")
+    yield s
+    stop_service(s)
+    assert "Traceback" not in s.log_text(), s.log_text()
+
+
+def test_json_over_its_limit_is_refused_before_it_is_parsed(small_json: Service) -> None:
+    peak = _peak_rss_mb(small_json.pid)
+    data = "[" + ",".join(["0.25"] * (3 * 720 * 1280)) + "]"  # 14 MB of JSON numbers
+    body = '{"inputs":[{"name":"x","datatype":"FP32","shape":[1,3,720,1280],"data":' + data + "}]}"
+    for _ in range(3):
+        r = httpx.post(small_json.url + "/v2/models/add_720p/infer", content=body, timeout=60)
+        assert r.status_code == 413 and r.json()["code"] == "payload_too_large", r.text
+        assert "--max-json-mb" in r.json()["error"]
+    # Parsing 14 MB of numbers would take hundreds of MB (main: +275 MB); refusing takes none.
+    assert _peak_rss_mb(small_json.pid) - peak < 64
+
+
+def test_binary_tensor_data_is_not_held_to_the_json_limit(small_json: Service) -> None:
+    x = np.full([1, 3, 720, 1280], 0.25, np.float32)
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape),
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}).encode()  # fmt: skip
+    r = httpx.post(small_json.url + "/v2/models/add_720p/infer", content=header + x.tobytes(),
+                   headers={"Inference-Header-Content-Length": str(len(header))}, timeout=60)  # fmt: skip
+    assert r.status_code == 200, r.text[:300]
+    # A JSON header over the limit is refused from its declared length, before the body is read.
+    r = httpx.post(small_json.url + "/v2/models/add_720p/infer", content=b"{}" + x.tobytes(),
+                   headers={"Inference-Header-Content-Length": str(2 << 20)}, timeout=60)  # fmt: skip
+    assert r.status_code == 413 and "--max-json-mb" in r.json()["error"], r.text
+
+
+def test_bodies_of_json_only_routes_are_held_to_the_json_limit(small_json: Service) -> None:
+    body = json.dumps({"handle_type": "host_shm", "name": "x" * (2 << 20)})
+    r = httpx.post(small_json.url + "/v2/interop/memory", content=body, timeout=60,
+                   headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 413 and r.json()["code"] == "payload_too_large", r.text
+
+
+def test_large_json_outputs_are_written_in_full(small_json: Service) -> None:
+    x = np.arange(3 * 64 * 64, dtype=np.float32).reshape(1, 3, 64, 64) / 7
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3, 64, 64],
+                        "data": x.reshape(-1).tolist()}]}  # fmt: skip
+    r = httpx.post(small_json.url + "/v2/models/add_64x64/infer", json=body, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    y = np.asarray(r.json()["outputs"][0]["data"], np.float32)
+    assert y.size == x.size and np.isfinite(y).all()

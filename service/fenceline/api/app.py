@@ -22,6 +22,7 @@ def create_app(
     *,
     token: str | None = None,
     max_body_bytes: int = 256 << 20,
+    max_json_bytes: int = 16 << 20,
     ready_checks: Sequence[Callable[[], bool]] = (),
 ) -> FastAPI:
     """``token``: when set, every route but the health probes needs ``Authorization: Bearer``.
@@ -50,7 +51,7 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_json_bytes=max_json_bytes)
     if token:
         app.add_middleware(BearerToken, token=token)
     app.add_middleware(RequestIdMiddleware)  # outermost: 401s and 413s get an id and a log line

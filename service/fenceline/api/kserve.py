@@ -9,8 +9,6 @@ the threadpool, so a large frame never blocks the event loop.
 
 from __future__ import annotations
 
-import json
-import math
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +21,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
+from fenceline.api import json_tensors
 from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
@@ -41,7 +40,6 @@ router = APIRouter(prefix="/v2", tags=["kserve"])
 
 HEADER_LENGTH = "inference-header-content-length"
 ALIGN = 64  # binary tensor data lands at this alignment in the request buffer
-MAX_HEADER_BYTES = 64 << 20
 
 
 def runtime(request: Request) -> Runtime:
@@ -56,6 +54,7 @@ def kserve(request: Request) -> KServeInference:
 
 def install(app: Any, runtime: Runtime, settings: InferenceSettings | None) -> None:
     app.state.kserve = KServeInference(runtime, settings)
+    app.state.large_json = json_tensors.LargeDocuments()
 
 
 # -- metadata and health --------------------------------------------------------------------
@@ -151,7 +150,9 @@ async def infer_version(name: str, version: str, request: Request) -> Response:
 
 async def _infer(request: Request, name: str, version: str | None) -> Response:
     k = kserve(request)
-    body, header_length = await read_body(request, k.settings.max_request_bytes)
+    body, header_length = await read_body(
+        request, k.settings.max_request_bytes, k.settings.max_json_bytes
+    )
 
     def work() -> Response:
         header = parse_header(body[:header_length])
@@ -160,7 +161,10 @@ async def _infer(request: Request, name: str, version: str | None) -> Response:
             req.caller = http_caller(request)
         return encode_result(k.infer(req))
 
-    return await run_in_threadpool(work)
+    if header_length < json_tensors.LARGE:
+        return await run_in_threadpool(work)
+    async with request.app.state.large_json:
+        return await run_in_threadpool(work)
 
 
 def _aligned(n: int, header_length: int) -> memoryview:
@@ -183,21 +187,36 @@ def _int_header(request: Request, key: str) -> int | None:
     return value
 
 
-async def read_body(request: Request, limit: int) -> tuple[memoryview, int]:
-    """The whole request body in one aligned buffer, and the JSON header's length."""
+async def read_body(
+    request: Request, limit: int, json_limit: int | None = None
+) -> tuple[memoryview, int]:
+    """The whole request body in one aligned buffer, and the JSON header's length. The body
+    is at most ``limit`` bytes, of which JSON at most ``json_limit``."""
+    json_limit = limit if json_limit is None else min(limit, json_limit)
     try:
-        return await _read_body(request, limit)
+        return await _read_body(request, limit, json_limit)
     except ClientDisconnect:
         raise InvalidArgument("the client went away before sending the whole body") from None
 
 
-async def _read_body(request: Request, limit: int) -> tuple[memoryview, int]:
-    too_large = f"the request body is larger than this service's limit of {limit} bytes"
+async def _read_body(request: Request, limit: int, json_limit: int) -> tuple[memoryview, int]:
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate"):
         raise HTTPException(415, f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
     length = _int_header(request, "content-length")
     header_length = _int_header(request, HEADER_LENGTH)
+    json_too_large = (
+        f"the request's JSON is larger than this service's limit of {json_limit} bytes "
+        "(--max-json-mb); send large tensors as binary data or in shared memory"
+    )
+    if header_length is not None and header_length > json_limit:
+        raise HTTPException(413, json_too_large)
+    if header_length is None:  # the whole body is JSON
+        limit = json_limit
+    too_large = (
+        json_too_large if limit == json_limit and header_length is None
+        else f"the request body is larger than this service's limit of {limit} bytes"
+    )  # fmt: skip
     if length is not None and length > limit:
         raise HTTPException(413, too_large)
     if encoding == "identity" and length is not None:
@@ -244,14 +263,7 @@ def _decompress(raw: bytes, encoding: str, limit: int, too_large: str) -> bytes:
 
 
 def parse_header(raw: memoryview) -> dict[str, Any]:
-    if len(raw) > MAX_HEADER_BYTES:
-        raise InvalidArgument(f"the inference header is over {MAX_HEADER_BYTES} bytes")
-    try:
-        header = json.loads(bytes(raw))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
-    except RecursionError:
-        raise InvalidArgument("failed to parse the request JSON buffer: nested too deeply") from None
+    header = json_tensors.loads(bytes(raw))
     if not isinstance(header, dict):
         raise InvalidArgument("the inference request must be a JSON object")
     return header
@@ -345,7 +357,7 @@ def decode_request(
             t.binary = True
             pos += size
         elif shm is None:
-            t.array = _json_array(raw["data"], dt.numpy, shape, what)
+            t.array = json_tensors.to_array(raw["data"], dt.numpy, shape, what)
         inputs.append(t)
     if pos != len(binary):
         raise InvalidArgument(
@@ -376,22 +388,10 @@ def _decode_output(raw: Any, binary_default: bool) -> OutputRequest:
     return OutputRequest(name, binary and shm is None, shm)
 
 
-def _json_array(data: Any, dtype: np.dtype, shape: list[int], what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as e:
-        raise InvalidArgument(f"{what}: 'data' does not hold {dtype} values: {e}") from None
-    want = math.prod(shape)  # Python ints: a product past 2^63 must not wrap to a small count
-    if arr.size != want:
-        raise InvalidArgument(
-            f"{what}: 'data' holds {arr.size} elements, its shape {shape} needs {want}"
-        )
-    return np.ascontiguousarray(arr.reshape(shape))
-
-
 def encode_result(result: InferResult) -> Response:
-    outputs = []
+    outputs: list[dict[str, Any]] = []
     parts: list[memoryview] = []
+    json_arrays: dict[int, np.ndarray] = {}
     for o in result.outputs:
         entry: dict[str, Any] = {"name": o.name, "datatype": o.datatype.name, "shape": o.shape}
         if o.shm is not None:
@@ -405,14 +405,14 @@ def encode_result(result: InferResult) -> Response:
             parts.append(o.array.reshape(-1).view(np.uint8).data)
         else:
             assert o.array is not None
-            entry["data"] = o.array.reshape(-1).tolist()
+            json_arrays[len(outputs)] = o.array
         outputs.append(entry)
     header: dict[str, Any] = {"model_name": result.model_name,
                               "model_version": result.model_version}
     if result.id is not None:
         header["id"] = result.id
     header["outputs"] = outputs
-    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded = json_tensors.dumps(header, json_arrays)
     if not parts:
         return Response(encoded, status_code=200, media_type="application/json")
     return TensorResponse(encoded, parts)

@@ -40,17 +40,22 @@ class BearerToken:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    """``max_bytes`` for inference bodies (binary tensor data), ``max_json_bytes`` for every
+    other route: their bodies are JSON only, and JSON costs many times its size to parse."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_json_bytes = max_bytes if max_json_bytes is None else min(max_bytes, max_json_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.max_bytes if scope["path"].endswith("/infer") else self.max_json_bytes
         length = dict(scope["headers"]).get(b"content-length")
-        too_big = f"request body over the {self.max_bytes}-byte limit"
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+        too_big = f"request body over the {limit}-byte limit"
+        if length is not None and length.isdigit() and int(length) > limit:
             await _reply(send, 413, too_big, "payload_too_large")
             return
         seen = 0
@@ -61,7 +66,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request" and not replied:
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     # Answer now; the app then sees a disconnect and its own reply is dropped.
                     replied = True
                     await _reply(send, 413, too_big, "payload_too_large")

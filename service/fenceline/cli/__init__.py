@@ -44,6 +44,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-file", type=Path, default=S, help=h(
         "token_file", "require Authorization: Bearer <the file's contents> on HTTP"))
     p.add_argument("--max-body-mb", type=int, default=S, help=h("max_body_mb", "largest HTTP request body"))
+    p.add_argument("--max-json-mb", type=int, default=S, help=h(
+        "max_json_mb", "largest JSON in a request (a KServe JSON header, any other body); larger "
+        "tensors go as binary data or in shared memory"))
     p.add_argument("--http-header-timeout-s", type=float, default=S, metavar="S", help=h(
         "http_header_timeout_s", "close an HTTP connection whose request line and headers take longer"))
     p.add_argument("--max-sessions", type=int, default=S, help=h("max_sessions", "sessions per client"))

@@ -123,9 +123,14 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
     ipc.start()
     app = create_app(
         runtime,
-        InferenceSettings(client_shared_memory=settings.client_shared_memory),
+        InferenceSettings(
+            client_shared_memory=settings.client_shared_memory,
+            max_request_bytes=settings.max_body_mb << 20,
+            max_json_bytes=settings.max_json_mb << 20,
+        ),
         token=settings.token(),
         max_body_bytes=settings.max_body_mb << 20,
+        max_json_bytes=settings.max_json_mb << 20,
         ready_checks=[ipc.accepting],
     )
     config = uvicorn.Config(

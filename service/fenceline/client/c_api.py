@@ -61,6 +61,13 @@ def c_examples_dir() -> Path:
     return _find("share/examples/renderer.c").parent
 
 
+def gst_plugin_dir() -> Path:
+    """The directory holding the GStreamer element ``fencelinefilter`` (``libgstfenceline.so``),
+    for ``GST_PLUGIN_PATH`` (docs/gstreamer.md). It is built only where GStreamer's development
+    packages were installed when fenceline was; else this raises ClientError."""
+    return _find("lib/gstreamer-1.0/libgstfenceline.so").parent
+
+
 def c_compile_flags() -> list[str]:
     return [f"-I{c_include_dir()}"]
 
@@ -80,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--libs", action="store_true", help="linker flags (with rpath)")
     p.add_argument("--libdir", action="store_true", help="the library directory")
     p.add_argument("--pkgconfig-path", action="store_true", help="directory for PKG_CONFIG_PATH")
+    p.add_argument("--gst-plugin-path", action="store_true",
+                   help="directory for GST_PLUGIN_PATH (the fencelinefilter element)")
     args = p.parse_args(argv)
     try:
         out: list[str] = []
@@ -91,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             out.append(str(c_library_dir()))
         if args.pkgconfig_path:
             out.append(str(c_pkgconfig_dir()))
+        if args.gst_plugin_path:
+            out.append(str(gst_plugin_dir()))
         if not out:
             out = [*c_compile_flags(), *c_link_flags()]
     except ClientError as e:

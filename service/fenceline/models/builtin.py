@@ -9,6 +9,12 @@
   a run stays in flight for about half a second (for lifetime tests, not benchmarks).
 - ``image_filter``: a real image operation for the demo: a depthwise 3x3 sharpen convolution,
   then exposure and Reinhard tone mapping (x / (1 + x)), over 1x3x720x1280 FP32.
+- ``image_filter_rgba8`` / ``image_filter_rgb8``: the same filter on packed 8-bit pixels, as
+  video pipelines hold them (GStreamer's RGBA/BGRA/RGBx/BGRx, RGB/BGR): uint8 NHWC
+  1xHxWx4 (or x3) in and out, H and W free. Casting, scaling to [0, 1] and back, and rounding
+  happen in the graph, so a caller hands over its frames untouched; the fourth channel passes
+  through unchanged. The filter treats every colour channel alike, so one model serves every
+  channel order.
 """
 
 from __future__ import annotations
@@ -129,6 +135,65 @@ def image_filter_model(height: int = 720, width: int = 1280, exposure: float = 2
     return _model(graph)
 
 
+def packed_image_filter_model(channels: int, exposure: float = 2.0) -> bytes:
+    if channels not in (3, 4):
+        raise ValueError("packed pixels have 3 or 4 channels")
+    shape: list[int | str] = [1, "height", "width", channels]
+    sharpen = np.array([[0, -1, 0], [-1, 5, -1], [0, -1, 0]], dtype=np.float32)
+    inits = [
+        numpy_helper.from_array(np.stack([sharpen[None]] * 3), "sharpen"),
+        numpy_helper.from_array(np.array([1 / 255], dtype=np.float32), "to_unit"),
+        numpy_helper.from_array(np.array([exposure], dtype=np.float32), "exposure"),
+        numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one"),
+        numpy_helper.from_array(np.array([255.0], dtype=np.float32), "to_byte"),
+        numpy_helper.from_array(np.array([0.5], dtype=np.float32), "half"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "c0"),
+        numpy_helper.from_array(np.array([3], dtype=np.int64), "c3"),
+        numpy_helper.from_array(np.array([4], dtype=np.int64), "c4"),
+        numpy_helper.from_array(np.array([3], dtype=np.int64), "axis_c"),
+    ]
+    # Every node that reads `image` is an ancestor of the single node that writes `display`, so
+    # the service may bind both to the same bytes (the GStreamer element runs in place).
+    nodes = [
+        helper.make_node("Cast", ["image"], ["pixels"], to=TensorProto.FLOAT),
+    ]
+    colour_nhwc = "pixels"
+    if channels == 4:
+        nodes += [
+            helper.make_node("Slice", ["pixels", "c0", "c3", "axis_c"], ["rgb"]),
+            helper.make_node("Slice", ["pixels", "c3", "c4", "axis_c"], ["alpha"]),
+        ]
+        colour_nhwc = "rgb"
+    nodes += [
+        helper.make_node("Transpose", [colour_nhwc], ["nchw"], perm=[0, 3, 1, 2]),
+        helper.make_node("Mul", ["nchw", "to_unit"], ["unit"]),
+        helper.make_node("Conv", ["unit", "sharpen"], ["sharp"], group=3, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["sharp"], ["positive"]),
+        helper.make_node("Mul", ["positive", "exposure"], ["exposed"]),
+        helper.make_node("Add", ["exposed", "one"], ["denominator"]),
+        helper.make_node("Div", ["exposed", "denominator"], ["toned"]),
+        helper.make_node("Transpose", ["toned"], ["toned_nhwc"], perm=[0, 2, 3, 1]),
+        # x / (1 + x) stays below 1: scaled to bytes, + 0.5 and a truncating cast round it.
+        helper.make_node("Mul", ["toned_nhwc", "to_byte"], ["bytes"]),
+        helper.make_node("Add", ["bytes", "half"], ["rounded"]),
+    ]
+    if channels == 4:
+        nodes += [
+            helper.make_node("Concat", ["rounded", "alpha"], ["joined"], axis=3),
+            helper.make_node("Cast", ["joined"], ["display"], to=TensorProto.UINT8),
+        ]
+    else:
+        nodes.append(helper.make_node("Cast", ["rounded"], ["display"], to=TensorProto.UINT8))
+    graph = helper.make_graph(
+        nodes,
+        f"image_filter_packed{channels}",
+        [helper.make_tensor_value_info("image", TensorProto.UINT8, shape)],
+        [helper.make_tensor_value_info("display", TensorProto.UINT8, shape)],
+        inits,
+    )
+    return _model(graph)
+
+
 BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_64x64": lambda: add_model([1, 3, 64, 64]),
     "add_720p": lambda: add_model([1, 3, 720, 1280]),
@@ -139,6 +204,8 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "add_1080p_fp16": lambda: add_model([1, 3, 1080, 1920], TensorProto.FLOAT16),
     "add_4k_fp16": lambda: add_model([1, 3, 2160, 3840], TensorProto.FLOAT16),
     "image_filter": lambda: image_filter_model(),
+    "image_filter_rgba8": lambda: packed_image_filter_model(4),
+    "image_filter_rgb8": lambda: packed_image_filter_model(3),
     "nan_guard_64x64": lambda: nan_guard_model([1, 3, 64, 64]),
     "slow_add_64x64": lambda: slow_add_model([1, 3, 64, 64], 250_000),
     "add_dynamic": lambda: add_model([1, 3, "height", "width"]),

@@ -31,11 +31,14 @@ U64_MAX = 2**64 - 1
 class InferenceSettings:
     client_shared_memory: bool = True  # False: Triton's shm registration answers 501
     max_regions: int = 1024
-    max_request_bytes: int = 1 << 30
+    max_request_bytes: int = 256 << 20  # a whole infer body: --max-body-mb
+    max_json_bytes: int = 16 << 20  # its JSON part: --max-json-mb
 
     def __post_init__(self) -> None:
-        if self.max_regions < 0 or self.max_request_bytes <= 0:
-            raise InvalidArgument("max_regions must be 0 or more and max_request_bytes positive")
+        if self.max_regions < 0 or self.max_request_bytes <= 0 or self.max_json_bytes <= 0:
+            raise InvalidArgument(
+                "max_regions must be 0 or more, max_request_bytes and max_json_bytes positive"
+            )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,232 @@
+"""fencelinefilter in real GStreamer pipelines (gst-launch-1.0, separate processes) against a real
+service: outputs equal onnxruntime run directly on the same frames, the pool is shared without a
+copy, the fallback copies once, and every failure ends the pipeline with the service's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from fenceline.bench import gst
+from fenceline.models import build_repository
+from tests.support.service import Service, start_service, stop_service
+
+WHY = gst.unavailable()
+if WHY is not None and os.environ.get("FENCELINE_REQUIRE_GST"):
+    raise RuntimeError(f"FENCELINE_REQUIRE_GST is set but {WHY}")
+pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+
+MODELS = ["image_filter_rgba8", "image_filter_rgb8"]
+
+
+@pytest.fixture(scope="module")
+def gst_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("gst-models"), MODELS)
+
+
+@pytest.fixture(scope="module")
+def gst_service(gst_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    svc = start_service(gst_repo, tmp_path_factory.mktemp("gst-service"))
+    yield svc
+    stop_service(svc)
+    assert "Traceback" not in svc.log_text(), svc.log_text()
+
+
+def metric(svc: Service, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`."""
+    total = 0.0
+    for line in httpx.get(svc.url + "/metrics", timeout=10).text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def held_by_service(svc: Service) -> tuple[float, float]:
+    """(sessions, imported handles) the service holds now, once closed connections settled."""
+    deadline = time.monotonic() + 20
+    while True:
+        now = (metric(svc, "fenceline_session_active"),
+               metric(svc, "fenceline_interop_imported_handles"))
+        if now == (0.0, 0.0) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.1)
+
+
+def filter_line(model: str, svc: Service, **props: object) -> str:
+    extra = "".join(f" {k.replace('_', '-')}={v}" for k, v in props.items())
+    return f"fencelinefilter model={model} socket={svc.socket}{extra}"
+
+
+def run_and_compare(svc: Service, repo: Path, tmp: Path, model: str, fmt: str, width: int,
+                    height: int, count: int, between: str = "") -> str:
+    """Runs `count` frames through the element and, in step, the same source without it; checks
+    every output frame against onnxruntime on that input. Returns the element's debug log."""
+    shape = (1, height, width, gst.CHANNELS[fmt])
+    src = f"{gst.SOURCE} num-buffers={count} ! {gst.caps(fmt, width, height)}"
+    out = gst.launch(f"{src} ! {between} {filter_line(model, svc)} ! fdsink fd=1",
+                     tmp / "filtered.log")
+    ref = gst.launch(f"{src} ! fdsink fd=1", tmp / "source.log")
+    sess = ort.InferenceSession(str(repo / model / "1" / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+    n = 0
+    try:
+        for got, x in zip(gst.frames(out, shape), gst.frames(ref, shape), strict=True):
+            (want,) = sess.run(None, {"image": x})
+            if not np.array_equal(got, want):
+                diff = np.argwhere(got != want)
+                pytest.fail(f"frame {n}: {len(diff)} bytes differ from onnxruntime, first at "
+                            f"{diff[0].tolist()}: {got[tuple(diff[0])]} != {want[tuple(diff[0])]}")
+            n += 1
+    finally:
+        for p in (out, ref):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    log = (tmp / "filtered.log").read_text(errors="replace")
+    assert out.returncode == 0, log
+    assert n == count
+    return log
+
+
+def stats(log: str) -> dict[str, int]:
+    (line,) = [x for x in log.splitlines() if "stats: frames=" in x]
+    fields = line.split("stats: ", 1)[1].split()
+    return {k: int(v) for k, v in (f.split("=") for f in fields)}
+
+
+def test_720p_frames_equal_onnxruntime_and_share_the_pool_without_a_copy(
+    gst_service: Service, gst_repo: Path, tmp_path: Path
+) -> None:
+    runs = metric(gst_service, "fenceline_session_runs_total", model="image_filter_rgba8")
+    log = run_and_compare(gst_service, gst_repo, tmp_path, "image_filter_rgba8", "RGBA",
+                          1280, 720, 300)
+    assert "proposing a pool of memfd-backed fd memory" in log
+    assert "upstream writes into the proposed pool: no copy" in log
+    s = stats(log)
+    assert s["frames"] == 300 and s["zero-copy"] == 300 and s["copied"] == 0, s
+    # Each pool buffer is imported once (and one more for the negotiation probe), not per frame.
+    assert s["imports"] <= 8, s
+    # The service ran every frame as a session run on the imported memfds themselves.
+    after = metric(gst_service, "fenceline_session_runs_total", model="image_filter_rgba8",
+                   transport="ipc")
+    assert after - runs == 300
+    assert held_by_service(gst_service) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(("fmt", "model"), [("BGRx", "image_filter_rgba8"),
+                                            ("RGB", "image_filter_rgb8"),
+                                            ("BGR", "image_filter_rgb8")])
+def test_every_packed_format_runs_through_its_model(
+    gst_service: Service, gst_repo: Path, tmp_path: Path, fmt: str, model: str
+) -> None:
+    log = run_and_compare(gst_service, gst_repo, tmp_path, model, fmt, 320, 240, 20)
+    assert stats(log)["zero-copy"] == 20
+
+
+def test_refused_pool_falls_back_to_one_copy_per_frame(
+    gst_service: Service, gst_repo: Path, tmp_path: Path
+) -> None:
+    # identity drop-allocation=true keeps the allocation query (and our pool) from upstream.
+    log = run_and_compare(gst_service, gst_repo, tmp_path, "image_filter_rgba8", "RGBA",
+                          640, 360, 30, between="identity drop-allocation=true !")
+    s = stats(log)
+    assert s["frames"] == 30 and s["copied"] == 30 and s["zero-copy"] == 0, s
+    assert log.count("did not write into the proposed pool") == 1
+    assert held_by_service(gst_service) == (0.0, 0.0)
+
+
+def failed_pipeline(pipeline: str, tmp: Path) -> str:
+    """Plays a pipeline that must fail, in its own process; returns what it printed. Not with
+    gst-launch-1.0: 1.22 can miss an error posted before its main loop runs and hang."""
+    r = subprocess.run([sys.executable, "-m", "fenceline.bench.gst", pipeline],
+                       capture_output=True, text=True, timeout=180, env=gst.gst_env(),
+                       check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    return r.stderr
+
+
+def test_caps_the_model_does_not_take_fail_negotiation_with_the_services_reason(
+    gst_service: Service, tmp_path: Path
+) -> None:
+    err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
+                          f"{filter_line('image_filter_rgb8', gst_service)} ! fakesink", tmp_path)
+    assert "ERROR: from element /GstPipeline:pipeline0/FencelineFilter" in err, err
+    assert "fenceline error invalid_argument" in err and "has shape" in err, err
+    assert "fenceline-code=(int)2" in err and "fenceline-code-name=(string)invalid_argument" in err
+    assert "Traceback" not in err
+    assert held_by_service(gst_service) == (0.0, 0.0)
+
+
+def test_missing_model_ends_the_pipeline_with_not_found(
+    gst_service: Service, tmp_path: Path
+) -> None:
+    err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
+                          f"{filter_line('no_such_model', gst_service)} ! fakesink", tmp_path)
+    assert "fenceline error not_found" in err and "no_such_model" in err, err
+    assert held_by_service(gst_service) == (0.0, 0.0)
+
+
+def test_no_service_ends_the_pipeline_with_a_transport_error(tmp_path: Path) -> None:
+    err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
+                          f"fencelinefilter model=m socket={tmp_path / 'none.sock'} ! fakesink",
+                          tmp_path)
+    assert "fenceline error transport" in err, err
+
+
+def test_service_killed_mid_stream_fails_the_pipeline_instead_of_hanging(
+    gst_repo: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "svc").mkdir()
+    svc = start_service(gst_repo, tmp_path / "svc")
+    try:
+        proc = gst.launch(f"{gst.SOURCE} ! {gst.caps('RGBA', 320, 240)} ! "
+                          f"{filter_line('image_filter_rgba8', svc)} ! fakesink",
+                          tmp_path / "killed.log", stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while metric(svc, "fenceline_session_runs_total") < 20:
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()
+            assert time.monotonic() < deadline, "no frames ran"
+            time.sleep(0.1)
+        svc.proc.send_signal(signal.SIGKILL)
+        svc.proc.wait()
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the pipeline hung after the service was killed")
+        err = (tmp_path / "killed.log").read_text(errors="replace")
+        assert rc != 0
+        assert "fenceline error transport" in err, err
+    finally:
+        stop_service(svc)
+
+
+def test_bench_prints_element_fps_beside_the_appsink_onnxruntime_reference(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "gst.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "fenceline", "bench", "--gst", "--quick", "--sizes", "720p",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fencelinefilter fps" in r.stdout and "appsink->onnxruntime fps" in r.stdout
+    row = json.loads(out.read_text())["sizes"]["720p"]
+    assert row["element_fps"] > 0 and row["appsink_onnxruntime_fps"] > 0
