@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
-from fenceline.api import json_tensors
+from fenceline.api import bodies, json_tensors
 from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
@@ -138,12 +138,14 @@ def repository_index(request: Request) -> list[dict[str, Any]]:
 # -- inference ------------------------------------------------------------------------------
 
 
-@router.post("/models/{name}/infer")
+@router.post("/models/{name}/infer",
+             openapi_extra=bodies.body(bodies.INFER, bodies.INFER_EXAMPLE, binary=True))
 async def infer(name: str, request: Request) -> Response:
     return await _infer(request, name, None)
 
 
-@router.post("/models/{name}/versions/{version}/infer")
+@router.post("/models/{name}/versions/{version}/infer",
+             openapi_extra=bodies.body(bodies.INFER, bodies.INFER_EXAMPLE, binary=True))
 async def infer_version(name: str, version: str, request: Request) -> Response:
     return await _infer(request, name, version)
 
