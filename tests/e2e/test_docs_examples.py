@@ -68,7 +68,7 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{FIRST_HOUR}::test_flags_win_over_environment",
         "tests/e2e/test_bench_smoke.py::test_quick_bench_writes_well_formed_json",
     ],
-    ("README.md", "import numpy as np"): [
+    ("README.md", "from fenceline.client import Fence, IpcClient, Layout, SharedFrame"): [
         f"{FIRST_HOUR}::test_readme_python_example_runs_verbatim_against_bare_serve",
     ],
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[bench]' && .venv/bin/fenceline bench --peers --json bench.json --plot bench.png"): [

@@ -1,4 +1,5 @@
-"""Client-side errors: a tree of their own, apart from the service's exceptions."""
+"""Client-side errors: a tree of their own, apart from the service's exceptions. Everything
+the clients raise on purpose is a :class:`ClientError`."""
 
 from __future__ import annotations
 
@@ -16,3 +17,7 @@ class ServiceError(ClientError):
         self.message = message
         self.code = code
         self.status = status
+
+
+class UsageError(ClientError, ValueError):
+    """Fix the call: a bad argument, or an object used after ``close()``."""

@@ -254,6 +254,9 @@ class Connection:
 
     def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         obj = codec.decode_json(body)
+        if obj.get("kind") == "model":
+            # Models are named, not owned: any client may read their metadata, as over HTTP.
+            return self.runtime.models.get(str(obj.get("id", "")), obj.get("version")).metadata()
         kind, id_ = obj.get("kind"), self._id(body)
         describe = {
             "memory": self.runtime.describe_memory,
@@ -261,7 +264,7 @@ class Connection:
             "session": self.runtime.describe_session,
         }.get(str(kind))
         if describe is None:
-            raise InvalidRequest("DESCRIBE kind is memory, fence or session")
+            raise InvalidRequest("DESCRIBE kind is memory, fence, session or model")
         return describe(self.owner, id_)
 
     # -- lifetime -------------------------------------------------------------------------
