@@ -49,6 +49,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "tensors go as binary data or in shared memory"))
     p.add_argument("--http-header-timeout-s", type=float, default=S, metavar="S", help=h(
         "http_header_timeout_s", "close an HTTP connection whose request line and headers take longer"))
+    p.add_argument("--http-body-idle-s", type=float, default=S, metavar="S", help=h(
+        "http_body_idle_s", "close an HTTP connection whose request body pauses for longer"))
     p.add_argument("--max-sessions", type=int, default=S, help=h("max_sessions", "sessions per client"))
     p.add_argument("--max-imports", type=int, default=S, help=h(
         "max_imports", "memory + fence imports per client"))
@@ -110,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, help="time budget of each row (default per size)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
+    bench.add_argument("--gst", action="store_true",
+                       help="fps through the GStreamer element beside appsink -> onnxruntime "
+                            "(docs/gstreamer.md)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -141,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if args.gst:
+            from fenceline.bench.gst import run_gst_bench
+
+            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 

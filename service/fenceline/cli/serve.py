@@ -12,7 +12,7 @@ import uvicorn
 
 from fenceline import logs
 from fenceline.api import create_app
-from fenceline.api.http_protocol import header_timeout_protocol
+from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.errors import InvalidArgument
 from fenceline.ipc.server import IpcServer
@@ -135,7 +135,7 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        http=header_timeout_protocol(settings.http_header_timeout_s),
+        http=deadline_protocol(settings.http_header_timeout_s, settings.http_body_idle_s),
         access_log=False, lifespan="off", timeout_graceful_shutdown=5,
         log_config=None,  # logs.configure set up logging, uvicorn's loggers included
     )
