@@ -13,6 +13,9 @@ from fastapi.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"
+# Both pages may load only from the service: ReDoc would otherwise fetch its logo from its
+# vendor's CDN, which on an offline machine is a hang or an error in the console.
+OFFLINE_ONLY = {"Content-Security-Policy": "default-src 'self' 'unsafe-inline' blob: data:"}
 
 
 def assets_dir() -> Path:
@@ -28,20 +31,25 @@ def install(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(
+        return _offline(get_swagger_ui_html(
             openapi_url=openapi_url,
             title=f"{app.title} - API",
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{ASSETS}/favicon.png",
-        )
+        ))
 
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
-        return get_redoc_html(
+        return _offline(get_redoc_html(
             openapi_url=openapi_url,
             title=f"{app.title} - API",
             redoc_js_url=f"{ASSETS}/redoc.standalone.js",
             redoc_favicon_url=f"{ASSETS}/favicon.png",
             with_google_fonts=False,
-        )
+        ))
+
+
+def _offline(page: HTMLResponse) -> HTMLResponse:
+    page.headers.update(OFFLINE_ONLY)
+    return page
