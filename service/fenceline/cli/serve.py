@@ -6,6 +6,7 @@ import argparse
 import errno
 import logging
 import socket
+import sys
 from types import FrameType
 
 import uvicorn
@@ -15,6 +16,7 @@ from fenceline.api import create_app
 from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.errors import InvalidArgument
+from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
 from fenceline.models.builtin import builtin_repository
@@ -117,9 +119,18 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
             allow_uids=settings.allow_uids or frozenset(),
         ),
     )
-    ipc = IpcServer(
-        runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000, allow_uids=settings.allow_uids
-    )
+    ipc: IpcServer | PipeServer
+    if sys.platform == "win32":
+        # Windows: the per-user named pipe; --socket, when given, is the pipe's name.
+        ipc = PipeServer(
+            runtime, str(settings.socket) if settings.socket else None,
+            spin_ns=settings.ipc_spin_us * 1000,
+        )
+    else:
+        ipc = IpcServer(
+            runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000,
+            allow_uids=settings.allow_uids,
+        )
     ipc.start()
     app = create_app(
         runtime,

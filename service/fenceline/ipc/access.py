@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import pwd
 import stat
 from pathlib import Path
 
@@ -21,6 +20,8 @@ PRIVATE_SOCKET, SHARED_SOCKET = 0o600, 0o666
 
 
 def _groups(uid: int) -> set[int]:
+    import pwd  # POSIX only; this module is not used on Windows (fenceline.ipc.pipe_server)
+
     try:
         pw = pwd.getpwuid(uid)
     except KeyError:
