@@ -138,6 +138,16 @@ COVERED: dict[tuple[str, str], list[str]] = {
      "--warmup 20 --hostile 2 \\"): [
         "tests/integration/test_robustness.py::test_a_short_soak_with_hostile_renderers_leaks_nothing",
     ],
+    ("README.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("README.md", ".ci/windows          # set-up (cached in ~/.cache/fenceline-win), build, tests; "
+     "the wheel lands in build/windows/dist/"): [".ci/run (runs .ci/windows)"],
+    # docs/windows.md: run by the Windows lane (.ci/windows, under Wine), not on Linux.
+    ("docs/windows.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("docs/windows.md", "import numpy as np"): ["tests/windows/test_native.py::test_section_made_by_another_process_is_mapped_by_name"],
+    ("docs/windows.md", "import httpx"): ["tests/windows/test_native.py::test_capabilities_report_linux_only_kinds_false"],
+    ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
+        "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
+    ],
     ("docs/streaming.md", 'info = client.create_session("add_64x64", {"x": View(mem, "FP32", shape)},'): [
         "tests/integration/test_streaming.py::test_streaming_session_outputs_equal_direct_onnxruntime_runs",
     ],
