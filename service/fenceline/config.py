@@ -1,13 +1,27 @@
-"""Service settings: user choices validated once, at construction, with messages that say how
-to fix them."""
+"""Service settings: one object read from flags, then ``FENCELINE_*`` environment variables, then
+defaults, validated once, at construction, with messages that say how to fix them.
+
+Flags win over the environment: ``FENCELINE_PORT=9000 fenceline serve --port 8001`` serves on
+8001. Every field is a variable of the same name in upper case (``max_body_mb`` is
+``FENCELINE_MAX_BODY_MB``); ``FENCELINE_MODELS`` and ``FENCELINE_ALLOW_UIDS`` take JSON
+(``{"net": "/models/net.onnx"}``, ``[1001, 1002]``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fenceline.errors import InvalidArgument
 from fenceline.logs import LOG_FORMATS, LogFormat
+
+ENV_PREFIX = "FENCELINE_"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# sockaddr_un.sun_path is 108 bytes on Linux, the terminating NUL included.
+MAX_SOCKET_PATH = 107
 
 
 def parse_model_arg(arg: str) -> tuple[str, Path]:
@@ -17,13 +31,25 @@ def parse_model_arg(arg: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-@dataclass(frozen=True)
-class ServeSettings:
+def flag_of(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_of(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+class ServeSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True, extra="forbid"
+    )
+
     host: str = "127.0.0.1"
     port: int = 8000
     socket: Path | None = None  # None: $XDG_RUNTIME_DIR/fenceline/fenceline.sock
+    # Neither a repository nor models: the builtin models (fenceline.models.builtin).
     model_repository: Path | None = None
-    models: dict[str, Path] = field(default_factory=dict)
+    models: dict[str, Path] = {}
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
@@ -42,23 +68,45 @@ class ServeSettings:
     max_inflight: int = 64
     max_sessions_per_device: int = 1024
 
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise InvalidArgument(_explain(e)) from None
+
+    @property
+    def builtin_models(self) -> bool:
+        """Whether the service serves the builtin models (no model option given)."""
+        return self.model_repository is None and not self.models
+
     def token(self) -> str | None:
         if self.token_file is None:
             return None
         token = self.token_file.read_text().strip()
         return token or None
 
-    def __post_init__(self) -> None:
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> ServeSettings:
         if not 0 <= self.port < 65536:
             raise InvalidArgument(f"--port {self.port} is not a TCP port (0..65535)")
         if self.model_repository is not None and not self.model_repository.is_dir():
             raise InvalidArgument(
                 f"--model-repository {self.model_repository} is not a directory; it holds "
-                "<name>/<version>/model.onnx"
+                "<name>/<version>/model.onnx (`fenceline models write DIR` writes the builtin ones)"
             )
         for name, path in self.models.items():
             if not path.is_file():
                 raise InvalidArgument(f"--model {name}={path}: no such file")
+        if self.socket is not None and len(bytes(self.socket)) > MAX_SOCKET_PATH:
+            raise InvalidArgument(
+                f"--socket {self.socket}: {len(bytes(self.socket))} bytes is longer than a Unix "
+                f"socket path may be ({MAX_SOCKET_PATH}); choose a shorter path"
+            )
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
         if self.max_spinners is not None and self.max_spinners < 0:
@@ -79,7 +127,39 @@ class ServeSettings:
             raise InvalidArgument("--http-header-timeout-s is a number of seconds in (0, 3600]")
         if not 0 < self.http_body_idle_s <= 3600:
             raise InvalidArgument("--http-body-idle-s is a number of seconds in (0, 3600]")
-        if self.log_level not in ("critical", "error", "warning", "info", "debug"):
-            raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")
-        if self.log_format not in LOG_FORMATS:
-            raise InvalidArgument(f"--log-format is one of {', '.join(LOG_FORMATS)}")
+        if self.log_level not in LOG_LEVELS:
+            raise InvalidArgument(f"--log-level is one of {', '.join(LOG_LEVELS)}")
+        return self
+
+
+def _explain(e: ValidationError) -> str:
+    """One line per bad value, naming both the flag and the variable it may have come from."""
+    parts = []
+    for err in e.errors():
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown setting {field!r}")
+            continue
+        where = f"{flag_of(field)} (or {env_of(field)})" if field else "settings"
+        got = err.get("input")
+        if field == "log_format" and err["type"] == "literal_error":
+            parts.append(f"{where} is one of {', '.join(LOG_FORMATS)}, not {got!r}")
+        else:
+            parts.append(f"{where}: {err['msg'].lower()}, got {got!r}")
+    return "; ".join(parts)
+
+
+def setting_help(field: str, text: str = "", *, default: str | None = None) -> str:
+    """``text`` followed by the field's default (or ``default``, where None means something)
+    and its variable, for ``--help``."""
+    value = ServeSettings.model_fields[field].default
+    if default is not None:
+        shown = default
+    elif isinstance(value, bool):
+        shown = "on" if value else "off"
+    elif value is None or value == {}:
+        shown = "none"
+    else:
+        shown = str(value)
+    extra = f"default: {shown}; env {env_of(field)}"
+    return f"{text} ({extra})" if text else extra

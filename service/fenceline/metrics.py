@@ -7,9 +7,17 @@ each service gets its own.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -27,8 +35,12 @@ STREAM_FAILURES = ("model_error", "input_error", "conflict")
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # A `_created` series per counter doubles what Prometheus stores and no panel reads it.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ...
+        self.last_run_ms: dict[str, int] = {}  # per model, for Triton's statistics extension
         self.runs = Counter(
             "fenceline_session_runs_total", "Session runs that completed.", ["model", "transport"],
             registry=r,
@@ -74,6 +86,11 @@ class Metrics:
             "fenceline_kserve_requests_total",
             "KServe v2 inference requests that completed, by how the tensors travelled.",
             ["model", "path"], registry=r,
+        )
+        self.kserve_failures = Counter(
+            "fenceline_kserve_failures_total",
+            "KServe v2 inference requests that failed after their model was found.",
+            ["model"], registry=r,
         )
         self.kserve_in_flight = Gauge(
             "fenceline_kserve_requests_in_flight", "KServe v2 inference requests running now.",
@@ -145,6 +162,7 @@ class Metrics:
             )
             self._run_series[(model, transport)] = series
         runs, run, wait, infer = series
+        self.last_run_ms[model] = time.time_ns() // 1_000_000
         runs.inc()
         run.observe(run_s)
         wait.observe(wait_s)

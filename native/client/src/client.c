@@ -75,10 +75,15 @@ static void put_header(uint8_t *p, uint16_t kind, uint32_t request_id, uint32_t 
 
 FlStatus *fl_default_socket_path(char *buf, size_t size) {
   if (buf == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "GetDefaultSocketPath: buf is NULL");
+  /* The same order as the service and the Python client: $FENCELINE_SOCKET, then
+   * $XDG_RUNTIME_DIR/fenceline/fenceline.sock, then a per-user directory under /tmp. */
+  const char *explicit_path = getenv("FENCELINE_SOCKET");
   const char *base = getenv("XDG_RUNTIME_DIR");
   char path[4096];
   int n;
-  if (base != NULL && base[0] != '\0')
+  if (explicit_path != NULL && explicit_path[0] != '\0')
+    n = snprintf(path, sizeof path, "%s", explicit_path);
+  else if (base != NULL && base[0] != '\0')
     n = snprintf(path, sizeof path, "%s/fenceline/fenceline.sock", base);
   else
     n = snprintf(path, sizeof path, "/tmp/fenceline-%u/fenceline/fenceline.sock",

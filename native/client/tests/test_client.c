@@ -259,6 +259,18 @@ static void check_default_socket_path(void) {
   OK(api->GetDefaultSocketPath(buf, sizeof buf));
   EXPECT(strstr(buf, "fenceline/fenceline.sock") != NULL);
   FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->GetDefaultSocketPath(tiny, sizeof tiny));
+  /* $FENCELINE_SOCKET wins, as in the service and the Python client (docs/deploy.md). */
+  char *saved = getenv("FENCELINE_SOCKET") ? strdup(getenv("FENCELINE_SOCKET")) : NULL;
+  char chosen[256];
+  setenv("FENCELINE_SOCKET", "/run/fenceline/elsewhere.sock", 1);
+  OK(api->GetDefaultSocketPath(chosen, sizeof chosen));
+  EXPECT(strcmp(chosen, "/run/fenceline/elsewhere.sock") == 0);
+  if (saved != NULL) {
+    setenv("FENCELINE_SOCKET", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("FENCELINE_SOCKET");
+  }
   snprintf(detail, sizeof detail, "%s", buf);
 }
 

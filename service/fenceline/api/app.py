@@ -9,7 +9,7 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fenceline import __version__
-from fenceline.api import errors, interop, kserve, status, triton_shm
+from fenceline.api import docs, errors, interop, kserve, status, triton_shm
 from fenceline.api.request_ids import RequestIdMiddleware
 from fenceline.api.security import BearerToken, BodyLimit
 from fenceline.runtime.service import Runtime
@@ -32,6 +32,8 @@ def create_app(
         title="fenceline",
         version=__version__,
         summary="Zero-copy inference for renderers: shared frames, timeline fences, ONNX Runtime.",
+        docs_url=None,  # fenceline.api.docs serves both pages without a CDN
+        redoc_url=None,
     )
     app.state.runtime = runtime
     app.state.ready = True
@@ -43,6 +45,7 @@ def create_app(
     app.include_router(triton_shm.router)
     app.include_router(interop.router)
     app.include_router(status.router)
+    docs.install(app)
     app.state.started = time.monotonic()
 
     registry = runtime.metrics.registry

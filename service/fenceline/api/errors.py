@@ -96,10 +96,12 @@ def install(app: FastAPI, metrics: Metrics) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "http_error")
-        metrics.errors.labels(transport_of(request), code).inc()
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404 and message == "Not Found":
+            # No such route (a browser's /favicon.ico, a typo): not an API error to alert on.
             message = f"no route {request.method} {request.url.path}"
+        else:
+            metrics.errors.labels(transport_of(request), code).inc()
         return error_response(exc.status_code, message, code)
 
     @app.exception_handler(Exception)

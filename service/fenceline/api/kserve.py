@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
-from fenceline.api import json_tensors
+from fenceline.api import bodies, json_tensors
 from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
@@ -35,6 +35,7 @@ from fenceline.triton.inference import (
     OutputRequest,
 )
 from fenceline.triton.regions import InferenceSettings, ShmRef, check_u64, tensor_nbytes
+from fenceline.triton.statistics import model_statistics
 
 router = APIRouter(prefix="/v2", tags=["kserve"])
 
@@ -62,7 +63,7 @@ def install(app: Any, runtime: Runtime, settings: InferenceSettings | None) -> N
 
 @router.get("")
 def server_metadata(request: Request) -> dict[str, Any]:
-    extensions = ["binary_tensor_data", "model_configuration", "model_repository"]
+    extensions = ["binary_tensor_data", "model_configuration", "model_repository", "statistics"]
     if kserve(request).shm.enabled:
         extensions.append("system_shared_memory")
     if cuda_shared_memory_available() and kserve(request).cuda.enabled:
@@ -81,6 +82,27 @@ def ready(request: Request) -> Response:
     state = request.app.state
     ready = state.ready and all(check() for check in getattr(state, "ready_checks", ()))
     return Response(status_code=200 if ready else 503)
+
+
+# -- statistics (Triton's extension); before /models/{name}, which would take "stats" as a name
+
+
+@router.get("/models/stats")
+def all_model_stats(request: Request) -> dict[str, Any]:
+    rt = runtime(request)
+    return model_statistics(rt.metrics, list(rt.models))
+
+
+@router.get("/models/{name}/stats")
+def model_stats(name: str, request: Request) -> dict[str, Any]:
+    rt = runtime(request)
+    return model_statistics(rt.metrics, [rt.models.get(name)])
+
+
+@router.get("/models/{name}/versions/{version}/stats")
+def model_version_stats(name: str, version: str, request: Request) -> dict[str, Any]:
+    rt = runtime(request)
+    return model_statistics(rt.metrics, [rt.models.get(name, version)])
 
 
 @router.get("/models/{name}")
@@ -138,12 +160,14 @@ def repository_index(request: Request) -> list[dict[str, Any]]:
 # -- inference ------------------------------------------------------------------------------
 
 
-@router.post("/models/{name}/infer")
+@router.post("/models/{name}/infer",
+             openapi_extra=bodies.body(bodies.INFER, bodies.INFER_EXAMPLE, binary=True))
 async def infer(name: str, request: Request) -> Response:
     return await _infer(request, name, None)
 
 
-@router.post("/models/{name}/versions/{version}/infer")
+@router.post("/models/{name}/versions/{version}/infer",
+             openapi_extra=bodies.body(bodies.INFER, bodies.INFER_EXAMPLE, binary=True))
 async def infer_version(name: str, version: str, request: Request) -> Response:
     return await _infer(request, name, version)
 

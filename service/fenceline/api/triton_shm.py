@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from fenceline.api import bodies
 from fenceline.api.peers import http_caller
 from fenceline.errors import InvalidArgument
 from fenceline.triton.cuda_shm import CudaSharedMemory, cuda_backend_works
@@ -66,7 +67,9 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-@router.post("/systemsharedmemory/region/{name}/register")
+@router.post("/systemsharedmemory/region/{name}/register",
+             openapi_extra=bodies.body(bodies.SYSTEM_SHM_REGISTER,
+                                       {"key": "/frame0", "offset": 0, "byte_size": 49152}))
 async def system_register(name: str, request: Request) -> Response:
     regions = shm(request)
     regions.check_enabled()
@@ -112,7 +115,8 @@ def cuda_region_status(name: str, request: Request) -> list[dict[str, Any]]:
     return cuda(request).status(name)
 
 
-@router.post("/cudasharedmemory/region/{name}/register")
+@router.post("/cudasharedmemory/region/{name}/register",
+             openapi_extra=bodies.body(bodies.CUDA_SHM_REGISTER))
 async def cuda_register(name: str, request: Request) -> Response:
     regions = cuda(request)
     regions.check_enabled()

@@ -7,52 +7,63 @@ import sys
 from pathlib import Path
 
 from fenceline import __version__
+from fenceline.config import LOG_LEVELS, setting_help
 from fenceline.errors import FencelineError
 from fenceline.logs import LOG_FORMATS
 
+S = argparse.SUPPRESS  # an absent flag: the settings object decides (environment, default)
+
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-repository", type=Path, help="DIR with <name>/<version>/model.onnx")
-    p.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
-                   help="an extra model; repeatable")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--socket", type=Path,
-                   help="IPC socket path (default under $XDG_RUNTIME_DIR); on Windows the named "
-                   "pipe (default \\\\.\\pipe\\fenceline-<your SID>)")
-    p.add_argument("--ipc-spin-us", type=int, default=100,
-                   help="longest spin on the IPC socket before blocking (0: always block)")
-    p.add_argument("--fence-spin-us", type=int, default=50,
-                   help="longest spin on an input fence before sleeping on its futex")
-    p.add_argument("--max-spinners", type=int, default=None, metavar="N",
-                   help="most fence waiters of the service that spin at once (default: half the "
-                   "CPUs it may use, at least 1; 0: never spin); docs/streaming.md")
-    p.add_argument("--log-level", default="info",
-                   choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
-                   help="text for a terminal, json: one object per line with request/session ids")
-    p.add_argument("--allow-uid", type=int, action="append", metavar="UID",
-                   help="another user that may use the IPC socket and import the objects it "
-                   "owns by name; repeatable (the service's own user always may); docs/http.md")
-    p.add_argument("--token-file", type=Path,
-                   help="require Authorization: Bearer <the file's contents> on HTTP")
-    p.add_argument("--max-body-mb", type=int, default=256, help="largest HTTP request body")
-    p.add_argument("--max-json-mb", type=int, default=16,
-                   help="largest JSON in a request (a KServe JSON header, any other body); "
-                   "larger tensors go as binary data or in shared memory")
-    p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
-                   help="close an HTTP connection whose request line and headers take longer")
-    p.add_argument("--http-body-idle-s", type=float, default=30.0, metavar="S",
-                   help="close an HTTP connection whose request body pauses for longer")
-    p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
-    p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
-    p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")
-    p.add_argument("--max-inflight", type=int, default=64, help="HTTP runs in flight per client")
-    p.add_argument("--max-sessions-per-device", type=int, default=1024,
-                   help="CUDA sessions per GPU, over all clients")
-    p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=True,
-                   help="let KServe clients register Triton system shared-memory regions "
-                   "(default on; --no-client-shared-memory answers those routes with 501)")
+    """Flags of ``fenceline serve``; an absent flag leaves the field to ``FENCELINE_*`` or its
+    default (fenceline.config), which ``--help`` shows."""
+    h = setting_help
+    p.add_argument("--model-repository", type=Path, default=S, help=h(
+        "model_repository", "DIR with <name>/<version>/model.onnx",
+        default="the builtin models, when no --model is given either"))
+    p.add_argument("--model", action="append", default=S, metavar="NAME=PATH",
+                   help=h("models", "an extra model; repeatable; env takes JSON {NAME: PATH}"))
+    p.add_argument("--host", default=S, help=h("host", "HTTP bind address"))
+    p.add_argument("--port", type=int, default=S, help=h("port", "HTTP port (0: any free one)"))
+    p.add_argument("--socket", type=Path, default=S, help=h(
+        "socket", "IPC socket path; on Windows the named pipe",
+        default="$XDG_RUNTIME_DIR/fenceline/fenceline.sock; on Windows \\\\.\\pipe\\fenceline-<your SID>"))
+    p.add_argument("--ipc-spin-us", type=int, default=S, help=h(
+        "ipc_spin_us", "longest spin on the IPC socket before blocking (0: always block)"))
+    p.add_argument("--fence-spin-us", type=int, default=S, help=h(
+        "fence_spin_us", "longest spin on an input fence before sleeping on its futex"))
+    p.add_argument("--max-spinners", type=int, default=S, metavar="N", help=h(
+        "max_spinners", "most fence waiters of the service that spin at once (0: never spin); "
+        "docs/streaming.md", default="half the CPUs it may use, at least 1"))
+    p.add_argument("--log-level", default=S, choices=LOG_LEVELS, help=h("log_level"))
+    p.add_argument("--log-format", default=S, choices=LOG_FORMATS, help=h(
+        "log_format", "text for a terminal, json: one object per line with request/session ids"))
+    p.add_argument("--allow-uid", type=int, action="append", default=S, metavar="UID", help=h(
+        "allow_uids", "another user that may use the IPC socket and import the objects it owns "
+        "by name; repeatable (the service's own user always may); env takes JSON [UID, ...]; "
+        "docs/http.md"))
+    p.add_argument("--token-file", type=Path, default=S, help=h(
+        "token_file", "require Authorization: Bearer <the file's contents> on HTTP"))
+    p.add_argument("--max-body-mb", type=int, default=S, help=h("max_body_mb", "largest HTTP request body"))
+    p.add_argument("--max-json-mb", type=int, default=S, help=h(
+        "max_json_mb", "largest JSON in a request (a KServe JSON header, any other body); larger "
+        "tensors go as binary data or in shared memory"))
+    p.add_argument("--http-header-timeout-s", type=float, default=S, metavar="S", help=h(
+        "http_header_timeout_s", "close an HTTP connection whose request line and headers take longer"))
+    p.add_argument("--http-body-idle-s", type=float, default=S, metavar="S", help=h(
+        "http_body_idle_s", "close an HTTP connection whose request body pauses for longer"))
+    p.add_argument("--max-sessions", type=int, default=S, help=h("max_sessions", "sessions per client"))
+    p.add_argument("--max-imports", type=int, default=S, help=h(
+        "max_imports", "memory + fence imports per client"))
+    p.add_argument("--max-mapped-mb", type=int, default=S, help=h(
+        "max_mapped_mb", "mapped memory per client"))
+    p.add_argument("--max-inflight", type=int, default=S, help=h(
+        "max_inflight", "HTTP runs in flight per client"))
+    p.add_argument("--max-sessions-per-device", type=int, default=S, help=h(
+        "max_sessions_per_device", "CUDA sessions per GPU, over all clients"))
+    p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=S,
+                   help=h("client_shared_memory", "let KServe clients register Triton system "
+                          "shared-memory regions (off: those routes answer 501)"))
 
 
 def _names(text: str) -> list[str]:
@@ -67,6 +78,15 @@ def main(argv: list[str] | None = None) -> int:
 
     serve = sub.add_parser("serve", help="run the service")
     _serve_args(serve)
+
+    models = sub.add_parser("models", help="the builtin models")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    models_sub.add_parser("list", help="their names, inputs and outputs")
+    write = models_sub.add_parser(
+        "write", help="write them as a model repository (DIR/<name>/1/model.onnx, Triton's layout)"
+    )
+    write.add_argument("dir", type=Path, metavar="DIR")
+    write.add_argument("names", nargs="*", metavar="NAME", help="only these (default: all)")
 
     demo = sub.add_parser("demo", help="service + a renderer process + an image model, live")
     demo.add_argument("--frames", type=int, default=240)
@@ -115,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.serve import serve_from_args
 
             return serve_from_args(args)
+        if args.command == "models":
+            from fenceline.cli.models import models_from_args
+
+            return models_from_args(args)
         if args.command == "demo":
             from fenceline.cli.demo import demo as run_demo
 

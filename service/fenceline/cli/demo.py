@@ -15,6 +15,12 @@ from fenceline.errors import FencelineError
 def demo(frames: int, out: Path) -> int:
     if frames <= 0:
         raise FencelineError("--frames must be positive")
+    # Checked before anything starts: a bad path found after the run would waste it.
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise FencelineError(f"--out {out}: the directory {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise FencelineError(f"--out {out}: cannot write there; choose another path")
     with tempfile.TemporaryDirectory(prefix="fenceline-demo-") as tmp:
         proc, url, sock = start_service(["image_filter"], Path(tmp))
         try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
 import sys
 from types import FrameType
 
@@ -13,9 +15,11 @@ from fenceline import logs
 from fenceline.api import create_app
 from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
+from fenceline.errors import InvalidArgument
 from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
+from fenceline.models.builtin import builtin_repository
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
 from fenceline.runtime.table import RuntimeSettings
@@ -26,31 +30,13 @@ log = logging.getLogger("fenceline")
 
 
 def serve_from_args(args: argparse.Namespace) -> int:
-    settings = ServeSettings(
-        host=args.host,
-        port=args.port,
-        socket=args.socket,
-        model_repository=args.model_repository,
-        models=dict(parse_model_arg(m) for m in args.model),
-        ipc_spin_us=args.ipc_spin_us,
-        fence_spin_us=args.fence_spin_us,
-        max_spinners=args.max_spinners,
-        log_level=args.log_level,
-        log_format=args.log_format,
-        allow_uids=frozenset(args.allow_uid) if args.allow_uid else None,
-        token_file=args.token_file,
-        max_body_mb=args.max_body_mb,
-        max_json_mb=args.max_json_mb,
-        http_header_timeout_s=args.http_header_timeout_s,
-        http_body_idle_s=args.http_body_idle_s,
-        max_sessions=args.max_sessions,
-        max_imports=args.max_imports,
-        max_mapped_mb=args.max_mapped_mb,
-        max_inflight=args.max_inflight,
-        max_sessions_per_device=args.max_sessions_per_device,
-        client_shared_memory=args.client_shared_memory,
-    )
-    return serve(settings)
+    """Flags given on the command line; the rest come from ``FENCELINE_*`` or the defaults."""
+    given = {k: v for k, v in vars(args).items() if k != "command"}
+    if "model" in given:
+        given["models"] = dict(parse_model_arg(m) for m in given.pop("model"))
+    if "allow_uid" in given:
+        given["allow_uids"] = frozenset(given.pop("allow_uid"))
+    return serve(ServeSettings(**given))
 
 
 class _Server(uvicorn.Server):
@@ -71,10 +57,56 @@ class _Server(uvicorn.Server):
             captured.clear()
 
 
+def bind_http(host: str, port: int) -> socket.socket:
+    """The HTTP listening socket, bound before anything else goes live, so a taken port is one
+    clear error and not a half-started service."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise InvalidArgument(f"--host {host}: not an address of this machine ({e.strerror})") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(addr)
+        sock.set_inheritable(True)
+    except OSError as e:
+        sock.close()
+        where = f"{host}:{port}"
+        if e.errno == errno.EADDRINUSE:
+            raise InvalidArgument(
+                f"port {where} is already in use (another fenceline?); choose another with --port "
+                "or FENCELINE_PORT"
+            ) from None
+        if e.errno == errno.EACCES:
+            raise InvalidArgument(
+                f"no permission to listen on {where}: ports below 1024 need privileges; use --port "
+                "1024 or above"
+            ) from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise InvalidArgument(f"--host {host} is not an address of this machine") from None
+        raise InvalidArgument(f"cannot listen on {where}: {e.strerror}") from None
+    return sock
+
+
 def serve(settings: ServeSettings) -> int:
     logs.configure(settings.log_level, settings.log_format)
+    http_sock = bind_http(settings.host, settings.port)
+    try:
+        return _serve(settings, http_sock)
+    finally:
+        http_sock.close()
+
+
+def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
     spinners = set_spinners(settings.max_spinners)
-    models = ModelRepository.from_sources(settings.model_repository, settings.models)
+    if settings.builtin_models:
+        log.info("no --model-repository or --model: serving the builtin models")
+        models = ModelRepository.from_sources(builtin_repository())
+    else:
+        models = ModelRepository.from_sources(settings.model_repository, settings.models)
     runtime = Runtime(
         models,
         Metrics(),
@@ -120,12 +152,13 @@ def serve(settings: ServeSettings) -> int:
         log_config=None,  # logs.configure set up logging, uvicorn's loggers included
     )
     server = _Server(config, runtime)
+    port = http_sock.getsockname()[1]
     log.info(
         "fenceline serving %d model(s) on http://%s:%d and %s (at most %d spinning waiters)",
-        len(models.names()), settings.host, settings.port, ipc.path, spinners.slots,
+        len(models.names()), settings.host, port, ipc.path, spinners.slots,
     )
     try:
-        server.run()
+        server.run(sockets=[http_sock])
     finally:
         # Order: no new work, fail waiting runs, close connections (each releases its objects),
         # release what HTTP clients left, unmap.

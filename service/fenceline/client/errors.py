@@ -1,4 +1,5 @@
-"""Client-side errors: a tree of their own, apart from the service's exceptions."""
+"""Client-side errors: a tree of their own, apart from the service's exceptions. Everything
+the clients raise on purpose is a :class:`ClientError`."""
 
 from __future__ import annotations
 
@@ -28,3 +29,7 @@ class ServiceError(ClientError):
     def queued(self) -> bool:
         """For ``timed_out``: the frame is still queued and will signal ``signal_value``."""
         return bool(self.details.get("queued", False))
+
+
+class UsageError(ClientError, ValueError):
+    """Fix the call: a bad argument, or an object used after ``close()``."""

@@ -3,20 +3,32 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
 
-from fenceline.client.errors import ClientError, ServiceError
-from fenceline.client.ipc import View, session_body
+from fenceline.client.errors import ClientError, ServiceError, UsageError
+from fenceline.client.session import Session
+from fenceline.client.views import View, session_body, timeout_ms_of
 
 
 class HttpClient:
-    def __init__(self, url: str = "http://127.0.0.1:8000", *, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0) -> None:
+        """``url`` None: $FENCELINE_URL, else http://127.0.0.1:8000."""
+        if url is None:
+            url = os.environ.get("FENCELINE_URL") or "http://127.0.0.1:8000"
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if self._closed:
+            raise UsageError("the client is closed")
         try:
             r = self._http.request(method, path, json=body)
         except httpx.HTTPError as e:
@@ -65,10 +77,25 @@ class HttpClient:
                             policy=policy, spin_us=spin_us, start=start)
         return dict(self._request("POST", "/v2/interop/sessions", body))
 
+    def session(
+        self, model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
+        signal_fence: str, **options: Any,
+    ) -> Session:
+        """:meth:`create_session` as a :class:`~fenceline.client.Session` object."""
+        return Session(self, self.create_session(model, inputs, outputs, wait_fence, signal_fence,
+                                                 **options))
+
+    def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """The model's KServe metadata (``GET /v2/models/{name}``)."""
+        path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "")
+        return dict(self._request("GET", path))
+
     def run(
         self, session_id: str, wait_value: int, signal_value: int | None = None,
-        timeout_ms: int | None = None,
+        timeout_ms: int | None = None, *, timeout_s: float | None = None,
     ) -> dict[str, Any]:
+        """``timeout_s``: the longest fence wait (``timeout_ms``, the older spelling)."""
+        timeout_ms = timeout_ms_of(timeout_s, timeout_ms)
         body: dict[str, Any] = {"wait_value": wait_value}
         if signal_value is not None:
             body["signal_value"] = signal_value
@@ -102,6 +129,8 @@ class HttpClient:
         self._request("DELETE", f"/v2/interop/sessions/{id}")
 
     def close(self) -> None:
+        """Safe twice. Objects created over HTTP stay on the service until released."""
+        self._closed = True
         self._http.close()
 
     def __enter__(self) -> HttpClient:

@@ -12,56 +12,22 @@ import os
 import socket
 import struct
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fenceline import _native
-from fenceline.client.errors import ClientError, ServiceError
+from fenceline.client.errors import ClientError, ServiceError, UsageError
 from fenceline.client.frames import Fence, SharedFrame
+from fenceline.client.views import View, session_body, timeout_ms_of
 from fenceline.errors import FencelineError
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.waiting import AdaptiveSpin
 
+if TYPE_CHECKING:
+    from fenceline.client.session import Session
 
-@dataclass(frozen=True)
-class View:
-    """Where a tensor lives: an imported memory id, an offset inside it, datatype and shape."""
-
-    memory: str
-    datatype: str
-    shape: list[int]
-    offset_bytes: int = 0
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "memory": self.memory,
-            "offset_bytes": self.offset_bytes,
-            "datatype": self.datatype,
-            "shape": list(self.shape),
-        }
-
-
-def session_body(
-    model: str, inputs: dict[str, View], outputs: dict[str, View], wait_fence: str,
-    signal_fence: str, *, mode: str = "request", policy: str = "latest",
-    spin_us: int | None = None, start: bool = True,
-) -> dict[str, Any]:
-    """The session-create body, the same over IPC and HTTP. The streaming fields
-    (docs/streaming.md) are sent only for a streaming session."""
-    body: dict[str, Any] = {
-        "model": model,
-        "inputs": {k: v.body() for k, v in inputs.items()},
-        "outputs": {k: v.body() for k, v in outputs.items()},
-        "wait_fence": wait_fence,
-        "signal_fence": signal_fence,
-    }
-    if mode != "request":
-        body.update(mode=mode, policy=policy, start=start)
-        if spin_us is not None:
-            body["spin_us"] = spin_us
-    return body
+__all__ = ["IpcClient", "View", "session_body"]
 
 
 class IpcClient:
@@ -106,7 +72,7 @@ class IpcClient:
 
     def _send(self, frame: bytes, fds: list[int] | None = None) -> None:
         if self._closed:
-            raise ClientError("the client is closed")
+            raise UsageError("the client is closed")
         if self._pipe is not None:
             if fds:
                 raise ClientError("Windows has no fd passing: share frames and fences by name")
@@ -284,14 +250,42 @@ class IpcClient:
                             policy=policy, spin_us=spin_us, start=start)
         return dict(self._call(Kind.CREATE_SESSION, body))
 
+    def session(
+        self,
+        model: str,
+        inputs: dict[str, View],
+        outputs: dict[str, View],
+        wait_fence: str,
+        signal_fence: str,
+        **options: Any,
+    ) -> Session:
+        """:meth:`create_session` as a :class:`~fenceline.client.Session` object, with ``run``,
+        ``run_async`` and ``close`` (which releases it on the service)."""
+        from fenceline.client.session import Session
+
+        return Session(self, self.create_session(model, inputs, outputs, wait_fence, signal_fence,
+                                                 **options))
+
+    def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """The model's KServe metadata: ``inputs`` and ``outputs`` with name, datatype, shape
+        (-1 for a free dimension); :meth:`Layout.of <fenceline.client.Layout.of>` takes it."""
+        body: dict[str, Any] = {"kind": "model", "id": name}
+        if version is not None:
+            body["version"] = version
+        return dict(self._call(Kind.DESCRIBE, body))
+
     def run(
         self,
         session_id: str,
         wait_value: int,
         signal_value: int | None = None,
         timeout_ms: int | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> codec.RunReply:
-        """Waits for the input fence, runs, signals; returns what the service signalled."""
+        """Waits for the input fence, runs, signals; returns what the service signalled.
+        ``timeout_s``: the longest fence wait (``timeout_ms``, the older spelling)."""
+        timeout_ms = timeout_ms_of(timeout_s, timeout_ms)
         rid = next(self._ids)
         frame = codec.encode_run(
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
@@ -367,7 +361,12 @@ class IpcClient:
     def release_session(self, id: str) -> None:
         self._call(Kind.RELEASE_SESSION, {"id": id})
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
+        """Safe twice; the service then releases everything this client created."""
         if not self._closed:
             self._closed = True
             if self._pipe is not None:

@@ -8,6 +8,7 @@ the modes only have to let the allowed users get that far.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -67,3 +68,20 @@ def check_reachable(socket_path: Path, uids: frozenset[int]) -> None:
                     "Put the socket where it can, e.g. --socket /run/fenceline/fenceline.sock "
                     "(the service creates that directory with mode 0711)"
                 )
+
+
+def socket_error(socket_path: Path, err: OSError) -> str:
+    """One line that says what is wrong with an IPC socket path and how to fix it."""
+    parent = socket_path.parent
+    fix = "choose another --socket (or FENCELINE_SOCKET)"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"IPC socket {socket_path}: no permission to create it in {parent}; {fix}"
+    if err.errno == errno.EROFS:
+        return f"IPC socket {socket_path}: {parent} is on a read-only file system; {fix}"
+    if err.errno in (errno.EEXIST, errno.ENOTDIR):
+        return f"IPC socket {socket_path}: a part of {parent} is not a directory; {fix}"
+    if err.errno == errno.ENOENT:
+        return f"IPC socket {socket_path}: {parent} does not exist and cannot be created; {fix}"
+    if err.errno == errno.ENAMETOOLONG or "too long" in str(err):
+        return f"IPC socket {socket_path}: the path is too long for a Unix socket; {fix}"
+    return f"IPC socket {socket_path}: {err.strerror or err}; {fix}"

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from fenceline import __version__, _native, logs
 from fenceline.errors import (
     FencelineError,
+    InvalidArgument,
     InvalidRequest,
     PermissionDenied,
     ResourceExhausted,
@@ -30,6 +31,7 @@ from fenceline.errors import (
 )
 from fenceline.interop.owners import Caller
 from fenceline.ipc import access
+from fenceline.ipc.access import socket_error
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -41,6 +43,11 @@ log = logging.getLogger("fenceline.ipc")
 
 
 def default_socket_path() -> Path:
+    """$FENCELINE_SOCKET, else $XDG_RUNTIME_DIR/fenceline/fenceline.sock (the service and every
+    client agree on it)."""
+    explicit = os.environ.get("FENCELINE_SOCKET")
+    if explicit:
+        return Path(explicit)
     base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/fenceline-{os.getuid()}"
     return Path(base) / "fenceline" / "fenceline.sock"
 
@@ -252,6 +259,9 @@ class Connection:
 
     def _describe(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         obj = codec.decode_json(body)
+        if obj.get("kind") == "model":
+            # Models are named, not owned: any client may read their metadata, as over HTTP.
+            return self.runtime.models.get(str(obj.get("id", "")), obj.get("version")).metadata()
         kind, id_ = obj.get("kind"), self._id(body)
         describe = {
             "memory": self.runtime.describe_memory,
@@ -259,7 +269,7 @@ class Connection:
             "session": self.runtime.describe_session,
         }.get(str(kind))
         if describe is None:
-            raise InvalidRequest("DESCRIBE kind is memory, fence or session")
+            raise InvalidRequest("DESCRIBE kind is memory, fence, session or model")
         return describe(self.owner, id_)
 
     # -- lifetime -------------------------------------------------------------------------
@@ -343,6 +353,17 @@ class IpcServer:
         self._spare: int | None = None  # an fd held back to shed connections when out of fds
 
     def start(self) -> None:
+        try:
+            self._listen()
+        except OSError as e:
+            raise InvalidArgument(socket_error(self.path, e)) from None
+        self._spare = _reserve_fd()
+        self._accepting = True
+        self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
+        self._thread.start()
+        log.info("IPC socket listening on %s", self.path)
+
+    def _listen(self) -> None:
         others = self.allow_uids - {os.geteuid()}
         access.prepare_directory(self.path, shared=bool(others))
         access.check_reachable(self.path, others)
@@ -353,23 +374,24 @@ class IpcServer:
             except OSError:
                 self.path.unlink()  # a stale socket left by a service that died
             else:
-                raise FencelineError(f"another service is listening on {self.path}")
+                raise InvalidArgument(
+                    f"another service is listening on {self.path}; stop it or choose another "
+                    "--socket (or FENCELINE_SOCKET)"
+                )
             finally:
                 probe.close()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         old = os.umask(0o177)
         try:
             sock.bind(str(self.path))
+            os.chmod(self.path, access.SHARED_SOCKET if others else access.PRIVATE_SOCKET)
+            sock.listen(64)
+        except BaseException:
+            sock.close()
+            raise
         finally:
             os.umask(old)
-        os.chmod(self.path, access.SHARED_SOCKET if others else access.PRIVATE_SOCKET)
-        sock.listen(64)
         self._sock = sock
-        self._spare = _reserve_fd()
-        self._accepting = True
-        self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
-        self._thread.start()
-        log.info("IPC socket listening on %s", self.path)
 
     def accepting(self) -> bool:
         """False while the socket cannot take new connections (stopped, or the process is out

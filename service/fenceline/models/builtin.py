@@ -19,13 +19,21 @@
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from fenceline.errors import InvalidArgument
+
+log = logging.getLogger("fenceline.models")
 
 OPSET = 17
 IR_VERSION = 8  # readable by every onnxruntime since 1.10
@@ -225,3 +233,31 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fenceline"
     )
     return Path(base) / "models"
+
+
+def builtin_repository() -> Path:
+    """A repository with every builtin model: the user's cache, else (a read-only home, a
+    sandboxed service) a private temporary directory, removed at exit."""
+    try:
+        return build_repository(cache_dir())
+    except OSError as e:
+        log.warning("cannot write the builtin models to %s (%s); using a temporary directory",
+                    cache_dir(), e.strerror)
+    tmp = tempfile.mkdtemp(prefix="fenceline-models-")
+    atexit.register(shutil.rmtree, tmp, True)
+    return build_repository(Path(tmp))
+
+
+def write_models(root: Path, names: list[str] | None = None) -> list[Path]:
+    """``fenceline models write``: the builtin models in Triton's layout under ``root``."""
+    unknown = sorted(set(names or ()) - set(BUILTIN))
+    if unknown:
+        raise InvalidArgument(
+            f"no builtin model named {', '.join(unknown)}; they are {', '.join(BUILTIN)}"
+        )
+    chosen = names or list(BUILTIN)
+    try:
+        build_repository(root, chosen)
+    except OSError as e:
+        raise InvalidArgument(f"cannot write models to {root}: {e.strerror}") from None
+    return [root / n / "1" / "model.onnx" for n in chosen]

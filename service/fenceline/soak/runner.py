@@ -180,6 +180,7 @@ def run_soak(
                 hostiles.start()
             kills, samples = 0, []
             t0 = time.monotonic()
+            tty = sys.stderr.isatty()
             next_kill = t0 + kill_every
             while (now := time.monotonic()) - t0 < seconds or kills < min_kills:
                 time.sleep(min(1.0, max(0.0, next_kill - now)))
@@ -195,10 +196,16 @@ def run_soak(
                 r = Resources.of(proc.pid)
                 runs = sum(x.runs for x in pool + finished)
                 samples.append({"t": round(time.monotonic() - t0, 1), "runs": runs, **asdict(r)})
-                print(f"\rsoak {time.monotonic() - t0:6.0f}/{seconds:.0f} s  runs {runs:9d}  "
-                      f"kills {kills:4d}  rss {r.rss_kib / 1024:6.1f} MiB  fds {r.fds:3d}  "
-                      f"maps {r.mappings:3d}", end="", file=sys.stderr, flush=True)
-            print(file=sys.stderr)
+                line = (f"soak {time.monotonic() - t0:6.0f}/{seconds:.0f} s  runs {runs:9d}  "
+                        f"kills {kills:4d}  rss {r.rss_kib / 1024:6.1f} MiB  fds {r.fds:3d}  "
+                        f"maps {r.mappings:3d}")
+                # A terminal gets one line redrawn in place; a log gets plain lines.
+                if tty:
+                    print("\r" + line, end="", file=sys.stderr, flush=True)
+                else:
+                    print(line, file=sys.stderr, flush=True)
+            if tty:
+                print(file=sys.stderr)
             if hostiles is not None:
                 hostile_report = hostiles.stop()
             for x in pool:

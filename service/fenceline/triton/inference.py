@@ -109,6 +109,7 @@ class KServeInference:
             self.shm.check_enabled()
         metrics = self.runtime.metrics
         metrics.kserve_in_flight.inc()
+        ok = False
         try:
             start = time.perf_counter_ns()
             binding = model.session.io_binding()
@@ -128,8 +129,11 @@ class KServeInference:
             self._collect_late(binding, plan)
             _raise_if_lost(plan)
             end = time.perf_counter_ns()
+            ok = True
         finally:
             metrics.kserve_in_flight.dec()
+            if not ok:
+                metrics.kserve_failures.labels(model.name).inc()
         path = _path_of(req, plan.outputs)
         # No fence to wait for on this path: the wait histogram gets zero.
         metrics.observe_run(model.name, "kserve", (end - start) / 1e9, 0.0,

@@ -188,8 +188,9 @@ struct FlApi {
 
   /* ---- client: one connection ---------------------------------------------------------------- */
 
-  /* Writes the default socket path, as the service computes it: $XDG_RUNTIME_DIR/fenceline/
-   * fenceline.sock, else /tmp/fenceline-<uid>/fenceline/fenceline.sock. Fails with
+  /* Writes the default socket path, as the service computes it: $FENCELINE_SOCKET, else
+   * $XDG_RUNTIME_DIR/fenceline/fenceline.sock, else /tmp/fenceline-<uid>/fenceline/
+   * fenceline.sock. Fails with
    * FL_ERROR_INVALID_ARGUMENT when buf_size is too small. Thread-safe. */
   FlStatus *(*GetDefaultSocketPath)(char *buf, size_t buf_size);
   /* Connects (socket_path NULL: the default path) and says hello; client_name (NULL: "c") shows

@@ -1,0 +1,55 @@
+"""``/docs`` (Swagger UI) and ``/redoc`` served offline: their scripts and styles come from the
+``fastapi-offline`` package, installed with fenceline, never from a CDN, so the pages work on a
+machine with no network (a render node, a plane)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
+
+ASSETS = "/docs/assets"
+# Both pages may load only from the service: ReDoc would otherwise fetch its logo from its
+# vendor's CDN, which on an offline machine is a hang or an error in the console.
+OFFLINE_ONLY = {"Content-Security-Policy": "default-src 'self' 'unsafe-inline' blob: data:"}
+
+
+def assets_dir() -> Path:
+    """The folder of swagger-ui-bundle.js, swagger-ui.css, redoc.standalone.js, favicon.png."""
+    return Path(str(files("fastapi_offline") / "static"))
+
+
+def install(app: FastAPI) -> None:
+    """Adds the two pages and their assets; ``app`` must be created with ``docs_url=None`` and
+    ``redoc_url=None`` (FastAPI's own pages load from a CDN)."""
+    app.mount(ASSETS, StaticFiles(directory=assets_dir()), name="docs-assets")
+    openapi_url = app.openapi_url or "/openapi.json"
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return _offline(get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - API",
+            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS}/favicon.png",
+        ))
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return _offline(get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - API",
+            redoc_js_url=f"{ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{ASSETS}/favicon.png",
+            with_google_fonts=False,
+        ))
+
+
+def _offline(page: HTMLResponse) -> HTMLResponse:
+    page.headers.update(OFFLINE_ONLY)
+    return page

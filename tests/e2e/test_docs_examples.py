@@ -1,0 +1,308 @@
+"""Docs as tests: every fenced block in README.md and docs/ is either run here as written, or
+named with the test that does the same thing, or marked as a sample of output (checked against
+the real thing where it can be). A new block fails ``test_every_block_is_run_or_covered`` until
+it is classified in ``COVERED`` below."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fenceline.protocol.schemas import MemoryImportRequest, RunRequest, SessionCreateRequest
+from tests.support.service import Service
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+HERE = "tests/e2e/test_docs_examples.py"
+FIRST_HOUR = "tests/e2e/test_first_hour.py"
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: str  # path relative to the repository
+    lang: str
+    text: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        first = next((line.strip() for line in self.text.splitlines() if line.strip()), "")
+        return self.doc, first
+
+
+def blocks() -> list[Block]:
+    out = []
+    for path in DOCS:
+        for lang, text in re.findall(r"^```(\w*)\n(.*?)^```$", path.read_text(), re.S | re.M):
+            out.append(Block(str(path.relative_to(ROOT)), lang, text))
+    return out
+
+
+def find(doc: str, first: str, nth: int = 0) -> Block:
+    return [b for b in blocks() if b.key == (doc, first)][nth]
+
+
+# (document, first line of the block) -> the tests that run it, "path::test" each.
+# "sample:" marks an example of output or of a body; the tests named after it check it.
+COVERED: dict[tuple[str, str], list[str]] = {
+    ("README.md", "sequenceDiagram"): ["sample: a diagram"],
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/fenceline demo"): [
+        ".ci/run (a fresh venv, pip install)",
+        "tests/e2e/test_bench_smoke.py::test_real_model_through_ipc_equals_a_direct_onnxruntime_run",
+        f"{FIRST_HOUR}::test_demo_out_into_missing_directory_fails_first",
+    ],
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"): [
+        ".ci/run (runs exactly this)",
+    ],
+    ("README.md", "fenceline serve                             # the builtin models (`fenceline models list`)"): [
+        f"{FIRST_HOUR}::test_serve_without_model_options_serves_the_builtin_models",
+        f"{FIRST_HOUR}::test_models_write_gives_a_repository_serve_accepts",
+        f"{FIRST_HOUR}::test_flags_win_over_environment",
+        "tests/e2e/test_bench_smoke.py::test_quick_bench_writes_well_formed_json",
+    ],
+    ("README.md", "from fenceline.client import Fence, IpcClient, Layout, SharedFrame"): [
+        f"{FIRST_HOUR}::test_readme_python_example_runs_verbatim_against_bare_serve",
+    ],
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[bench]' && .venv/bin/fenceline bench --peers --json bench.json --plot bench.png"): [
+        "tests/e2e/test_bench_smoke.py::test_quick_bench_writes_well_formed_json",
+        "tests/e2e/test_bench_smoke.py::test_quick_bench_draws_a_png",
+    ],
+    ("docs/benchmarks.md", "pip install '.[bench]'          # tritonclient, nvidia-pytriton, rapidocr-onnxruntime, matplotlib"): [
+        "tests/e2e/test_bench_smoke.py::test_quick_bench_prints_table_and_goals",
+    ],
+    ("docs/c-api.md", "# flags for the shared library, with an rpath so the program finds it"): [
+        f"{HERE}::test_c_api_build_commands_run_as_written",
+    ],
+    ("docs/c-api.md", "#define _POSIX_C_SOURCE 200809L"): [
+        "tests/native/test_c_client.py::test_docs_example_compiles_and_runs",
+        f"{HERE}::test_c_api_build_commands_run_as_written",
+    ],
+    # Two blocks start so: "Directly" and the user service.
+    ("docs/deploy.md", "python3 -m venv ~/.local/fenceline && ~/.local/fenceline/bin/pip install ."): [
+        f"{HERE}::test_deploy_directly_serves_a_model_repository",
+        "tests/e2e/test_deploy.py::test_user_unit_passes_systemd_analyze_verify",
+    ],
+    ("docs/deploy.md", "sudo useradd --system --home-dir /var/lib/fenceline --shell /usr/sbin/nologin fenceline"): [
+        "tests/e2e/test_deploy.py::test_system_unit_passes_systemd_analyze_verify",
+        "tests/e2e/test_deploy.py::test_unit_command_line_starts_a_working_service",
+    ],
+    ("docs/deploy.md", "docker build -t fenceline:0.1.0 ."): [
+        "tests/e2e/test_deploy.py::test_dockerfile_passes_hadolint",
+        "tests/e2e/test_entrypoint.py::test_entrypoint_serves_from_the_environment_and_stops_cleanly_on_sigterm",
+    ],
+    ("docs/deploy.md", "docker run --user 10001:10001 --ipc=container:fenceline \\"): [
+        f"{FIRST_HOUR}::test_fenceline_socket_is_honoured_by_service_and_python_client",
+    ],
+    ("docs/deploy.md", "kubectl apply -f deploy/kubernetes/namespace.yaml"): [
+        "tests/e2e/test_deploy.py::test_kubernetes_manifests_are_valid_against_the_strict_schemas",
+    ],
+    ("docs/deploy.md", "scrape_configs:"): [f"{HERE}::test_scrape_config_is_valid_yaml_for_the_port"],
+    ("docs/deploy.md", "{"): [f"{HERE}::test_status_sample_has_the_live_keys"],
+    ("docs/deploy.md", '{"ts": "2026-12-02T16:53:50.466Z", "level": "info", "logger": "fenceline.runtime", "message": "session created for model add_64x64", "owner": "ipc:1", "session_id": "74d21e04", "request_id": "5"}'): [
+        f"{HERE}::test_json_samples_parse",
+        "tests/integration/test_logs.py::test_json_logs_carry_request_and_session_ids",
+    ],
+    ("docs/gstreamer.md", "sudo apt-get install pkg-config libgstreamer1.0-dev "
+     "libgstreamer-plugins-base1.0-dev \\"): [
+        "tests/integration/test_gstreamer.py::test_720p_frames_equal_onnxruntime_and_share_the_pool_without_a_copy",
+    ],
+    ("docs/gstreamer.md", ".venv/bin/python -c 'from pathlib import Path; from fenceline.models import "
+     "build_repository; build_repository(Path(\"models\"), [\"image_filter_rgba8\", \"image_filter_rgb8\"])'"): [
+        "tests/integration/test_gstreamer.py::test_every_packed_format_runs_through_its_model",
+    ],
+    ("docs/http.md", "sudo install -d -m 0711 -o fenceline /run/fenceline"): [
+        "tests/integration/test_multi_user.py::test_an_allowed_user_connects_and_the_service_keeps_its_own_uid",
+    ],
+    ("docs/http.md", '{"memory": {"host_shm": true, "host_fd": true, "opaque_fd": false, "cuda_ipc": false,'): [
+        f"{HERE}::test_capabilities_sample_has_the_live_keys",
+    ],
+    ("docs/http.md", '{"handle_type": "host_shm", "name": "/game-frame0", "size_bytes": 0, "offset_bytes": 0,'): [
+        f"{HERE}::test_http_body_samples_are_valid_requests",
+    ],
+    ("docs/http.md", '{"model": "image_filter",'): [f"{HERE}::test_http_body_samples_are_valid_requests"],
+    ("docs/http.md", '{"wait_value": 42, "signal_value": 42, "timeout_ms": 10000}'): [
+        f"{HERE}::test_http_body_samples_are_valid_requests",
+    ],
+    ("docs/reliability.md", "fenceline soak --renderers 4 --seconds 600 --kill-every 5 --warmup 20 --json soak.json"): [
+        "tests/integration/test_soak_fuzz.py::test_a_short_soak_with_kills_leaks_nothing",
+    ],
+    ("docs/reliability.md", "nice -n 10 fenceline soak --renderers 4 --seconds 600 --kill-every 5 "
+     "--warmup 20 --hostile 2 \\"): [
+        "tests/integration/test_robustness.py::test_a_short_soak_with_hostile_renderers_leaks_nothing",
+    ],
+    ("README.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("README.md", ".ci/windows          # set-up (cached in ~/.cache/fenceline-win), build, tests; "
+     "the wheel lands in build/windows/dist/"): [".ci/run (runs .ci/windows)"],
+    # docs/windows.md: run by the Windows lane (.ci/windows, under Wine), not on Linux.
+    ("docs/windows.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("docs/windows.md", "import numpy as np"): ["tests/windows/test_native.py::test_section_made_by_another_process_is_mapped_by_name"],
+    ("docs/windows.md", "import httpx"): ["tests/windows/test_native.py::test_capabilities_report_linux_only_kinds_false"],
+    ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
+        "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
+    ],
+    ("docs/streaming.md", 'info = client.create_session("add_64x64", {"x": View(mem, "FP32", shape)},'): [
+        "tests/integration/test_streaming.py::test_streaming_session_outputs_equal_direct_onnxruntime_runs",
+    ],
+}
+
+
+def covered_by(block: Block) -> list[str] | None:
+    if block.lang == "json" and block.key not in COVERED:
+        return [f"{HERE}::test_json_samples_parse"]
+    if block.lang == "":
+        return ["sample: program output"]
+    return COVERED.get(block.key)
+
+
+def test_every_block_is_run_or_covered() -> None:
+    missing = [f"{b.doc}: ```{b.lang} starting {b.key[1]!r}" for b in blocks() if covered_by(b) is None]
+    assert not missing, (
+        "blocks that no test runs; run them in a test and name it in COVERED in " + HERE + ":\n"
+        + "\n".join(missing)
+    )
+
+
+def test_every_named_test_exists() -> None:
+    for block in blocks():
+        for ref in covered_by(block) or []:
+            if "::" not in ref:
+                continue
+            path, name = ref.split("::")
+            assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.M), ref
+
+
+def sample_json(text: str) -> str:
+    """A sample with its elisions (``[...]``, ``, ...``) taken out."""
+    return re.sub(r",\s*\.\.\.", "", text.replace("[...]", "[]"))
+
+
+def test_json_samples_parse() -> None:
+    for b in blocks():
+        if b.lang != "json":
+            continue
+        text = sample_json(b.text)
+        if all(line.lstrip().startswith("{") for line in text.splitlines() if line.strip()) and \
+                text.count("\n{") >= 1:
+            for line in text.splitlines():
+                json.loads(line)
+        else:
+            json.loads(text)
+
+
+def test_http_body_samples_are_valid_requests() -> None:
+    mem = json.loads(find("docs/http.md", '{"handle_type": "host_shm", "name": "/game-frame0", '
+                          '"size_bytes": 0, "offset_bytes": 0,').text)
+    MemoryImportRequest.model_validate(mem)
+    session = json.loads(find("docs/http.md", '{"model": "image_filter",').text)
+    SessionCreateRequest.model_validate(session)
+    run = json.loads(find("docs/http.md", '{"wait_value": 42, "signal_value": 42, '
+                          '"timeout_ms": 10000}').text)
+    RunRequest.model_validate(run)
+
+
+def test_capabilities_sample_has_the_live_keys(service: Service) -> None:
+    import httpx
+
+    sample = json.loads(find("docs/http.md", '{"memory": {"host_shm": true, "host_fd": true, '
+                             '"opaque_fd": false, "cuda_ipc": false,').text)
+    live = httpx.get(service.url + "/v2/interop/capabilities").json()
+    assert set(sample) <= set(live)
+    for part in ("memory", "fences"):
+        assert set(sample[part]) == set(live[part]), part
+
+
+def test_status_sample_has_the_live_keys(service: Service) -> None:
+    import httpx
+
+    sample = json.loads(sample_json(find("docs/deploy.md", "{").text))
+    live = httpx.get(service.url + "/v2/interop/status").json()
+    assert set(sample) == set(live)
+    assert set(sample["server"]) <= set(live["server"])
+
+
+def test_scrape_config_is_valid_yaml_for_the_port() -> None:
+    cfg = yaml.safe_load(find("docs/deploy.md", "scrape_configs:").text)
+    [job] = cfg["scrape_configs"]
+    assert all(t.endswith(":8000") for t in job["static_configs"][0]["targets"])
+
+
+@pytest.fixture
+def venv_path() -> dict[str, str]:
+    """The environment a user has after activating the venv: its python first on PATH."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+
+def test_c_api_build_commands_run_as_written(
+    service: Service, tmp_path: Path, venv_path: dict[str, str]
+) -> None:
+    """Each of the three ways to build in docs/c-api.md, verbatim, on the document's own
+    example; each program finds the service through FENCELINE_SOCKET (no argument given)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    commands = find("docs/c-api.md", "# flags for the shared library, with an rpath so the program "
+                    "finds it").text
+    source = find("docs/c-api.md", "#define _POSIX_C_SOURCE 200809L").text
+    ways = [w for w in re.split(r"\n\s*\n", commands) if "cc " in w]
+    assert len(ways) == 3
+    for i, way in enumerate(ways):
+        work = tmp_path / f"way{i}"
+        work.mkdir()
+        (work / "renderer.c").write_text(source)
+        if "pkg-config" in way and shutil.which("pkg-config") is None:
+            continue
+        build = subprocess.run(["bash", "-euo", "pipefail", "-c", way], cwd=work, env=venv_path,
+                               capture_output=True, text=True, timeout=180)
+        assert build.returncode == 0, f"{way}\n{build.stderr}"
+        r = subprocess.run([str(work / "renderer")], env=dict(venv_path, FENCELINE_SOCKET=str(
+            service.socket)), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"{way}\n{r.stderr}"
+        assert r.stdout.count("y = x + 1") == 3, r.stdout
+
+
+def test_deploy_directly_serves_a_model_repository(tmp_path: Path) -> None:
+    """docs/deploy.md "Directly" on a fresh home, with the install step replaced by this
+    checkout's install (CI installs from a clean clone the same way); the other lines run as
+    written."""
+    block = find("docs/deploy.md", "python3 -m venv ~/.local/fenceline && "
+                 "~/.local/fenceline/bin/pip install .").text
+    install, write_line, serve_line = block.splitlines()
+    assert write_line.startswith("~/.local/fenceline/bin/fenceline models write ~/models")
+    assert serve_line.startswith("~/.local/fenceline/bin/fenceline serve --model-repository ~/models")
+    home = tmp_path / "home"
+    (home / ".local" / "fenceline" / "bin").mkdir(parents=True)
+    (home / ".local" / "fenceline" / "bin" / "fenceline").symlink_to(
+        Path(sys.executable).parent / "fenceline")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCELINE_")}
+    env.update(HOME=str(home), XDG_RUNTIME_DIR=str(run_dir), FENCELINE_PORT="0")
+    w = subprocess.run(["bash", "-c", write_line], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert w.returncode == 0, w.stderr
+    proc = subprocess.Popen(["bash", "-c", "exec " + serve_line], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        sock = run_dir / "fenceline" / "fenceline.sock"
+        from fenceline.client import IpcClient
+
+        for _ in range(600):
+            if sock.exists():
+                break
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            import time
+
+            time.sleep(0.1)
+        with IpcClient(sock) as client:
+            assert client.server["server"] == "fenceline"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+    assert "loaded model image_filter" in out, out
