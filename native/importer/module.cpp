@@ -152,6 +152,10 @@ PYBIND11_MODULE(_native, mod) {
       .def_property_readonly("address", &fl::TensorView::address)
       .def_property_readonly("offset", &fl::TensorView::offset)
       .def_property_readonly("nbytes", &fl::TensorView::nbytes)
+      .def_property_readonly(
+          "lost", [](const fl::TensorView &v) { return v.mapping()->lost(); },
+          "True once the memory under this view shrank (see HostMemory.lost); still answers "
+          "after the import was closed, since the view keeps the mapping.")
       .def_property_readonly("shape", &fl::TensorView::shape)
       .def(
           "array",

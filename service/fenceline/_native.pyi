@@ -80,6 +80,11 @@ class TensorView:
     def address(self) -> int:
         ...
     @property
+    def lost(self) -> bool:
+        """
+        True once the memory under this view shrank (see HostMemory.lost); still answers after the import was closed, since the view keeps the mapping.
+        """
+    @property
     def nbytes(self) -> int:
         ...
     @property

@@ -35,6 +35,7 @@ class ServeSettings:
     max_body_mb: int = 256
     max_json_mb: int = 16  # the JSON part of a request: parsing costs many times its size
     http_header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
+    http_body_idle_s: float = 30.0  # the longest pause inside a request body
     max_sessions: int = 256
     max_imports: int = 1024
     max_mapped_mb: int = 16384
@@ -76,6 +77,8 @@ class ServeSettings:
                 raise InvalidArgument(f"{flag} must be positive")
         if not 0 < self.http_header_timeout_s <= 3600:
             raise InvalidArgument("--http-header-timeout-s is a number of seconds in (0, 3600]")
+        if not 0 < self.http_body_idle_s <= 3600:
+            raise InvalidArgument("--http-body-idle-s is a number of seconds in (0, 3600]")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise InvalidArgument("--log-level is one of critical, error, warning, info, debug")
         if self.log_format not in LOG_FORMATS:

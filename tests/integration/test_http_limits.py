@@ -25,7 +25,8 @@ DEEP = b"[" * 5000 + b"]" * 5000
 
 @pytest.fixture(scope="module")
 def svc(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    s = start_service(model_repo, tmp_path_factory.mktemp("limits"), "--http-header-timeout-s", "1")
+    s = start_service(model_repo, tmp_path_factory.mktemp("limits"), "--http-header-timeout-s", "1",
+                      "--http-body-idle-s", "1")
     yield s
     stop_service(s)
     text = s.log_text()
@@ -114,6 +115,23 @@ def test_a_request_head_in_time_is_served_and_keep_alive_gets_a_new_deadline(svc
         s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n")  # a second, unfinished head
         assert _closed_by_peer(s, 30)
     assert httpx.get(svc.url + "/v2/health/live", timeout=10).status_code == 200
+
+
+def test_a_request_body_that_stops_halfway_is_dropped(svc: Service) -> None:
+    port = int(svc.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"POST /v2/models/add_64x64/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"inputs\": [")  # fmt: skip
+        assert _closed_by_peer(s, 30)  # the pause limit is 1 s; 30 s bounds a failing run
+    with socket.create_connection(("127.0.0.1", port)) as s:  # a slow but steady body is fine
+        body = b'{"inputs": []}'
+        s.sendall(b"POST /v2/models/add_64x64/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body))  # fmt: skip
+        for byte in body:
+            s.sendall(bytes([byte]))
+            time.sleep(0.05)
+        s.settimeout(30)
+        assert s.recv(4096).startswith(b"HTTP/1.1 400")
 
 
 def test_repeated_log_lines_of_one_client_are_rate_limited(svc: Service) -> None:

@@ -20,17 +20,36 @@ from fenceline.interop.owners import Caller
 ESTABLISHED = "01"
 
 
-def _hex_address(host: str, port: int) -> tuple[str, str] | None:
-    """(table, "ADDR:PORT") the way the kernel prints this end of a connection."""
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        ip = ipaddress.ip_address(host.split("%", 1)[0])
+        return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return None
+
+
+def _hex(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
+    """``ADDR:PORT`` as the kernel prints it: each 32-bit word of the address as the CPU reads
+    it (%08X of a network-order word), then the port."""
     raw = ip.packed
-    # Each 32-bit word is printed as the CPU reads it (%08X of a network-order word).
     words = "".join(f"{int.from_bytes(raw[i:i + 4], sys.byteorder):08X}" for i in range(0, len(raw), 4))
-    table = "/proc/net/tcp" if ip.version == 4 else "/proc/net/tcp6"
-    return table, f"{words}:{port:04X}"
+    return f"{words}:{port:04X}"
+
+
+def _lookups(client: Any, server: Any) -> list[tuple[str, str, str]]:
+    """(table, client end, server end) to look for. A service listening on ``::`` sees IPv4
+    clients as ``::ffff:a.b.c.d``; their sockets are in the IPv4 table unless they are IPv6
+    sockets themselves, so both places are tried."""
+    c, s = _ip(str(client[0])), _ip(str(server[0]))
+    if c is None or s is None or c.version != s.version:
+        return []
+    cport, sport = int(client[1]), int(server[1])
+    table = "/proc/net/tcp" if c.version == 4 else "/proc/net/tcp6"
+    found = [(table, _hex(c, cport), _hex(s, sport))]
+    c4 = getattr(c, "ipv4_mapped", None)
+    s4 = getattr(s, "ipv4_mapped", None)
+    if c4 is not None and s4 is not None:
+        found.append(("/proc/net/tcp", _hex(c4, cport), _hex(s4, sport)))
+    return found
 
 
 def connection_uid(client: Any, server: Any) -> int | None:
@@ -38,21 +57,18 @@ def connection_uid(client: Any, server: Any) -> int | None:
     ``(host, port)`` pairs), or None when it is not a live socket of this host."""
     if not client or not server:
         return None
-    ends = _hex_address(str(client[0]), int(client[1])), _hex_address(str(server[0]), int(server[1]))
-    if ends[0] is None or ends[1] is None or ends[0][0] != ends[1][0]:
-        return None
-    (table, local), (_, remote) = ends[0], ends[1]
-    try:
-        with open(table) as f:
-            next(f, None)
-            for line in f:
-                fields = line.split()
-                # Rows of closing sockets (TIME_WAIT, inode 0) print uid 0: never take those.
-                if (len(fields) > 9 and fields[1] == local and fields[2] == remote
-                        and fields[3] == ESTABLISHED and fields[9] != "0"):
-                    return int(fields[7])
-    except OSError:
-        return None
+    for table, local, remote in _lookups(client, server):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    # Rows of closing sockets (TIME_WAIT, inode 0) print uid 0: never take those.
+                    if (len(fields) > 9 and fields[1] == local and fields[2] == remote
+                            and fields[3] == ESTABLISHED and fields[9] != "0"):
+                        return int(fields[7])
+        except OSError:
+            continue
     return None
 
 

@@ -40,6 +40,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    "larger tensors go as binary data or in shared memory")
     p.add_argument("--http-header-timeout-s", type=float, default=10.0, metavar="S",
                    help="close an HTTP connection whose request line and headers take longer")
+    p.add_argument("--http-body-idle-s", type=float, default=30.0, metavar="S",
+                   help="close an HTTP connection whose request body pauses for longer")
     p.add_argument("--max-sessions", type=int, default=256, help="sessions per client")
     p.add_argument("--max-imports", type=int, default=1024, help="memory + fence imports per client")
     p.add_argument("--max-mapped-mb", type=int, default=16384, help="mapped memory per client")

@@ -10,7 +10,7 @@ import uvicorn
 
 from fenceline import logs
 from fenceline.api import create_app
-from fenceline.api.http_protocol import header_timeout_protocol
+from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
@@ -39,6 +39,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
         max_body_mb=args.max_body_mb,
         max_json_mb=args.max_json_mb,
         http_header_timeout_s=args.http_header_timeout_s,
+        http_body_idle_s=args.http_body_idle_s,
         max_sessions=args.max_sessions,
         max_imports=args.max_imports,
         max_mapped_mb=args.max_mapped_mb,
@@ -102,7 +103,7 @@ def serve(settings: ServeSettings) -> int:
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        http=header_timeout_protocol(settings.http_header_timeout_s),
+        http=deadline_protocol(settings.http_header_timeout_s, settings.http_body_idle_s),
         access_log=False, lifespan="off", timeout_graceful_shutdown=5,
         log_config=None,  # logs.configure set up logging, uvicorn's loggers included
     )

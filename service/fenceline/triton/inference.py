@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fenceline.errors import InvalidArgument, ModelError
+from fenceline.errors import DeviceLost, InvalidArgument, ModelError
 from fenceline.interop.datatypes import Datatype
 from fenceline.interop.host_memory import TensorBinding
 from fenceline.interop.owners import SERVICE, Caller
@@ -126,6 +126,7 @@ class KServeInference:
                 raise ModelError(f"model {model.name!r} failed: {e}") from e
             inferred = time.perf_counter_ns()
             self._collect_late(binding, plan)
+            _raise_if_lost(plan)
             end = time.perf_counter_ns()
         finally:
             metrics.kserve_in_flight.dec()
@@ -270,6 +271,16 @@ class KServeInference:
     def close(self) -> None:
         self.cuda.close()
         self.shm.close()
+
+
+def _raise_if_lost(plan: _Plan) -> None:
+    """A region that shrank while this request used it now holds zero pages (the native fault
+    guard): what was read or written there is not the client's."""
+    windows = [b for b in plan.keep if isinstance(b, TensorBinding)]
+    windows += [w for _, w in plan.late if w is not None] + [w for _, w in plan.copy_back]
+    if any(w.view.lost for w in windows):  # the view's mapping: the region may be gone
+        raise DeviceLost("a shared-memory region shrank while this request used it; "
+                         "unregister it")
 
 
 def _path_of(req: InferRequest, outputs: list[OutputTensor]) -> Path:

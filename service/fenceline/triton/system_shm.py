@@ -120,6 +120,8 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
         if region is None:
             raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
         check_window(ref, region.byte_size)
+        # A region whose object shrank is lost for good (docs/reliability.md, "Shrunk memory").
+        region.memory.handle.check()
         return region.memory, ref.offset
 
     def view(
