@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "errors.h"
@@ -142,6 +143,8 @@ struct Api {
   CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, std::size_t *, CUdeviceptr);
+  // Optional: only D3D12 imports need it (Windows drivers; Linux ones answer NOT_SUPPORTED).
+  CUresult (*cuDeviceGetLuid)(char *, unsigned *, CUdevice);
 };
 
 struct Loaded {
@@ -201,6 +204,7 @@ const Loaded &loaded() {
     FL_LOAD(cuIpcCloseMemHandle);
     FL_LOAD(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
 #undef FL_LOAD
+    load(lib, a.cuDeviceGetLuid, "cuDeviceGetLuid");
     if (missing) {
       r.reason = std::string("the CUDA driver lacks ") + missing + " (driver too old)";
       return r;
@@ -273,9 +277,20 @@ struct FdGuard {
   }
 };
 
+// The device's adapter LUID where the driver has one (Windows WDDM devices), else none.
+std::optional<std::string> luid_of(const Api &a, CUdevice d) {
+  if (!a.cuDeviceGetLuid) return std::nullopt;
+  char luid[8] = {0};
+  unsigned node_mask = 0;
+  if (a.cuDeviceGetLuid(luid, &node_mask, d) != CUDA_SUCCESS) return std::nullopt;
+  return std::string(luid, 8);
+}
+
 }  // namespace
 
 bool available() { return loaded().ok; }
+
+bool has_luid_query() { return loaded().api.cuDeviceGetLuid != nullptr; }
 
 std::string unavailable_reason() { return loaded().ok ? "" : loaded().reason; }
 
@@ -294,7 +309,7 @@ std::vector<DeviceInfo> devices() {
     a.cuDeviceGetName(name, sizeof(name) - 1, d);
     a.cuDeviceGetUuid(&uuid, d);
     a.cuDeviceTotalMem(&total, d);
-    out.push_back({i, name, std::string(uuid.bytes, 16), total});
+    out.push_back({i, name, std::string(uuid.bytes, 16), total, luid_of(a, d)});
   }
   return out;
 }
@@ -397,15 +412,44 @@ std::shared_ptr<ExternalMemory> ExternalMemory::import_opaque_fd(std::shared_ptr
   check(a.cuImportExternalMemory(&ext, &desc), "cuImportExternalMemory");
   guard.fd = -1;  // the driver owns the fd now
   m->external_ = ext;
+  m->map(offset, size);
+  return m;
+}
+
+std::shared_ptr<ExternalMemory> ExternalMemory::import_win32(
+    std::shared_ptr<Device> device, int type, std::uint64_t handle, const char16_t *name,
+    std::uint64_t allocation_size, unsigned flags, std::uint64_t offset, std::uint64_t size) {
+  if ((handle == 0) == (name == nullptr))
+    throw Error(Code::InvalidArgument, "a Win32 import takes exactly one of handle and name");
+  check_range(offset, size, allocation_size, "mapped range");
+  const Api &a = api();
+  device->bind();
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc;
+  std::memset(&desc, 0, sizeof(desc));
+  desc.type = type;
+  desc.handle.win32.handle = reinterpret_cast<void *>(static_cast<std::uintptr_t>(handle));
+  desc.handle.win32.name = name;  // UTF-16, what the driver reads as LPCWSTR
+  desc.size = allocation_size;
+  desc.flags = flags;
+  std::shared_ptr<ExternalMemory> m(new ExternalMemory());
+  m->device_ = std::move(device);
+  CUexternalMemory ext = nullptr;
+  check(a.cuImportExternalMemory(&ext, &desc), "cuImportExternalMemory");
+  m->external_ = ext;
+  m->map(offset, size);
+  return m;
+}
+
+void ExternalMemory::map(std::uint64_t offset, std::uint64_t size) {
   CUDA_EXTERNAL_MEMORY_BUFFER_DESC buf;
   std::memset(&buf, 0, sizeof(buf));
   buf.offset = offset;
   buf.size = size;
   CUdeviceptr ptr = 0;
-  check(a.cuExternalMemoryGetMappedBuffer(&ptr, ext, &buf), "cuExternalMemoryGetMappedBuffer");
-  m->pointer_ = ptr;
-  m->size_ = size;
-  return m;
+  check(loaded().api.cuExternalMemoryGetMappedBuffer(&ptr, external_, &buf),
+        "cuExternalMemoryGetMappedBuffer");
+  pointer_ = ptr;
+  size_ = size;
 }
 
 std::shared_ptr<ExternalMemory> ExternalMemory::open_ipc(std::shared_ptr<Device> device,
@@ -472,6 +516,27 @@ std::shared_ptr<ExternalSemaphore> ExternalSemaphore::import_timeline_fd(
   check(a.cuImportExternalSemaphore(&h, &desc),
         "cuImportExternalSemaphore (is it a timeline semaphore exported as OPAQUE_FD?)");
   guard.fd = -1;
+  s->handle_ = h;
+  return s;
+}
+
+std::shared_ptr<ExternalSemaphore> ExternalSemaphore::import_win32(std::shared_ptr<Device> device,
+                                                                   int type,
+                                                                   std::uint64_t handle,
+                                                                   const char16_t *name) {
+  if ((handle == 0) == (name == nullptr))
+    throw Error(Code::InvalidArgument, "a Win32 import takes exactly one of handle and name");
+  const Api &a = api();
+  device->bind();
+  CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC desc;
+  std::memset(&desc, 0, sizeof(desc));
+  desc.type = type;
+  desc.handle.win32.handle = reinterpret_cast<void *>(static_cast<std::uintptr_t>(handle));
+  desc.handle.win32.name = name;
+  std::shared_ptr<ExternalSemaphore> s(new ExternalSemaphore());
+  s->device_ = std::move(device);
+  CUexternalSemaphore h = nullptr;
+  check(a.cuImportExternalSemaphore(&h, &desc), "cuImportExternalSemaphore");
   s->handle_ = h;
   return s;
 }

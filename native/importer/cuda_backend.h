@@ -1,10 +1,12 @@
-// The CUDA backend: Vulkan-exported memory and timeline semaphores, and CUDA IPC memory, imported
-// through the CUDA driver API. libcuda.so.1 is loaded at run time, so the same build works on
-// machines without CUDA; there available() is false and every import raises Unsupported.
+// The CUDA backend: Vulkan-exported memory and timeline semaphores, CUDA IPC memory and (on
+// Windows) D3D12 heaps, resources and fences, imported through the CUDA driver API. The driver
+// (libcuda.so.1, nvcuda.dll) is loaded at run time, so the same build works on machines without
+// CUDA; there available() is false and every import raises Unsupported.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +22,11 @@ struct DeviceInfo {
   std::string name;
   std::string uuid;  // 16 raw bytes
   std::uint64_t total_memory = 0;  // bytes (cuDeviceTotalMem)
+  std::optional<std::string> luid;  // 8 raw bytes (cuDeviceGetLuid), Windows devices only
 };
 std::vector<DeviceInfo> devices();  // empty when unavailable
+// Whether the loaded driver exports cuDeviceGetLuid (false when unavailable).
+bool has_luid_query();
 
 // One CUDA device and its primary context (the one onnxruntime's CUDA EP uses), retained for as
 // long as any object made on it lives.
@@ -65,6 +70,15 @@ class ExternalMemory {
   // handle: the 64 bytes of a cudaIpcMemHandle_t; size: how much of the allocation to use.
   static std::shared_ptr<ExternalMemory> open_ipc(std::shared_ptr<Device> device,
                                                   const std::string &handle, std::uint64_t size);
+  // A Win32 import by NT handle or by name (exactly one), with CUDA's handle type and flags as
+  // given (cuda_d3d12.cpp decides them). Maps [offset, offset + size) of allocation_size bytes.
+  // The handle stays the caller's: CUDA takes its own reference.
+  static std::shared_ptr<ExternalMemory> import_win32(std::shared_ptr<Device> device, int type,
+                                                      std::uint64_t handle,
+                                                      const char16_t *name,
+                                                      std::uint64_t allocation_size,
+                                                      unsigned flags, std::uint64_t offset,
+                                                      std::uint64_t size);
   ~ExternalMemory();
   ExternalMemory(const ExternalMemory &) = delete;
   ExternalMemory &operator=(const ExternalMemory &) = delete;
@@ -75,6 +89,7 @@ class ExternalMemory {
 
  private:
   ExternalMemory() = default;
+  void map(std::uint64_t offset, std::uint64_t size);  // external_ as one linear buffer
   std::shared_ptr<Device> device_;
   void *external_ = nullptr;  // CUexternalMemory, null for IPC memory
   std::uint64_t pointer_ = 0;
@@ -82,12 +97,16 @@ class ExternalMemory {
   bool ipc_ = false;
 };
 
-// A Vulkan timeline semaphore imported from an OPAQUE_FD.
+// A Vulkan timeline semaphore imported from an OPAQUE_FD, or a D3D12 fence.
 class ExternalSemaphore {
  public:
   // fd is owned from here on, as for import_opaque_fd.
   static std::shared_ptr<ExternalSemaphore> import_timeline_fd(std::shared_ptr<Device> device,
                                                                int fd);
+  // A Win32 import by NT handle or by name (exactly one); the handle stays the caller's.
+  static std::shared_ptr<ExternalSemaphore> import_win32(std::shared_ptr<Device> device,
+                                                         int type, std::uint64_t handle,
+                                                         const char16_t *name);
   ~ExternalSemaphore();
   ExternalSemaphore(const ExternalSemaphore &) = delete;
   ExternalSemaphore &operator=(const ExternalSemaphore &) = delete;

@@ -3,12 +3,19 @@
 #include <pybind11/stl.h>
 
 #include "cuda_backend.h"
+#include "cuda_d3d12.h"
 #include "errors.h"
 #include "host_memory.h"
 
 namespace py = pybind11;
 
 namespace fl {
+
+d3d12::MemoryRequest d3d12_memory_request(const std::string &kind,
+                                          std::optional<std::string> name,
+                                          std::optional<std::uint64_t> handle, std::uint64_t size,
+                                          std::uint64_t offset, std::uint64_t mapped_size,
+                                          std::optional<bool> dedicated);  // d3d12_module.cpp
 
 namespace {
 
@@ -118,6 +125,9 @@ void bind_cuda(py::module_ &mod) {
                   py::arg("uuid"))
       .def_static("by_ordinal", &Device::by_ordinal, py::arg("ordinal"),
                   py::call_guard<py::gil_scoped_release>())
+      .def_static("by_luid", &cuda::device_by_luid, py::arg("luid"),
+                  py::call_guard<py::gil_scoped_release>(),
+                  "The device whose LUID is the renderer's adapter LUID (D3D12).")
       .def_property_readonly("ordinal", &Device::ordinal)
       .def_property_readonly("name", &Device::name)
       .def_property_readonly("uuid", [](const Device &d) { return py::bytes(d.uuid()); })
@@ -144,6 +154,29 @@ void bind_cuda(py::module_ &mod) {
                 ExternalMemory::open_ipc(std::move(device), raw, size));
           },
           py::arg("device"), py::arg("handle"), py::arg("size"))
+      .def_static(
+          "import_d3d12",
+          [](std::shared_ptr<Device> device, const std::string &kind,
+             std::optional<std::string> name, std::optional<std::uint64_t> handle,
+             std::uint64_t size, std::uint64_t offset, std::uint64_t mapped_size,
+             std::optional<bool> dedicated) {
+            d3d12::MemoryDescriptor desc;
+            try {
+              desc = d3d12::memory_descriptor(d3d12_memory_request(
+                  kind, std::move(name), handle, size, offset, mapped_size, dedicated));
+            } catch (...) {
+              if (handle) cuda::close_nt_handle(*handle);
+              throw;
+            }
+            return std::make_shared<CudaMemory>(
+                cuda::import_d3d12_memory(std::move(device), desc));
+          },
+          py::arg("device"), py::arg("kind"), py::arg("name") = py::none(),
+          py::arg("handle") = py::none(), py::arg("size") = 0, py::arg("offset") = 0,
+          py::arg("mapped_size") = 0, py::arg("dedicated") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
+          "A D3D12 heap or committed resource by name or NT handle (the handle is owned from "
+          "here on, also when it raises).")
       .def_property_readonly("pointer",
                              [](const CudaMemory &m) { return m.memory()->pointer(); })
       .def_property_readonly("size", [](const CudaMemory &m) { return m.memory()->size(); })
@@ -172,6 +205,26 @@ void bind_cuda(py::module_ &mod) {
           },
           py::arg("device"), py::arg("fd"), py::call_guard<py::gil_scoped_release>(),
           "Takes ownership of fd, also when it raises.")
+      .def_static(
+          "import_d3d12_fence",
+          [](std::shared_ptr<Device> device, std::optional<std::string> name,
+             std::optional<std::uint64_t> handle) {
+            d3d12::SemaphoreDescriptor desc;
+            try {
+              d3d12::Source src;
+              src.name = std::move(name);
+              src.handle = handle;
+              desc = d3d12::fence_descriptor(src);
+            } catch (...) {
+              if (handle) cuda::close_nt_handle(*handle);
+              throw;
+            }
+            return std::make_shared<CudaSemaphore>(
+                cuda::import_d3d12_fence(std::move(device), desc));
+          },
+          py::arg("device"), py::arg("name") = py::none(), py::arg("handle") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
+          "A shared ID3D12Fence by name or NT handle (the handle is owned from here on).")
       .def_property_readonly("closed", &CudaSemaphore::closed)
       .def("close", &CudaSemaphore::close);
 

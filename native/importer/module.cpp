@@ -6,6 +6,7 @@
 
 #include "../common/host_timeline.h"
 #include "cuda_backend.h"
+#include "cuda_d3d12.h"
 #include "errors.h"
 #include "fault_guard.h"
 #include "host_fence.h"
@@ -17,7 +18,8 @@
 namespace py = pybind11;
 
 namespace fl {
-void bind_cuda(py::module_ &mod);  // cuda_module.cpp
+void bind_cuda(py::module_ &mod);   // cuda_module.cpp
+void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
@@ -56,10 +58,13 @@ bool can_import_memory(const std::string &kind) {
   if (kind == "host_shm") return true;
   if (kind == "host_fd") return kPosix;
   if (kind == "host_handle") return !kPosix;
+  if (kind == "d3d12_heap" || kind == "d3d12_resource")
+    return fl::cuda::d3d12_capability().supported;
   return kPosix && (kind == "opaque_fd" || kind == "cuda_ipc") && fl::cuda::available();
 }
 bool can_import_fence(const std::string &kind) {
   if (kind == "host_timeline") return true;
+  if (kind == "d3d12_fence") return fl::cuda::d3d12_capability().supported;
   return kPosix && kind == "vk_timeline_opaque_fd" && fl::cuda::available();
 }
 
@@ -214,6 +219,7 @@ PYBIND11_MODULE(_native, mod) {
       "SIGBUS faults absorbed since start because a mapped object shrank (POSIX).");
 
   fl::bind_cuda(mod);
+  fl::bind_d3d12(mod);
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
 #endif

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'mapping_stats', 'recv_message']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'mapping_stats', 'recv_message']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -137,6 +137,11 @@ class HostFence:
         ...
 class CudaDevice:
     @staticmethod
+    def by_luid(luid: typing.SupportsInt | typing.SupportsIndex) -> CudaDevice:
+        """
+        The device whose LUID is the renderer's adapter LUID (D3D12).
+        """
+    @staticmethod
     def by_ordinal(ordinal: typing.SupportsInt | typing.SupportsIndex) -> CudaDevice:
         ...
     @staticmethod
@@ -155,6 +160,11 @@ class CudaDevice:
     def uuid(self) -> bytes:
         ...
 class CudaMemory:
+    @staticmethod
+    def import_d3d12(device: CudaDevice, kind: str, name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None, size: typing.SupportsInt | typing.SupportsIndex = 0, offset: typing.SupportsInt | typing.SupportsIndex = 0, mapped_size: typing.SupportsInt | typing.SupportsIndex = 0, dedicated: bool | None = None) -> CudaMemory:
+        """
+        A D3D12 heap or committed resource by name or NT handle (the handle is owned from here on, also when it raises).
+        """
     @staticmethod
     def import_opaque_fd(device: CudaDevice, fd: typing.SupportsInt | typing.SupportsIndex, allocation_size: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex = 0, size: typing.SupportsInt | typing.SupportsIndex = 0, dedicated: bool = False) -> CudaMemory:
         """
@@ -195,6 +205,11 @@ class CudaTensorView:
     def shape(self) -> list[int]:
         ...
 class CudaSemaphore:
+    @staticmethod
+    def import_d3d12_fence(device: CudaDevice, name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None) -> CudaSemaphore:
+        """
+        A shared ID3D12Fence by name or NT handle (the handle is owned from here on).
+        """
     @staticmethod
     def import_timeline_fd(device: CudaDevice, fd: typing.SupportsInt | typing.SupportsIndex) -> CudaSemaphore:
         """
@@ -240,6 +255,38 @@ def cuda_devices() -> list:
     ...
 def cuda_unavailable_reason() -> str:
     ...
+def d3d12_capability() -> tuple[bool, str]:
+    """
+    (supported, reason) for this process: false with the reason except on Windows with an NVIDIA driver and a CUDA device.
+    """
+def d3d12_capability_for(windows: bool, driver_loaded: bool, driver_reason: str, has_luid_query: bool, device_count: typing.SupportsInt | typing.SupportsIndex) -> tuple[bool, str]:
+    """
+    (supported, reason) for the given platform facts. Pure.
+    """
+def d3d12_close_handle(handle: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Closes an NT handle received for an import that did not happen (no-op off Windows).
+    """
+def d3d12_fence_descriptor(name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None) -> dict[str, typing.Any]:
+    """
+    The CUDA external-semaphore descriptor a d3d12_fence request becomes. Pure.
+    """
+def d3d12_luid_from_bytes(raw: bytes) -> int:
+    ...
+def d3d12_luid_text(luid: typing.SupportsInt | typing.SupportsIndex) -> str:
+    ...
+def d3d12_memory_descriptor(kind: str, name: str | None = None, handle: typing.SupportsInt | typing.SupportsIndex | None = None, size: typing.SupportsInt | typing.SupportsIndex = 0, offset: typing.SupportsInt | typing.SupportsIndex = 0, mapped_size: typing.SupportsInt | typing.SupportsIndex = 0, dedicated: bool | None = None) -> dict[str, typing.Any]:
+    """
+    The CUDA external-memory descriptor a D3D12 memory request becomes (InvalidArgument when it breaks a rule). Pure: nothing is imported.
+    """
+def d3d12_select_device(devices: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, str, typing.SupportsInt | typing.SupportsIndex | None]], luid: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    devices: (ordinal, name, luid or None); the ordinal whose LUID is luid. Pure.
+    """
+def d3d12_shared_name(name: str) -> str:
+    """
+    The name as the driver receives it; InvalidArgument names the rule.
+    """
 def mapping_stats() -> tuple[int, int, int]:
     """
     (mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the SIGBUS faults absorbed since start because a mapped object shrank (POSIX).

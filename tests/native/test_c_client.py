@@ -53,6 +53,7 @@ CHECKS = [
     "fence_timeout",
     "abandoned_input_fence",
     "import_errors",
+    "d3d12_imports_are_refused_off_windows",
     "release_order_does_not_matter",
     "use_after_client_release",
     "imported_memfd_is_sealed_against_shrinking",

@@ -8,7 +8,7 @@ static const char *get_error_message(const FlStatus *s) { return fl_status_messa
 static void free_string(char *s) { free(s); }
 static const char *version_string(void) { return FL_CLIENT_VERSION_STRING; }
 
-static const FlApi api_v1 = {
+static const FlApi api = {
     .GetErrorCode = get_error_code,
     .GetErrorMessage = get_error_message,
     .ReleaseStatus = fl_status_release,
@@ -55,10 +55,12 @@ static const FlApi api_v1 = {
     .Describe = fl_describe,
     .FreeString = free_string,
     .GetVersionString = version_string,
+    .ImportD3D12Memory = fl_import_d3d12_memory,
+    .ImportD3D12Fence = fl_import_d3d12_fence,
 };
 
 FL_EXPORT const FlApi *FlGetApi(uint32_t version) {
   /* Version N's table is a prefix of every later one, so one table serves 1..FL_API_VERSION. */
   if (version == 0 || version > FL_API_VERSION) return NULL;
-  return &api_v1;
+  return &api;
 }

@@ -145,4 +145,17 @@ int fl_json_get_string(const char *json, size_t len, const char *key, char *out,
 /* 0 when [json, json+len) is one well-formed JSON value (with surrounding whitespace). */
 int fl_json_validate(const char *json, size_t len);
 
+/* IMPORT_MEMORY / IMPORT_FENCE with a finished body (remote.c); fd -1 sends none. */
+FlStatus *fl_import_memory_body(FlClient *c, const fl_json_writer *w, int fd,
+                                FlMemoryImport **out);
+FlStatus *fl_import_fence_body(FlClient *c, const fl_json_writer *w, int fd,
+                               FlFenceImport **out);
+
+/* D3D12 heaps, resources and fences by shared name (d3d12.c). */
+FlStatus *fl_import_d3d12_memory(FlClient *c, const char *kind, const char *shared_name,
+                                 uint64_t allocation_size, uint64_t offset, uint64_t size,
+                                 uint64_t adapter_luid, FlAccess access, FlMemoryImport **out);
+FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t adapter_luid,
+                                FlFenceImport **out);
+
 #endif

@@ -113,8 +113,13 @@ static FlStatus *import_memory(FlClient *c, const char *handle_type, const char 
   fl_jw_key(&w, "access");
   fl_jw_string(&w, access_name(access));
   fl_jw_end_object(&w);
+  return fl_import_memory_body(c, &w, fd, out);
+}
+
+FlStatus *fl_import_memory_body(FlClient *c, const fl_json_writer *w, int fd,
+                                FlMemoryImport **out) {
   char id[ID_CAPACITY];
-  FlStatus *st = call_for_id(c, FL_KIND_IMPORT_MEMORY, &w, fd, id);
+  FlStatus *st = call_for_id(c, FL_KIND_IMPORT_MEMORY, w, fd, id);
   if (st != NULL) return st;
   FlMemoryImport *m = malloc(sizeof *m);
   if (m == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
@@ -165,8 +170,13 @@ static FlStatus *import_fence(FlClient *c, const char *name, int fd, FlFenceImpo
     fl_jw_string(&w, name);
   }
   fl_jw_end_object(&w);
+  return fl_import_fence_body(c, &w, fd, out);
+}
+
+FlStatus *fl_import_fence_body(FlClient *c, const fl_json_writer *w, int fd,
+                               FlFenceImport **out) {
   char id[ID_CAPACITY];
-  FlStatus *st = call_for_id(c, FL_KIND_IMPORT_FENCE, &w, fd, id);
+  FlStatus *st = call_for_id(c, FL_KIND_IMPORT_FENCE, w, fd, id);
   if (st != NULL) return st;
   FlFenceImport *f = malloc(sizeof *f);
   if (f == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");

@@ -426,6 +426,29 @@ static void check_import_errors(void) {
   api->ReleaseClient(c);
 }
 
+/* D3D12 imports are requests like any other: checked here, refused with the reason by a
+ * service that cannot import D3D12 (every non-Windows one). */
+static void check_d3d12_imports_are_refused_off_windows(void) {
+  FlClient *c = NULL;
+  FlMemoryImport *m = NULL;
+  FlFenceImport *f = NULL;
+  OK(api->CreateClient(socket_path, NULL, &c));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT,
+             api->ImportD3D12Memory(c, "opaque_fd", "Local\\frame", 1 << 20, 0, 0, 1,
+                                    FL_ACCESS_READ_WRITE, &m));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT,
+             api->ImportD3D12Memory(c, "d3d12_heap", "", 1 << 20, 0, 0, 1,
+                                    FL_ACCESS_READ_WRITE, &m));
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->ImportD3D12Fence(c, NULL, 1, &f));
+  FAILS_WITH(FL_ERROR_UNSUPPORTED, api->ImportD3D12Fence(c, "Local\\fence", 1, &f));
+  EXPECT(strstr(detail, "only on Windows") != NULL);
+  FAILS_WITH(FL_ERROR_UNSUPPORTED,
+             api->ImportD3D12Memory(c, "d3d12_resource", "Local\\frame", 1 << 20, 0, 0, 1,
+                                    FL_ACCESS_READ_WRITE, &m));
+  EXPECT(m == NULL && f == NULL);
+  api->ReleaseClient(c);
+}
+
 /* Handles may be released in any order: a session keeps its imports alive in the service. */
 static void check_release_order_does_not_matter(void) {
   setup s;
@@ -503,6 +526,7 @@ static const check_entry CHECKS[] = {
     {"fence_timeout", check_fence_timeout, 1},
     {"abandoned_input_fence", check_abandoned_input_fence, 1},
     {"import_errors", check_import_errors, 1},
+    {"d3d12_imports_are_refused_off_windows", check_d3d12_imports_are_refused_off_windows, 1},
     {"release_order_does_not_matter", check_release_order_does_not_matter, 1},
     {"use_after_client_release", check_use_after_client_release, 1},
     {"imported_memfd_is_sealed_against_shrinking",

@@ -63,7 +63,8 @@ def delete_memory(id: str, request: Request) -> Response:
 @router.post("/fences", status_code=201)
 def post_fence(body: FenceImportRequest, request: Request) -> dict[str, Any]:
     return runtime(request).import_fence(
-        OWNER, body.fence_type, name=body.name, caller=http_caller(request)
+        OWNER, body.fence_type, name=body.name, adapter_luid=body.adapter_luid,
+        caller=http_caller(request),
     )
 
 

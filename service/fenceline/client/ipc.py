@@ -215,6 +215,31 @@ class IpcClient:
         }
         return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
 
+    def import_d3d12_memory(
+        self,
+        kind: str,
+        name: str,
+        allocation_size: int,
+        *,
+        adapter_luid: int,
+        offset_bytes: int = 0,
+        size_bytes: int = 0,
+        access: str = "read_write",
+    ) -> str:
+        """Registers a D3D12 heap or committed resource (``kind`` d3d12_heap, d3d12_resource) by
+        the name given to CreateSharedHandle (docs/windows.md); only Windows services accept it."""
+        body = {
+            "handle_type": kind, "name": name, "allocation_size_bytes": allocation_size,
+            "adapter_luid": adapter_luid, "offset_bytes": offset_bytes, "size_bytes": size_bytes,
+            "access": access,
+        }
+        return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
+
+    def import_d3d12_fence(self, name: str, *, adapter_luid: int) -> str:
+        """Registers a shared ID3D12Fence by the name given to CreateSharedHandle."""
+        body = {"fence_type": "d3d12_fence", "name": name, "adapter_luid": adapter_luid}
+        return str(self._call(Kind.IMPORT_FENCE, body)["id"])
+
     def create_session(
         self,
         model: str,

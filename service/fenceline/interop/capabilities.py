@@ -31,6 +31,20 @@ def can_import_fence(kind: str) -> bool:
     return bool(_native.can_import_fence(kind))
 
 
+def unsupported_reason(kind: str) -> str:
+    """Why ``kind`` (a memory or fence kind) cannot be imported here; "" when it can."""
+    if kind in MEMORY_TYPES and can_import_memory(kind):
+        return ""
+    if kind in FENCE_TYPES and can_import_fence(kind):
+        return ""
+    if kind.startswith("d3d12_"):
+        supported, reason = _native.d3d12_capability()
+        return "" if supported else str(reason)
+    if kind in MEMORY_TYPES or kind in FENCE_TYPES:
+        return str(_native.cuda_unavailable_reason()) or "not supported by this build"
+    return f"{kind!r} is not a handle kind fenceline knows"
+
+
 def devices() -> list[dict[str, Any]]:
     cpu: dict[str, Any] = {
         "kind": "cpu",
@@ -52,5 +66,11 @@ def capabilities() -> dict[str, Any]:
     return {
         "memory": {k: can_import_memory(k) for k in MEMORY_TYPES},
         "fences": {k: can_import_fence(k) for k in FENCE_TYPES},
+        # Each kind reported false, with why (the D3D12 kinds: docs/windows.md).
+        "reasons": {
+            k: unsupported_reason(k)
+            for k in (*MEMORY_TYPES, *FENCE_TYPES)
+            if not (can_import_memory(k) if k in MEMORY_TYPES else can_import_fence(k))
+        },
         "devices": devices(),
     }

@@ -1,8 +1,8 @@
 """The small protocol every handle kind implements, so the runtime, the sessions and the status
 page hold imports without knowing their kind. One module per kind implements it: host_memory
 (host_shm, host_fd), cuda_memory (opaque_fd, cuda_ipc), host_fence (host_timeline), vk_fence
-(vk_timeline_opaque_fd). A new kind adds a module here and a line in the runtime's importer
-table; nothing else changes."""
+(vk_timeline_opaque_fd), d3d12 (d3d12_heap, d3d12_resource, d3d12_fence: CUDA imports too). A
+new kind adds a module here and a line in the runtime's importer table; nothing else changes."""
 
 from __future__ import annotations
 

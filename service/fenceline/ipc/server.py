@@ -228,7 +228,7 @@ class Connection:
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
             self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
-            caller=self.caller,
+            adapter_luid=req.adapter_luid, caller=self.caller,
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:

@@ -23,9 +23,13 @@ class MemoryImportRequest(Strict):
     access: Literal["read_only", "read_write"] = "read_write"
     # GPU handle types (docs/gpu.md)
     allocation_size_bytes: int = Field(
-        0, ge=0, lt=2**64, description="opaque_fd: the Vulkan allocation's size"
+        0, ge=0, lt=2**64, description="opaque_fd: the Vulkan allocation's size; d3d12_heap: "
+        "D3D12_HEAP_DESC.SizeInBytes; d3d12_resource: its GetResourceAllocationInfo size"
     )
-    dedicated: bool = Field(False, description="opaque_fd: a dedicated Vulkan allocation")
+    dedicated: bool | None = Field(
+        None, description="opaque_fd: a dedicated Vulkan allocation (default false); "
+        "d3d12_resource needs it and d3d12_heap refuses it (default: what the kind needs)"
+    )
     device_uuid: str | None = Field(
         None, description="32 hex digits: VkPhysicalDeviceIDProperties.deviceUUID"
     )
@@ -34,14 +38,24 @@ class MemoryImportRequest(Strict):
         None, min_length=128, max_length=128, description="cuda_ipc: cudaIpcMemHandle_t as hex"
     )
 
+    adapter_luid: int | None = Field(
+        None, ge=0, lt=2**64, description="d3d12_heap, d3d12_resource: the renderer's "
+        "ID3D12Device::GetAdapterLuid() as (HighPart << 32) | LowPart"
+    )
+
     def gpu_fields(self) -> dict[str, Any]:
-        """The GPU fields, for the GPU handle types only (interop/cuda_memory.py)."""
+        """The GPU fields, for the GPU handle types only (interop/cuda_memory.py, d3d12.py)."""
+        if self.handle_type in ("d3d12_heap", "d3d12_resource"):
+            return {
+                "allocation_size_bytes": self.allocation_size_bytes,
+                "dedicated": self.dedicated, "adapter_luid": self.adapter_luid,
+            }
         if self.handle_type not in ("opaque_fd", "cuda_ipc"):
             return {}
         return {
-            "allocation_size_bytes": self.allocation_size_bytes, "dedicated": self.dedicated,
-            "device_uuid": self.device_uuid, "device_id": self.device_id,
-            "ipc_handle": self.ipc_handle,
+            "allocation_size_bytes": self.allocation_size_bytes,
+            "dedicated": bool(self.dedicated), "device_uuid": self.device_uuid,
+            "device_id": self.device_id, "ipc_handle": self.ipc_handle,
         }
 
 
@@ -50,6 +64,10 @@ class FenceImportRequest(Strict):
     name: str | None = None
     device_uuid: str | None = Field(
         None, description="vk_timeline_opaque_fd: VkPhysicalDeviceIDProperties.deviceUUID (hex)"
+    )
+    adapter_luid: int | None = Field(
+        None, ge=0, lt=2**64,
+        description="d3d12_fence: ID3D12Device::GetAdapterLuid() as (HighPart << 32) | LowPart",
     )
 
 

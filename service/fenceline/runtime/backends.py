@@ -1,7 +1,8 @@
-"""The one place a session implementation is chosen. A session over GPU memory or Vulkan
-timeline semaphores is a :class:`CudaSession`; everything else is a :class:`HostSession`. A
-new backend (another GPU API, another platform's fences) adds a branch here and a module
-beside them; the runtime and the transports only see the :class:`Session` protocol."""
+"""The one place a session implementation is chosen. A session over GPU memory (Vulkan, CUDA IPC,
+D3D12) or GPU fences (Vulkan timeline semaphores, D3D12 fences) is a :class:`CudaSession`;
+everything else is a :class:`HostSession`. A new backend (another GPU API, another platform's
+fences) adds a branch here and a module beside them; the runtime and the transports only see the
+:class:`Session` protocol."""
 
 from __future__ import annotations
 

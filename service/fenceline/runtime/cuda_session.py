@@ -1,6 +1,6 @@
 """A CUDA session (docs/gpu.md): GPU memory bound by device pointer into an onnxruntime CUDA EP
-session that runs on the session's own CUDA stream, between two Vulkan timeline semaphores
-waited and signalled on that stream.
+session that runs on the session's own CUDA stream, between two GPU fences (Vulkan timeline
+semaphores, or D3D12 fences on Windows: docs/windows.md) waited and signalled on that stream.
 
 A run enqueues: wait(input semaphore >= wait_value), the model, signal(output semaphore :=
 signal_value). An async run replies then; a plain run also waits on the host for the stream to
@@ -71,18 +71,20 @@ def check_gpu_session(
     gpu = [isinstance(b, CudaTensorBinding) for b in bindings]
     if not any(gpu):
         raise InvalidArgument(
-            "vk_timeline_opaque_fd fences are waited on the GPU: bind GPU memory "
-            "(opaque_fd, cuda_ipc), or use host_timeline fences with host memory"
+            "vk_timeline_opaque_fd and d3d12_fence fences are waited on the GPU: bind GPU "
+            "memory (opaque_fd, cuda_ipc, d3d12_heap, d3d12_resource), or use host_timeline "
+            "fences with host memory"
         )
     if not all(gpu):
         raise InvalidArgument(
-            "a session binds GPU memory (opaque_fd, cuda_ipc) or host memory, not both"
+            "a session binds GPU memory (opaque_fd, cuda_ipc, d3d12_heap, d3d12_resource) or "
+            "host memory, not both"
         )
     for role, f in (("wait_fence", wait_fence), ("signal_fence", signal_fence)):
         if not isinstance(f, VkFenceImport):
             raise InvalidArgument(
-                f"{role}: a session over GPU memory needs vk_timeline_opaque_fd fences, "
-                f"not {getattr(f, 'kind', '?')}"
+                f"{role}: a session over GPU memory needs GPU fences (vk_timeline_opaque_fd, "
+                f"d3d12_fence), not {getattr(f, 'kind', '?')}"
             )
     if model.settings.execution_provider != "cuda":
         raise InvalidArgument(

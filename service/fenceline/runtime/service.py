@@ -22,6 +22,12 @@ from fenceline.errors import (
 )
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, CudaMemoryImport, import_cuda_memory
+from fenceline.interop.d3d12 import (
+    D3D12_FENCE_TYPES,
+    D3D12_MEMORY_TYPES,
+    import_d3d12_fence,
+    import_d3d12_memory,
+)
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.devices import check_device_quota, device_label
 from fenceline.interop.handles import Access, Binding, FenceHandle, MemoryHandle
@@ -176,11 +182,18 @@ class Runtime:
         **gpu: Any,
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
-        GPU handle types (interop/cuda_memory.py). An import by ``name`` is checked against
-        ``caller`` (interop/owners.py)."""
+        GPU handle types (interop/cuda_memory.py); allocation_size_bytes, dedicated,
+        adapter_luid and nt_handle (a handle the Windows pipe received) for the D3D12 ones
+        (interop/d3d12.py). An import by ``name`` is checked against ``caller``
+        (interop/owners.py)."""
         self._check_import_quota(owner, fd)
         mem: MemoryHandle
-        if handle_type in CUDA_MEMORY_TYPES:
+        if handle_type in D3D12_MEMORY_TYPES:
+            mem = import_d3d12_memory(
+                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
+                access=access, **gpu,
+            )
+        elif handle_type in CUDA_MEMORY_TYPES:
             mem = import_cuda_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access, **gpu,
@@ -246,11 +259,18 @@ class Runtime:
         name: str | None = None,
         fd: int | None = None,
         device_uuid: str | None = None,
+        adapter_luid: int | None = None,
+        nt_handle: int | None = None,
         caller: Caller = SERVICE,
     ) -> dict[str, Any]:
+        """``nt_handle``: a d3d12_fence handle the Windows pipe received (owned from here on)."""
         self._check_import_quota(owner, fd)
         fence: FenceHandle
-        if fence_type in VK_FENCE_TYPES:
+        if fence_type in D3D12_FENCE_TYPES:
+            fence = import_d3d12_fence(
+                fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid
+            )
+        elif fence_type in VK_FENCE_TYPES:
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
         else:
             host_fence = import_fence(fence_type, name=name, fd=fd)

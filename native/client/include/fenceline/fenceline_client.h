@@ -34,7 +34,7 @@ extern "C" {
 #define FL_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FL_API_VERSION 1u
+#define FL_API_VERSION 2u
 
 /* Status codes. 1..999 are the service's stable IPC codes (fenceline.errors, ipc_code); they are
  * append-only and named by what the caller should do next. 1000 and up are raised by this
@@ -283,6 +283,25 @@ struct FlApi {
   void (*FreeString)(char *str);
   /* The library's version ("0.1.0"), a static string. Thread-safe. */
   const char *(*GetVersionString)(void);
+
+  /* ---- version 2: D3D12 (docs/windows.md, "D3D12") ------------------------------------------- */
+
+  /* Imports a D3D12 heap (kind "d3d12_heap") or committed resource ("d3d12_resource") by the
+   * UTF-8 name given to ID3D12Device::CreateSharedHandle. allocation_size_bytes: the heap's
+   * D3D12_HEAP_DESC.SizeInBytes, or the resource's GetResourceAllocationInfo size; [offset_bytes,
+   * offset_bytes + size_bytes) is mapped (size_bytes 0: to the end). adapter_luid: the
+   * renderer's ID3D12Device::GetAdapterLuid() as ((uint64_t)HighPart << 32) | LowPart. Only a
+   * Windows service with an NVIDIA GPU imports it; elsewhere FL_ERROR_UNSUPPORTED says why.
+   * *out is freed with ReleaseMemoryImport. Thread-safe. */
+  FlStatus *(*ImportD3D12Memory)(FlClient *client, const char *kind, const char *shared_name,
+                                 uint64_t allocation_size_bytes, uint64_t offset_bytes,
+                                 uint64_t size_bytes, uint64_t adapter_luid, FlAccess access,
+                                 FlMemoryImport **out);
+  /* Imports a shared ID3D12Fence (D3D12_FENCE_FLAG_SHARED) by its CreateSharedHandle name; the
+   * service waits and signals it on the GPU. *out is freed with ReleaseFenceImport.
+   * Thread-safe. */
+  FlStatus *(*ImportD3D12Fence)(FlClient *client, const char *shared_name,
+                                uint64_t adapter_luid, FlFenceImport **out);
 };
 
 /* The function table for `version` (pass FL_API_VERSION), or NULL when this library cannot serve
