@@ -42,6 +42,14 @@ def test_deeply_nested_kserve_json_is_an_invalid_argument(svc: Service) -> None:
             assert "nested too deeply" in r.json()["error"]
 
 
+def test_control_route_bodies_are_held_to_one_mib(svc: Service) -> None:
+    for path in ("/v2/interop/sessions", "/v2/systemsharedmemory/region/r/register"):
+        body = json.dumps({"model": "m" * (1 << 20)})
+        r = httpx.post(svc.url + path, content=body, timeout=30,
+                       headers={"content-type": "application/json"})  # fmt: skip
+        assert r.status_code == 413 and r.json()["code"] == "payload_too_large", r.text
+
+
 def test_deeply_nested_interop_json_is_refused_as_a_client_error(svc: Service) -> None:
     r = httpx.post(svc.url + "/v2/interop/memory", content=DEEP,
                    headers={"content-type": "application/json"}, timeout=30)  # fmt: skip

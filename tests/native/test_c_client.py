@@ -303,13 +303,17 @@ def test_refused_connection_reports_permission_denied(
 ) -> None:
     allowed, other = ensure_user("fenceline-test-a"), ensure_user("fenceline-test-b")
     with shared_dir() as d:
-        renderer = d / "renderer"
-        shutil.copy(programs["renderer"], renderer)
-        os.chmod(renderer, 0o755)
+        # The other user may not read the build tree: the program and its library go along.
+        for f in (programs["renderer"], *c_api.c_library_dir().glob("libfenceline_client.so*")):
+            shutil.copy(f, d / f.name)
+            os.chmod(d / f.name, 0o755)
         svc = start_service(model_repo, d, "--allow-uid", str(allowed.pw_uid))
         try:
-            r = run(["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}",
-                     "--clear-groups", renderer, "--socket", svc.socket, "--frames", "1"])
+            r = subprocess.run(
+                ["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups",
+                 str(d / "renderer"), "--socket", str(svc.socket), "--frames", "1"],
+                capture_output=True, text=True, timeout=60, env={**os.environ, "LD_LIBRARY_PATH": str(d)},
+            )
         finally:
             stop_service(svc)
     assert r.returncode == 2

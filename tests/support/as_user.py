@@ -8,6 +8,7 @@ exit), ``ipc`` (connect and HELLO), ``ipc_import`` (memory or fence by name, or 
 
 from __future__ import annotations
 
+import contextlib
 import encodings.idna  # noqa: F401  (httpx asks for it on first use)
 import json
 import os
@@ -25,6 +26,11 @@ MARKER = 0x5EC12E7
 
 def main() -> int:
     uid, gid = int(sys.argv[1]), int(sys.argv[2])
+    # httpx loads its TLS bundle and transport modules on first use: use it once, while the
+    # checkout is still readable (a closed port; the error is expected).
+    http = httpx.Client(timeout=30)
+    with contextlib.suppress(httpx.HTTPError):
+        http.get("http://127.0.0.1:1/")
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
@@ -32,7 +38,7 @@ def main() -> int:
     for line in sys.stdin:
         cmd = json.loads(line)
         try:
-            out = run(cmd, held)
+            out = run(cmd, held, http)
         except ServiceError as e:
             out = {"code": e.code, "message": e.message}
         except Exception as e:  # the test reads it; a crash here is a test failure
@@ -40,10 +46,11 @@ def main() -> int:
         print(json.dumps(out), flush=True)
     for obj in held:
         obj.close()
+    http.close()
     return 0
 
 
-def run(cmd: dict[str, Any], held: list[Any]) -> dict[str, Any]:
+def run(cmd: dict[str, Any], held: list[Any], http: httpx.Client) -> dict[str, Any]:
     op = cmd["op"]
     if op == "hold":
         frame = SharedFrame(cmd["size"], name=cmd["frame"])
@@ -63,8 +70,7 @@ def run(cmd: dict[str, Any], held: list[Any]) -> dict[str, Any]:
                     return {"ok": True, "id": c.import_memory(frame)}
             return {"ok": True, "id": c.import_memory(name=cmd["name"])}
     if op == "http":
-        r = httpx.request(cmd["method"], cmd["url"], json=cmd.get("json"),
-                          headers=cmd.get("headers"), timeout=30)  # fmt: skip
+        r = http.request(cmd["method"], cmd["url"], json=cmd.get("json"), headers=cmd.get("headers"))
         body = r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else None
         return {"status": r.status_code, "body": body}
     raise ValueError(f"unknown op {op!r}")

@@ -39,14 +39,20 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
+# Bodies of the control routes (imports, sessions, region registration) are small JSON objects;
+# FastAPI parses them on the event loop, so they stay far below the JSON limit of inference.
+CONTROL_BODY_BYTES = 1 << 20
+
+
 class BodyLimit:
-    """``max_bytes`` for inference bodies (binary tensor data), ``max_json_bytes`` for every
-    other route: their bodies are JSON only, and JSON costs many times its size to parse."""
+    """``max_bytes`` for inference bodies (binary tensor data); every other route takes JSON
+    only, of at most ``max_json_bytes`` and :data:`CONTROL_BODY_BYTES`."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.max_json_bytes = max_bytes if max_json_bytes is None else min(max_bytes, max_json_bytes)
+        json_bytes = max_bytes if max_json_bytes is None else min(max_bytes, max_json_bytes)
+        self.max_json_bytes = min(json_bytes, CONTROL_BODY_BYTES)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
