@@ -30,8 +30,10 @@ std::atomic<std::uint64_t> faults{0};
 std::atomic<std::uint64_t> live_ranges{0};
 std::atomic<std::uint64_t> live_bytes{0};
 
-std::mutex table_lock;  // registration and removal only, never in the handler
-std::vector<int> free_slots;
+// Registration and removal only, never in the handler. Never destroyed: a mapping may still be
+// released while the process exits, after static destructors have run.
+std::mutex &table_lock = *new std::mutex;
+std::vector<int> &free_slots = *new std::vector<int>;
 
 struct sigaction previous {};
 std::once_flag installed;
