@@ -54,6 +54,8 @@ def test_without_the_nvidia_driver_d3d12_is_false_with_the_loaders_reason() -> N
     for kind in ("d3d12_heap", "d3d12_resource"):
         assert caps["memory"][kind] is False and "nvcuda.dll" in caps["reasons"][kind]
     assert caps["fences"]["d3d12_fence"] is False and "nvcuda.dll" in caps["reasons"]["d3d12_fence"]
+    for kind in ("host_fd", "opaque_fd", "cuda_ipc", "vk_timeline_opaque_fd"):
+        assert "only on Linux" in caps["reasons"][kind]
 
 
 @needs_no_driver

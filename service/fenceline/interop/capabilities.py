@@ -21,6 +21,8 @@ MEMORY_TYPES: tuple[str, ...] = (
     "d3d12_heap",
 )
 FENCE_TYPES: tuple[str, ...] = ("host_timeline", "vk_timeline_opaque_fd", "d3d12_fence")
+# Kinds a Windows build reports false whatever its drivers (native module.cpp, kPosix).
+POSIX_ONLY: tuple[str, ...] = ("host_fd", "opaque_fd", "cuda_ipc", "vk_timeline_opaque_fd")
 
 
 def can_import_memory(kind: str) -> bool:
@@ -40,6 +42,8 @@ def unsupported_reason(kind: str) -> str:
     if kind.startswith("d3d12_"):
         supported, reason = _native.d3d12_capability()
         return "" if supported else str(reason)
+    if _native.PLATFORM == "win32" and kind in POSIX_ONLY:
+        return f"{kind} is imported only on Linux in this build"
     if kind in MEMORY_TYPES or kind in FENCE_TYPES:
         return str(_native.cuda_unavailable_reason()) or "not supported by this build"
     return f"{kind!r} is not a handle kind fenceline knows"
