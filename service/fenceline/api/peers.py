@@ -78,4 +78,16 @@ def http_caller(request: Request) -> Caller:
     if request.app.state.token_required:
         return Caller(None, trusted=True, transport="HTTP")
     scope = request.scope
+    if sys.platform == "win32":
+        return Caller(None, transport="HTTP", sid=connection_sid(scope.get("client"), scope.get("server")))
     return Caller(connection_uid(scope.get("client"), scope.get("server")), transport="HTTP")
+
+
+def connection_sid(client: Any, server: Any) -> str | None:
+    """Windows: the user SID owning the client end (the TCP table with owner pids), or None."""
+    if not client or not server:
+        return None
+    from fenceline import _native
+
+    sid = getattr(_native, "tcp_client_sid")(str(client[0]), int(client[1]), int(server[1]))  # noqa: B009
+    return None if sid is None else str(sid)

@@ -17,7 +17,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="an extra model; repeatable")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--socket", type=Path, help="IPC socket path (default under $XDG_RUNTIME_DIR)")
+    p.add_argument("--socket", type=Path,
+                   help="IPC socket path (default under $XDG_RUNTIME_DIR); on Windows the named "
+                   "pipe (default \\\\.\\pipe\\fenceline-<your SID>)")
     p.add_argument("--ipc-spin-us", type=int, default=100,
                    help="longest spin on the IPC socket before blocking (0: always block)")
     p.add_argument("--fence-spin-us", type=int, default=50,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from types import FrameType
 
 import uvicorn
@@ -12,6 +13,7 @@ from fenceline import logs
 from fenceline.api import create_app
 from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
+from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer
 from fenceline.metrics import Metrics
 from fenceline.runtime.models import ModelRepository
@@ -85,9 +87,18 @@ def serve(settings: ServeSettings) -> int:
             allow_uids=settings.allow_uids or frozenset(),
         ),
     )
-    ipc = IpcServer(
-        runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000, allow_uids=settings.allow_uids
-    )
+    ipc: IpcServer | PipeServer
+    if sys.platform == "win32":
+        # Windows: the per-user named pipe; --socket, when given, is the pipe's name.
+        ipc = PipeServer(
+            runtime, str(settings.socket) if settings.socket else None,
+            spin_ns=settings.ipc_spin_us * 1000,
+        )
+    else:
+        ipc = IpcServer(
+            runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000,
+            allow_uids=settings.allow_uids,
+        )
     ipc.start()
     app = create_app(
         runtime,

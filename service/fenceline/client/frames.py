@@ -18,7 +18,9 @@ from fenceline.waiting import AdaptiveSpin
 
 
 def _fresh_name(prefix: str) -> str:
-    return f"/{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
+    # Windows: a section in this session's namespace (docs/windows.md); POSIX: /dev/shm.
+    head = "Local\\" if _native.PLATFORM == "win32" else "/"
+    return f"{head}{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 _C = TypeVar("_C", bound="_Created")
@@ -50,10 +52,11 @@ class _Created:
 
 class SharedFrame(_Created):
     """A shared-memory buffer: named (``/dev/shm``) when ``name`` or ``named=True`` is given,
-    else an anonymous memfd that travels as an fd over the IPC socket."""
+    else an anonymous memfd that travels as an fd over the IPC socket. On Windows a frame is
+    always a named section (``Local\\...``): it travels by name."""
 
     def __init__(self, size: int, *, name: str | None = None, named: bool = False) -> None:
-        if name is not None or named:
+        if name is not None or named or _native.PLATFORM == "win32":
             self.name = name or _fresh_name("fenceline-frame")
             self.handle = _native.HostMemory.create_shm(self.name, size)
         else:
@@ -66,11 +69,12 @@ class SharedFrame(_Created):
 
 
 class Fence(_Created):
-    """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex;
-    ``max_spin_ns=0`` always sleeps. One waiting thread per Fence object."""
+    """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex
+    (Windows: the fence's wake semaphore); ``max_spin_ns=0`` always sleeps. One waiting thread
+    per Fence object. On Windows a fence is always named: its wake-up needs a name."""
 
     def __init__(self, *, name: str | None = None, named: bool = False, max_spin_ns: int = 100_000) -> None:
-        if name is not None or named:
+        if name is not None or named or _native.PLATFORM == "win32":
             self.name = name or _fresh_name("fenceline-fence")
             self.handle = _native.HostFence.create_shm(self.name)
         else:

@@ -68,15 +68,27 @@ class IpcClient:
     def __init__(
         self, path: str | Path | None = None, *, max_spin_ns: int = 100_000, name: str = "python"
     ) -> None:
-        from fenceline.ipc.server import default_socket_path
+        self.path: Path | str
+        # Windows: the service's named pipe (fenceline.ipc.pipe_server) instead of the socket.
+        self._pipe: Any = None
+        if _native.PLATFORM == "win32":
+            from fenceline.ipc.pipe_server import default_pipe_name
 
-        self.path = Path(path) if path is not None else default_socket_path()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._sock.connect(str(self.path))
-        except OSError as e:
-            self._sock.close()
-            raise ClientError(f"cannot connect to the fenceline socket {self.path}: {e}") from None
+            self.path = str(path) if path is not None else default_pipe_name()
+            try:
+                self._pipe = getattr(_native, "PipeConnection").connect(self.path)  # noqa: B009
+            except FencelineError as e:
+                raise ClientError(f"cannot connect to the fenceline pipe {self.path}: {e}") from None
+        else:
+            from fenceline.ipc.server import default_socket_path
+
+            self.path = Path(path) if path is not None else default_socket_path()
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._sock.connect(str(self.path))
+            except OSError as e:
+                self._sock.close()
+                raise ClientError(f"cannot connect to the fenceline socket {self.path}: {e}") from None
         self._ids = itertools.count(1)
         self._spin = AdaptiveSpin(max_spin_ns)
         self._closed = False
@@ -95,6 +107,13 @@ class IpcClient:
     def _send(self, frame: bytes, fds: list[int] | None = None) -> None:
         if self._closed:
             raise ClientError("the client is closed")
+        if self._pipe is not None:
+            if fds:
+                raise ClientError("Windows has no fd passing: share frames and fences by name")
+            if not self._pipe.send(frame):
+                self._raise_refusal()
+                raise ClientError("IPC transport failed: the service closed the pipe")
+            return
         try:
             if fds:
                 socket.send_fds(self._sock, [frame], fds)
@@ -108,9 +127,12 @@ class IpcClient:
         try:
             budget = self._spin.budget_ns()
             t0 = time.perf_counter_ns()
-            data, got_fds, problem = _native.recv_message(
-                self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
-            )
+            if self._pipe is not None:
+                data, got_fds, problem = self._pipe.recv(codec.MAX_FRAME), [], None
+            else:
+                data, got_fds, problem = _native.recv_message(
+                    self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
+                )
             self._spin.observe(time.perf_counter_ns() - t0, budget)
         except (OSError, FencelineError) as e:
             raise ClientError(f"IPC transport failed: {e}") from None
@@ -134,6 +156,8 @@ class IpcClient:
 
     def _raise_refusal(self) -> None:
         """The service may have refused the connection with an ERROR before closing it."""
+        if self._pipe is not None:
+            return
         try:
             data = self._sock.recv(codec.MAX_FRAME, socket.MSG_DONTWAIT)
             reply = codec.decode(data)
@@ -327,7 +351,9 @@ class IpcClient:
 
     @property
     def server_pid(self) -> int:
-        """The service's process id, from the socket's peer credentials."""
+        """The service's process id, from the socket's peer credentials (or the pipe's)."""
+        if self._pipe is not None:
+            return int(self._pipe.peer_pid)
         creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return int(struct.unpack("3i", creds)[0])
 
@@ -343,7 +369,10 @@ class IpcClient:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._sock.close()
+            if self._pipe is not None:
+                self._pipe.close()
+            else:
+                self._sock.close()
 
     def __enter__(self) -> IpcClient:
         return self

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import stat
 from pathlib import Path
 
@@ -20,6 +19,8 @@ PRIVATE_SOCKET, SHARED_SOCKET = 0o600, 0o666
 
 
 def _groups(uid: int) -> set[int]:
+    import pwd  # POSIX only; this module is not used on Windows (fenceline.ipc.pipe_server)
+
     try:
         pw = pwd.getpwuid(uid)
     except KeyError:

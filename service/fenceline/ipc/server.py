@@ -55,12 +55,15 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
 
 
 class Connection:
-    def __init__(self, server: IpcServer, sock: socket.socket, number: int) -> None:
+    def __init__(
+        self, server: IpcServer, sock: socket.socket, number: int, caller: Caller | None = None
+    ) -> None:
         self.server = server
         self.sock = sock
         self.owner = f"ipc:{number}"
-        self.caller = Caller(peer_credentials(sock)[1], transport="ipc")
-        self.peer = f"uid {self.caller.uid}"  # the log rate limit's key
+        # The Windows pipe identifies its peer itself (fenceline.ipc.pipe_server).
+        self.caller = caller or Caller(peer_credentials(sock)[1], transport="ipc")
+        self.peer = f"uid {self.caller.uid}" if self.caller.sid is None else f"user {self.caller.sid}"
         self.runtime = server.runtime
         self._spin = AdaptiveSpin(server.spin_ns)
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
@@ -87,16 +90,13 @@ class Connection:
     def _serve(self) -> None:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
         logs.peer.set(self.peer)
-        fd = self.sock.fileno()
         metrics = self.runtime.metrics
         try:
             while True:
                 budget = self._spin.budget_ns()
                 t0 = time.perf_counter_ns()
                 try:
-                    data, fds, problem = _native.recv_message(
-                        fd, codec.MAX_FRAME, codec.MAX_FDS, budget
-                    )
+                    data, fds, problem = self._receive(budget)
                 except OSError:
                     break
                 self._spin.observe(time.perf_counter_ns() - t0, budget)
@@ -139,6 +139,11 @@ class Connection:
                     break
         finally:
             self.close()
+
+    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int], str | None]:
+        """One frame, its fds and why it is refused (None: it is not); (None, [], None) once the
+        peer is gone. The Windows pipe overrides this (fenceline.ipc.pipe_server)."""
+        return _native.recv_message(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, spin_ns)  # type: ignore[return-value]
 
     def _send(self, data: bytes) -> bool:
         try:

@@ -183,8 +183,10 @@ std::uint32_t PipeConnection::peer_pid() const {
   return pid;
 }
 
-std::string PipeConnection::peer_user_sid() const {
-  HANDLE proc = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, peer_pid());
+std::string PipeConnection::peer_user_sid() const { return process_user_sid(peer_pid()); }
+
+std::string process_user_sid(std::uint32_t pid) {
+  HANDLE proc = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid);
   if (!proc) throw_last("OpenProcess (peer)", ::GetLastError());
   HANDLE token = nullptr;
   const BOOL ok = ::OpenProcessToken(proc, TOKEN_QUERY, &token);

@@ -18,6 +18,12 @@ namespace fl::win32 {
 
 // The SID of this process's user, as S-1-5-...
 std::string current_user_sid();
+// The user SID of another process (throws when it cannot be opened).
+std::string process_user_sid(std::uint32_t pid);
+// The user SID behind the client end of a loopback TCP connection to server_port; nullopt when
+// no such live connection exists here.
+std::optional<std::string> tcp_client_sid(const std::string &client_ip, std::uint16_t client_port,
+                                          std::uint16_t server_port);
 
 class PipeConnection {
  public:

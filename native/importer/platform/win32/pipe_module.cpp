@@ -1,5 +1,6 @@
 // Python bindings of the Windows named-pipe transport (fenceline._native.Pipe*).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "pipe.h"
 
@@ -9,6 +10,10 @@ namespace fl::win32 {
 
 void bind_pipe(py::module_ &mod) {
   mod.def("current_user_sid", &current_user_sid, "This process's user SID (S-1-5-...).");
+  mod.def("tcp_client_sid", &tcp_client_sid, py::arg("client_ip"), py::arg("client_port"),
+          py::arg("server_port"),
+          "The user SID of the process holding the client end of a loopback IPv4 connection to "
+          "server_port, or None.");
 
   py::class_<PipeConnection, std::shared_ptr<PipeConnection>>(mod, "PipeConnection")
       .def_static("connect", &PipeConnection::connect, py::arg("name"),

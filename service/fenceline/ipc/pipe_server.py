@@ -1,0 +1,162 @@
+"""The IPC server on Windows: a message-mode named pipe, one per user, the same frames and the
+same per-connection ownership as the Unix socket (docs/ipc.md, docs/windows.md).
+
+Security is explicit: every pipe instance carries a DACL that admits only the service's own
+user and the configured allowed SIDs, remote clients are rejected, and the first instance is
+created with FILE_FLAG_FIRST_PIPE_INSTANCE so nobody can serve the name before us unnoticed.
+The peer's identity comes from the pipe (its process id, then that process's token), as
+SO_PEERCRED does on Linux.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+from typing import Any
+
+from fenceline import _native
+from fenceline.errors import FencelineError, PermissionDenied, Unavailable
+from fenceline.interop.owners import Caller
+from fenceline.ipc.server import Connection
+from fenceline.protocol import codec
+from fenceline.runtime.service import Runtime
+
+log = logging.getLogger("fenceline.ipc")
+
+PIPE_PREFIX = "\\\\.\\pipe\\"
+
+
+def _win() -> Any:
+    """The Windows-only part of the native module (absent from the Linux build and stub)."""
+    return _native
+
+
+def default_pipe_name() -> str:
+    """``\\\\.\\pipe\\fenceline-<user SID>``: pipe names are machine-wide, so one per user."""
+    return f"{PIPE_PREFIX}fenceline-{_win().current_user_sid()}"
+
+
+def pipe_sddl(allowed_sids: frozenset[str]) -> str:
+    """Owner and DACL: full access for each allowed SID, nobody else (no inherited ACEs)."""
+    aces = "".join(f"(A;;GA;;;{sid})" for sid in sorted(allowed_sids))
+    return f"D:P{aces}"
+
+
+class PipeConnection(Connection):
+    """A Connection whose frames travel over one pipe instance. No fds exist on Windows: a
+    request that needs one is answered as on Linux without it."""
+
+    def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
+        super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
+
+    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int], str | None]:
+        try:
+            data = self.sock.recv(codec.MAX_FRAME)
+        except FencelineError as e:  # an oversized message, read to its end: refuse it
+            return b"", [], str(e)
+        if data is None:
+            return None, [], None
+        return bytes(data), [], None if data else "empty message"
+
+    def _send(self, data: bytes) -> bool:
+        return bool(self.sock.send(data))
+
+
+class PipeServer:
+    """``allowed_sids``: users whose processes may connect; default the service's own."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        name: str | None = None,
+        spin_ns: int = 100_000,
+        allowed_sids: frozenset[str] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.path = (name or default_pipe_name()).rstrip("\\")
+        if not self.path.lower().startswith(PIPE_PREFIX):
+            self.path = PIPE_PREFIX + self.path
+        self.spin_ns = spin_ns
+        self.allowed_sids = allowed_sids or frozenset({_win().current_user_sid()})
+        self._listener: Any = None
+        self._connections: set[Connection] = set()
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._listener = _win().PipeListener(self.path, pipe_sddl(self.allowed_sids))
+        self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
+        self._thread.start()
+        log.info("IPC pipe listening on %s", self.path)
+
+    def accepting(self) -> bool:
+        """False once the pipe cannot take new connections (stopped, or accepting failed): the
+        readiness probe answers 503 then."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                pipe = self._listener.accept()
+            except FencelineError:
+                log.exception("accepting on %s failed", self.path)
+                return
+            if pipe is None:
+                return
+            try:
+                sid, pid = pipe.peer_user_sid(), pipe.peer_pid
+            except FencelineError as e:
+                self._refuse(pipe, PermissionDenied(f"cannot identify the peer: {e}"))
+                continue
+            if sid not in self.allowed_sids:
+                log.warning("refused IPC peer pid %d user %s: not on the allow-list", pid, sid)
+                self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
+                self._refuse(pipe, PermissionDenied(f"user {sid} may not use this service"))
+                continue
+            if self.runtime.closing.is_set():
+                self._refuse(pipe, Unavailable("the service is shutting down"))
+                continue
+            c = PipeConnection(self, pipe, next(self._numbers), sid)
+            with self._lock:
+                self._connections.add(c)
+            self.runtime.metrics.ipc_connections.inc()
+            self.runtime.metrics.ipc_connections_total.inc()
+            c.thread.start()
+
+    @staticmethod
+    def _refuse(pipe: Any, err: FencelineError) -> None:
+        """Answers the peer's first request with `err`, then closes."""
+
+        def answer() -> None:
+            request_id = 0
+            with contextlib.suppress(FencelineError):
+                data = pipe.recv(codec.MAX_FRAME)
+                if data is not None:
+                    request_id = codec.decode(bytes(data)).request_id
+            pipe.send(codec.encode_error(request_id, err))
+            pipe.close()
+
+        threading.Thread(target=answer, name="fenceline-ipc-refuse", daemon=True).start()
+
+    def forget(self, c: Connection) -> bool:
+        with self._lock:
+            if c in self._connections:
+                self._connections.remove(c)
+                return True
+            return False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            conns = list(self._connections)
+        for c in conns:
+            pipe: Any = c.sock
+            pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
+        for c in conns:
+            c.thread.join(timeout)

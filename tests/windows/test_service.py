@@ -1,0 +1,228 @@
+"""The service on Windows, as separate Windows processes: `fenceline serve` with HTTP and its
+named pipe, and renderers that share frames and fences by NT name (win_renderer.py, written
+from docs/windows.md)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fenceline.models import build_repository
+
+HERE = Path(__file__).parent
+FRAMES = 200
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class WinService:
+    proc: subprocess.Popen[str]
+    url: str
+    pipe: str
+    model: Path
+    log: list[str] = field(default_factory=list)
+
+    def metric(self, name: str) -> float:
+        """Sum of a metric's samples on /metrics."""
+        total = 0.0
+        for line in httpx.get(f"{self.url}/metrics", timeout=30).text.splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def handle_count(self) -> int:
+        """How many kernel handles the service process holds (GetProcessHandleCount)."""
+        k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+        k32.OpenProcess.restype = ctypes.c_void_p
+        h = k32.OpenProcess(0x1000, False, self.proc.pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        assert h, ctypes.get_last_error()
+        try:
+            n = ctypes.c_ulong()
+            assert k32.GetProcessHandleCount(ctypes.c_void_p(h), ctypes.byref(n)), ctypes.get_last_error()
+            return n.value
+        finally:
+            k32.CloseHandle(ctypes.c_void_p(h))
+
+    def settled_handles(self, timeout_s: float = 30.0) -> int:
+        """The handle count once it stopped changing for a moment."""
+        last, since = self.handle_count(), time.monotonic()
+        deadline = since + timeout_s
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = self.handle_count()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since > 1.0:
+                break
+        return last
+
+
+def drain(proc: subprocess.Popen[str], into: list[str]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        into.append(line.rstrip())
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
+    repo = build_repository(tmp_path_factory.mktemp("models"), ["add_64x64"])
+    port = free_port()
+    pipe = f"\\\\.\\pipe\\fenceline-test-{secrets.token_hex(4)}"
+    # Output through a pipe: CPython under Wine 8 cannot start with a file as stdout.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fenceline", "serve", "--port", str(port), "--socket", pipe,
+         "--model-repository", str(repo)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    svc = WinService(proc, f"http://127.0.0.1:{port}", pipe, repo / "add_64x64" / "1" / "model.onnx")
+    drainer = threading.Thread(target=drain, args=(proc, svc.log), daemon=True)
+    drainer.start()
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, "\n".join(svc.log)
+        try:
+            if httpx.get(f"{svc.url}/v2/health/ready", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "\n".join(svc.log)
+        time.sleep(0.2)
+    try:
+        yield svc
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        drainer.join(30)
+        if not drainer.is_alive():  # else closing would wait for its read: leave it to exit
+            assert proc.stdout is not None
+            proc.stdout.close()
+
+
+def renderer(service: WinService, transport: str, *extra: str) -> subprocess.Popen[str]:
+    where = service.url if transport == "http" else service.pipe  # pipe, stream
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "win_renderer.py"), transport, where, str(FRAMES),
+         str(service.model), *extra],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def finish(p: subprocess.Popen[str]) -> dict[str, object]:
+    try:
+        out, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, out
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_capabilities_over_http_report_linux_only_kinds_false(service: WinService) -> None:
+    caps = httpx.get(f"{service.url}/v2/interop/capabilities", timeout=30).json()
+    assert caps["memory"]["host_shm"] is True and caps["fences"]["host_timeline"] is True
+    assert caps["memory"]["host_fd"] is False and caps["memory"]["opaque_fd"] is False
+    assert caps["fences"]["vk_timeline_opaque_fd"] is False
+
+
+@pytest.mark.parametrize("transport", ["http", "pipe"])
+def test_renderer_runs_200_frames_by_name_with_outputs_equal_to_onnxruntime(
+    service: WinService, transport: str
+) -> None:
+    before = service.settled_handles()
+    result = finish(renderer(service, transport))
+    assert result == {"frames": FRAMES, "mismatches": 0, "seconds": result["seconds"]}
+    # The renderer is gone: the service holds nothing of it.
+    assert service.metric("fenceline_interop_imported_handles") == 0
+    assert service.metric("fenceline_session_active") == 0
+    assert service.metric("fenceline_ipc_open_connections") == 0
+    assert service.settled_handles() <= before
+
+
+def test_renderer_killed_mid_run_leaks_nothing_in_the_service(service: WinService) -> None:
+    before = service.settled_handles()
+    p = renderer(service, "pipe", "--hang-after", "5")
+    try:
+        assert p.stdout is not None
+        seen = []
+        for line in p.stdout:  # onnxruntime may print its own notices first
+            seen.append(line)
+            if line.startswith("{"):
+                break
+        assert json.loads(seen[-1]) == {"hanging": 6}, seen
+        assert service.metric("fenceline_interop_imported_handles") == 3
+    finally:
+        p.kill()
+        p.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while service.metric("fenceline_ipc_open_connections") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert service.metric("fenceline_interop_imported_handles") == 0
+    assert service.metric("fenceline_session_active") == 0
+    assert service.settled_handles() <= before
+
+
+def test_bad_names_over_http_are_rejected_with_stable_codes(service: WinService) -> None:
+    cases = {
+        "local\\x": (400, "invalid_argument"),
+        "Session\\1\\x": (400, "invalid_argument"),
+        "/posix-style": (400, "invalid_argument"),
+        f"Local\\missing-{secrets.token_hex(4)}": (404, "not_found"),
+    }
+    for name, (status, code) in cases.items():
+        r = httpx.post(f"{service.url}/v2/interop/memory", json={"handle_type": "host_shm", "name": name}, timeout=30)
+        assert r.status_code == status, (name, r.text)
+        assert r.json()["code"] == code and "Traceback" not in r.text
+
+
+def doc_examples() -> list[str]:
+    text = (HERE.parents[1] / "docs" / "windows.md").read_text(encoding="utf-8")
+    blocks = text.split("```python\n")[1:]
+    return [b.split("```", 1)[0] for b in blocks]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["pipe", "http"])
+def test_docs_renderer_examples_run_as_written(service: WinService, index: int) -> None:
+    """docs/windows.md's renderers, run in their own process, with only the service's address
+    and the object names made unique (the lane's service is not on the default port and pipe)."""
+    code = doc_examples()[index]
+    tag = secrets.token_hex(4)
+    code = (code.replace("http://127.0.0.1:8000", service.url)
+            .replace("IpcClient()", f"IpcClient({service.pipe!r})")
+            .replace("Local\\\\game-", f"Local\\\\game-{tag}-"))
+    before = service.settled_handles()
+    p = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert service.metric("fenceline_interop_imported_handles") == 0
+    assert service.metric("fenceline_session_active") == 0
+    assert service.settled_handles() <= before
+
+
+def test_streaming_session_over_the_pipe_runs_every_frame_without_a_message(service: WinService) -> None:
+    """The service waits on the renderer's fence itself (docs/streaming.md): the renderer only
+    signals and waits, across processes, through the fences' wake semaphores."""
+    before = service.settled_handles()
+    result = finish(renderer(service, "stream"))
+    assert result == {"frames": FRAMES, "mismatches": 0, "seconds": result["seconds"]}
+    assert service.metric("fenceline_interop_imported_handles") == 0
+    assert service.metric("fenceline_stream_running_sessions") == 0
+    assert service.settled_handles() <= before
