@@ -2,11 +2,17 @@
 as OPAQUE_FD, signals its exported timeline semaphore, lets a running fenceline service run a
 model on the frames on the GPU, and waits on the output semaphore (spin, then block).
 
-    fenceline serve --model-repository MODELS &   # MODELS/add_1080p/config.json: cuda EP
-    python examples/vulkan_renderer.py --socket /run/user/$UID/fenceline/fenceline.sock
+On a Linux machine with an NVIDIA GPU, onnxruntime-gpu and `pip install 'fenceline[gpu]'`, from
+the repository's root:
 
-Each frame is a gradient that moves with the frame number, uploaded through a staging buffer;
-the output of every tenth frame is read back on the renderer's queue and checked (y = x + 1).
+    python3 examples/vulkan_renderer.py --make-models models  # models/add_1080p on the CUDA EP
+    fenceline serve --model-repository models --socket /tmp/fenceline-gpu.sock &
+    python3 examples/vulkan_renderer.py --socket /tmp/fenceline-gpu.sock
+    kill %1
+
+The renderer waits up to 60 s for the service's socket to appear. Each frame is a gradient that
+moves with the frame number, uploaded through a staging buffer; the output of every tenth frame
+is read back on the renderer's queue and checked (y = x + 1).
 """
 
 from __future__ import annotations
@@ -21,6 +27,23 @@ import numpy as np
 
 from fenceline.client import IpcClient
 from fenceline.client.vk_renderer import VkRenderer
+from fenceline.models import build_repository
+
+SOCKET_WAIT_S = 60.0
+
+
+def make_models(root: Path, name: str) -> None:
+    """A model repository with ``name`` (a builtin add_* model) on the CUDA execution provider."""
+    build_repository(root, [name])
+    (root / name / "config.json").write_text('{"execution_provider": "cuda"}\n')
+    print(f"wrote {root / name} (execution_provider: cuda)")
+
+
+def wait_for(socket: Path | None) -> None:
+    """A service started in the background a moment ago may not listen yet."""
+    deadline = time.monotonic() + SOCKET_WAIT_S
+    while socket is not None and not socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def frame(shape: list[int], n: int) -> np.ndarray:
@@ -37,7 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="add_1080p")
     p.add_argument("--shape", default="1,3,1080,1920")
     p.add_argument("--frames", type=int, default=60)
+    p.add_argument("--make-models", type=Path, metavar="DIR",
+                   help="write a model repository with --model for `fenceline serve`, and exit")
     args = p.parse_args(argv)
+    if args.make_models is not None:
+        make_models(args.make_models, args.model)
+        return 0
+    wait_for(args.socket)
     shape = [int(d) for d in args.shape.split(",")]
     latencies = []
     with IpcClient(args.socket, name="vulkan-renderer-example") as client, \

@@ -8,16 +8,20 @@ transport maps errors exactly once.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FencelineError(Exception):
-    """Base of every error the service raises on purpose."""
+    """Base of every error the service raises on purpose. ``details`` are extra fields of the
+    error body beside ``error`` and ``code`` (JSON values), on every transport."""
 
     code = "internal"
     ipc_code = 1
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.details: dict[str, Any] = dict(details or {})
 
 
 class InvalidArgument(FencelineError):
@@ -49,7 +53,8 @@ class Unsupported(FencelineError):
 
 
 class TimedOut(FencelineError):
-    """The deadline passed before the fence reached the value; nothing ran, nothing signalled."""
+    """The deadline passed before the fence reached the value. A run's details say whether the
+    frame is still ``queued`` (docs/ipc.md, "When a run times out")."""
 
     code = "timed_out"
     ipc_code = 6

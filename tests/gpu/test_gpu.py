@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from fenceline import _native
 from fenceline.client import IpcClient, ServiceError, View
 from fenceline.models import build_repository
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Mapping, Service, start_service, stop_service
 
 pytestmark = pytest.mark.gpu
 
@@ -159,7 +160,7 @@ def test_never_signalled_fence_times_out_cleanly(
         with pytest.raises(ServiceError) as e:
             client.run(r.slots[0].session, 7, timeout_ms=200)
         took = time.perf_counter() - t0
-        assert e.value.code == "timed_out"
+        assert e.value.code == "timed_out" and e.value.queued
         assert "did not reach 7" in e.value.message
         assert r.slots[0].done.value == 0
     # Releasing the session let the queued run drain; the service still answers.
@@ -168,6 +169,115 @@ def test_never_signalled_fence_times_out_cleanly(
     with VkRenderer(client, "add_64x64", SHAPE_SMALL, device=device) as r:
         r.fill(0, 1)
         assert client.run(r.slots[0].session, 1).signal_value == 1
+
+
+def test_a_timed_out_run_stays_queued_and_signals_its_value_once_the_input_arrives(
+    client: IpcClient, device: VulkanDevice
+) -> None:
+    """The timed_out contract on a CUDA session (docs/ipc.md, "When a run times out")."""
+    with VkRenderer(client, "add_64x64", SHAPE_SMALL, device=device, fill_value=2.0) as r:
+        session = r.slots[0].session
+        with pytest.raises(ServiceError) as e:
+            client.run(session, 3, signal_value=4, timeout_ms=100)
+        assert e.value.code == "timed_out"
+        assert e.value.details == {"queued": True, "wait_value": 3, "signal_value": 4}
+        assert r.slots[0].done.value == 0
+        with pytest.raises(ServiceError) as again:  # the frame is not sent twice
+            client.run(session, 3, signal_value=4, timeout_ms=100)
+        assert again.value.code == "conflict" and "still queued" in again.value.message
+        r.fill(0, 3)  # the queued frame runs now, with no further request
+        assert r.wait_output(0, 4, timeout_s=10)
+        np.testing.assert_array_equal(r.read_output(0, 4), np.full(SHAPE_SMALL, 3.0, np.float32))
+        r.fill(0, 5)
+        assert client.run(session, 5).signal_value == 5
+
+
+def _reply_before_signal(client: IpcClient, r: VkRenderer, value: int, deadline_s: float) -> bool:
+    """Sends RUN_ASYNC for ``value`` before the input is signalled and reports whether the reply
+    came within ``deadline_s``; signals either way, so a service that waits for the signal is
+    released and the frame completes."""
+    replies: list[int] = []
+    t = threading.Thread(
+        target=lambda: replies.append(client.run_async(r.slots[0].session, value).signal_value),
+        daemon=True,
+    )
+    t.start()
+    t.join(deadline_s)
+    replied = not t.is_alive()
+    r.fill(0, value)
+    t.join(60)
+    assert replies == [value]
+    assert r.wait_output(0, value, timeout_s=10)
+    return replied
+
+
+def test_the_first_run_async_of_a_fresh_service_replies_before_the_renderer_signals(
+    gpu_repo: Path, tmp_path: Path, device: VulkanDevice
+) -> None:
+    """RUN_ASYNC never waits on the CPU for the renderer, from the first frame of every new
+    session of a service that has run nothing yet (docs/gpu.md, "The first frame")."""
+    svc = start_service(gpu_repo, tmp_path)
+    try:
+        with IpcClient(svc.socket) as c:
+            for model, shape in (("add_1080p", SHAPE_1080P), ("add_1080p", SHAPE_1080P),
+                                 ("add_64x64", SHAPE_SMALL)):
+                with VkRenderer(c, model, shape, device=device) as r:
+                    assert _reply_before_signal(c, r, 1, deadline_s=10), (
+                        f"the first RUN_ASYNC of a new {model} session waited for its input"
+                    )
+                    np.testing.assert_array_equal(
+                        r.read_output(0, 1), np.full(shape, 1.5, np.float32)
+                    )
+    finally:
+        stop_service(svc)
+    assert "Traceback" not in svc.log_text(), svc.log_text()
+
+
+def _grown(before: list[Mapping], after: list[Mapping], floor_kb: int) -> list[Mapping]:
+    """Mappings of ``after`` whose RSS is at least ``floor_kb`` above the same range before."""
+    was = {m.range: m.rss_kb for m in before}
+    return [m for m in after if m.rss_kb - was.get(m.range, 0) >= floor_kb]
+
+
+def test_sixty_frames_leave_no_frame_sized_host_memory_in_the_service(
+    gpu_repo: Path, tmp_path: Path, device: VulkanDevice
+) -> None:
+    """Every mapping of the service (/proc/PID/smaps: anonymous ones, the heap and malloc's
+    thread arenas included), before a 1080p session is created and after it ran 60 frames:
+    none appeared or grew by half a frame. A 64x64 session runs first: what the process loads
+    once (CUDA's module images for onnxruntime's kernels, ~50 MiB, docs/gpu.md "Host memory")
+    is there before the snapshot, so only what the 1080p session and its frames add counts."""
+    svc = start_service(gpu_repo, tmp_path)
+    try:
+        with IpcClient(svc.socket) as c:
+            idle = svc.smaps()
+            with VkRenderer(c, "add_64x64", SHAPE_SMALL, device=device) as small:
+                small.fill(0, 1)
+                c.run(small.slots[0].session, 1)
+            before = svc.smaps()
+            with VkRenderer(c, "add_1080p", SHAPE_1080P, device=device) as r:
+                floor_kb = r.nbytes // 2 // 1024
+                for n in range(1, 61):
+                    r.fill(0, n)
+                    c.run_async(r.slots[0].session, n)
+                    assert r.wait_output(0, n, timeout_s=10)
+                after = svc.smaps()
+                np.testing.assert_array_equal(
+                    r.read_output(0, 60), np.full(SHAPE_1080P, 1.5, np.float32)
+                )
+    finally:
+        stop_service(svc)
+    assert "Traceback" not in svc.log_text(), svc.log_text()
+    print("\nservice mappings that grew by 3 MiB RSS or more (kB size, kB rss, name):")
+    for label, old, new in (("first 64x64 frame", idle, before), ("1080p, 60 frames", before, after)):
+        for m in _grown(old, new, 3 * 1024):
+            print(f"  {label:<18} {m.range} {m.size_kb:>8} {m.rss_kb:>8} {m.name or '(anonymous)'}")
+    rss = [sum(m.rss_kb for m in maps) for maps in (idle, before, after)]
+    print(f"  RSS total: idle {rss[0]} kB, after the 64x64 frame {rss[1]} kB, after 60 1080p "
+          f"frames {rss[2]} kB")
+    grown = _grown(before, after, floor_kb)
+    assert grown == [], f"host memory of frame size ({floor_kb} kB or more) appeared: {grown}"
+    assert rss[2] - rss[1] < floor_kb
 
 
 def test_three_frames_in_flight_each_get_their_own_result(

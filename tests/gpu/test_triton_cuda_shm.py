@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -238,6 +239,46 @@ def test_unregister_one_and_all(client: httpclient.InferenceServerClient, region
     h = regions.handles[1]
     client.register_cuda_shared_memory("cuda_b", cudashm.get_raw_handle(h), 0, 256)
     assert client.get_cuda_shared_memory_status("cuda_b")[0]["byte_size"] == 256
+
+
+def _cuda_ipc_imports(svc: Service) -> float:
+    for line in httpx.get(svc.url + "/metrics").text.splitlines():
+        if line.startswith('fenceline_interop_imported_handles{kind="cuda_ipc"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _free_device_bytes() -> int:
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:  # cuda-python before 12.6
+        from cuda import cudart  # type: ignore[no-redef]
+    err, free, _total = cudart.cudaMemGetInfo()
+    assert int(err) == 0, err
+    return int(free)
+
+
+def test_unregistering_gives_the_allocation_back(
+    client: httpclient.InferenceServerClient, cuda_service: Service
+) -> None:
+    """The service closes its import at unregistration: the handle count drops, and the client's
+    cudaFree then really frees the memory (an import left open keeps it allocated)."""
+    size = 1 << 30
+    baseline = _cuda_ipc_imports(cuda_service)
+    regions = Regions(client)
+    try:
+        for name in ("cuda_big", "cuda_small_1", "cuda_small_2"):
+            regions.create(name, size if name == "cuda_big" else 256)
+        assert _cuda_ipc_imports(cuda_service) == baseline + 3
+        client.unregister_cuda_shared_memory("cuda_small_1")
+        assert _cuda_ipc_imports(cuda_service) == baseline + 2
+        client.unregister_cuda_shared_memory()
+        assert _cuda_ipc_imports(cuda_service) == baseline
+        with_allocation = _free_device_bytes()
+        cudashm.destroy_shared_memory_region(regions.handles.pop(0))
+        assert _free_device_bytes() >= with_allocation + size // 2
+    finally:
+        regions.close()
 
 
 def test_regions_too_small_and_windows_out_of_bounds(

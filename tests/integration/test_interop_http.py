@@ -67,7 +67,9 @@ def named(http: httpx.Client) -> Iterator[Named]:
 def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
     assert r.status_code == status, r.text
     body = r.json()
-    assert set(body) == {"error", "code"} and body["code"] == code and body["error"]
+    # A timed-out run also says whether its frame is still queued (docs/ipc.md).
+    extra = {"queued", "wait_value", "signal_value"} if code == "timed_out" else set()
+    assert set(body) == {"error", "code"} | extra and body["code"] == code and body["error"]
     assert "Traceback" not in body["error"]
     return dict(body)
 
@@ -130,11 +132,21 @@ def test_run_waits_for_input_fence_signalled_later(http: httpx.Client, named: Na
 
 def test_wait_timeout_runs_and_signals_nothing(http: httpx.Client, named: Named) -> None:
     s = named.post("/v2/interop/sessions", **named.session_body())
+    x = named.frame.array(np.float32, SHAPE)
     y = named.frame.array(np.float32, SHAPE, NBYTES)
     y[:] = 7
-    r = http.post(f"/v2/interop/sessions/{s['id']}/run", json={"wait_value": 1, "timeout_ms": 50})
+    run = f"/v2/interop/sessions/{s['id']}/run"
+    r = http.post(run, json={"wait_value": 1, "signal_value": 2, "timeout_ms": 50})
     assert_error(r, 504, "timed_out")
+    assert r.json()["queued"] is False
+    assert (r.json()["wait_value"], r.json()["signal_value"]) == (1, 2)
     assert named.signal.value == 0 and np.all(y == 7)
+    # Nothing is left of it: the same run, sent again once the input is ready, runs.
+    x[:] = 3
+    named.wait.signal(1)
+    r = http.post(run, json={"wait_value": 1, "signal_value": 2, "timeout_ms": 5000})
+    assert r.status_code == 200 and r.json()["signal_value"] == 2
+    assert named.signal.value == 2 and np.all(y == 4)
 
 
 def test_signal_value_not_above_current_is_a_conflict(http: httpx.Client, named: Named) -> None:

@@ -115,6 +115,34 @@ def test_ipc_errors_carry_stable_codes(service: Service) -> None:
         s.close()
 
 
+def test_a_timed_out_run_is_not_queued_and_the_same_run_can_be_sent_again(service: Service) -> None:
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", [1, 3, 64, 64])
+        s.y[:] = 7
+        with pytest.raises(ServiceError) as e:
+            c.run(s.session_id, 4, signal_value=5, timeout_ms=30)
+        assert e.value.code == "timed_out" and e.value.queued is False
+        assert e.value.details == {"queued": False, "wait_value": 4, "signal_value": 5}
+        assert s.signal.value == 0 and np.all(s.y == 7)
+        s.x[:] = 1
+        s.wait.signal(4)
+        assert c.run(s.session_id, 4, signal_value=5).signal_value == 5
+        assert s.signal.value == 5 and np.all(s.y == 2)
+        s.close()
+
+
+def test_run_async_is_answered_with_a_run_reply(service: Service) -> None:
+    """docs/ipc.md: RUN_ASYNC's reply kind is RUN's (0x8010), not 0x8011."""
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", [1, 3, 64, 64])
+        s.wait.signal(1)
+        rid = 77
+        frame = codec.encode_run_async(rid, codec.Run(codec.session_id_bytes(s.session_id), 1, None, None))
+        reply = c._exchange(frame, rid)
+        assert reply.kind == 0x8010 and codec.decode_run_reply(reply.body).signal_value == 1
+        s.close()
+
+
 def test_objects_of_one_connection_are_invisible_to_another(service: Service) -> None:
     with IpcClient(service.socket) as a, IpcClient(service.socket) as b:
         s = open_session(a, "add_64x64", [1, 3, 64, 64])

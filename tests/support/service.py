@@ -22,6 +22,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Mapping:
+    range: str
+    name: str  # the path, [heap], [stack], or "" for an anonymous mapping
+    size_kb: int
+    rss_kb: int
+
+
+def read_smaps(pid: int) -> list[Mapping]:
+    """Every mapping of a process with its size and RSS, from /proc/PID/smaps."""
+    out: list[Mapping] = []
+    head: list[str] = []
+    fields: dict[str, int] = {}
+
+    def flush() -> None:
+        if head:
+            out.append(Mapping(head[0], " ".join(head[5:]), fields.get("Size", 0),
+                               fields.get("Rss", 0)))
+
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if "-" in line.split(" ", 1)[0] and not key.isalpha():
+                flush()
+                head, fields = line.split(), {}
+            elif rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0])
+    flush()
+    return out
+
+
 @dataclass
 class Service:
     proc: subprocess.Popen[bytes]
@@ -53,6 +84,10 @@ class Service:
             elif time.monotonic() - since >= quiet_s:
                 break
         return last
+
+    def smaps(self) -> list[Mapping]:
+        """Every mapping of the service, anonymous ones included, with its size and RSS."""
+        return read_smaps(self.pid)
 
     def maps(self) -> list[str]:
         """The service's shared-memory mappings (memfds and /dev/shm objects)."""

@@ -168,6 +168,25 @@ def test_system_and_cuda_regions_share_one_namespace(
         cuda.status("ghost")
 
 
+@pytest.mark.parametrize("everything", [False, True])
+def test_unregistering_a_cuda_region_releases_its_import(
+    runtime: Runtime, cuda: WithCuda, everything: bool
+) -> None:
+    """The table gives the import back under the owner it was made under: a release under the
+    system regions' owner answered not_found and left the import open."""
+    with SharedFrame(NBYTES, named=True) as frame:
+        # A host import stands in for the cuda_ipc one: the table only sees an id and an owner.
+        owner = cuda.owner
+        info = runtime.import_memory(owner, "host_shm", name=str(frame.name), size_bytes=NBYTES)
+        memory = runtime.memory.get(owner, info["id"]).obj
+        cuda.namespace.regions["gpu"] = CudaRegion("gpu", NBYTES, info["id"], 0, memory)
+        assert cuda.unregister(None if everything else "gpu") == 1
+        assert runtime.memory.owned_by(owner) == []
+        assert cuda.status() == []
+        with pytest.raises(NotFound):
+            runtime.release_memory(owner, info["id"])
+
+
 def test_the_region_count_limit_counts_both_kinds(kserve: KServeInference) -> None:
     settings = InferenceSettings(max_regions=1)
     k = KServeInference(kserve.runtime, settings)

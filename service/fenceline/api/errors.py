@@ -1,12 +1,14 @@
 """The one table from error class to HTTP status, and the handlers that use it.
 
-Every error body is ``{"error": "<message>", "code": "<stable_code>"}``; tritonclient reads the
-``error`` key, so nothing answers FastAPI's default ``{"detail": ...}``.
+Every error body is ``{"error": "<message>", "code": "<stable_code>"}`` plus the error's
+``details`` (a timed-out run's ``queued``, ``wait_value``, ``signal_value``); tritonclient reads
+the ``error`` key, so nothing answers FastAPI's default ``{"detail": ...}``.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -60,8 +62,10 @@ def status_of(exc: errors.FencelineError, transport: str = "http") -> int:
     return 500
 
 
-def error_response(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": message, "code": code}, status_code=status)
+def error_response(
+    status: int, message: str, code: str, details: dict[str, Any] | None = None
+) -> JSONResponse:
+    return JSONResponse({**(details or {}), "error": message, "code": code}, status_code=status)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -80,7 +84,7 @@ def install(app: FastAPI, metrics: Metrics) -> None:
     async def fenceline_error(request: Request, exc: errors.FencelineError) -> JSONResponse:
         transport = transport_of(request)
         metrics.errors.labels(transport, exc.code).inc()
-        return error_response(status_of(exc, transport), exc.message, exc.code)
+        return error_response(status_of(exc, transport), exc.message, exc.code, exc.details)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ClientError(Exception):
     """The client could not talk to the service (connection refused, closed, bad reply)."""
@@ -9,10 +11,20 @@ class ClientError(Exception):
 
 class ServiceError(ClientError):
     """The service answered with an error. ``code`` is the stable code (docs/errors.md);
-    ``status`` the HTTP status where the answer came over HTTP."""
+    ``status`` the HTTP status where the answer came over HTTP; ``details`` the error body's
+    other fields (a timed-out run's ``queued``, ``wait_value`` and ``signal_value``)."""
 
-    def __init__(self, message: str, code: str, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, code: str, status: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{message} [{code}]")
         self.message = message
         self.code = code
         self.status = status
+        self.details: dict[str, Any] = dict(details or {})
+
+    @property
+    def queued(self) -> bool:
+        """For ``timed_out``: the frame is still queued and will signal ``signal_value``."""
+        return bool(self.details.get("queued", False))

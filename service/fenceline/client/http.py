@@ -26,7 +26,10 @@ class HttpClient:
                 info = r.json()
             except ValueError:
                 info = {"error": r.text, "code": "http_error"}
-            raise ServiceError(str(info.get("error")), str(info.get("code")), r.status_code)
+            details = {k: v for k, v in info.items() if k not in ("error", "code")}
+            raise ServiceError(
+                str(info.get("error")), str(info.get("code")), r.status_code, details
+            )
         return r.json() if r.content else None
 
     def capabilities(self) -> dict[str, Any]:

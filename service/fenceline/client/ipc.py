@@ -149,7 +149,7 @@ class IpcClient:
         if reply.kind == Kind.ERROR and reply.request_id in (0, request_id):
             # request_id 0: the connection itself was refused (peer not allowed, shutting down)
             err = codec.decode_error(reply.body)
-            raise ServiceError(err.message, err.code)
+            raise ServiceError(err.message, err.code, details=err.details)
         if reply.request_id != request_id:
             raise ClientError(f"reply {reply.request_id} does not answer request {request_id}")
         return reply
@@ -165,7 +165,7 @@ class IpcClient:
             return
         if reply.kind == Kind.ERROR:
             err = codec.decode_error(reply.body)
-            raise ServiceError(err.message, err.code)
+            raise ServiceError(err.message, err.code, details=err.details)
 
     def _call(self, kind: Kind, body: dict[str, Any], fds: list[int] | None = None) -> Any:
         rid = next(self._ids)

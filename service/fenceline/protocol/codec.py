@@ -178,11 +178,14 @@ def decode_run_reply(body: bytes) -> RunReply:
 
 
 def encode_error(request_id: int, exc: FencelineError) -> bytes:
-    payload = json.dumps({"error": exc.message, "code": exc.code}).encode()
+    payload = json.dumps({**exc.details, "error": exc.message, "code": exc.code}).encode()
     # Keep the reply inside one frame whatever the message length.
     limit = MAX_FRAME - HEADER_SIZE - ERROR_CODE.size
     if len(payload) > limit:
-        payload = json.dumps({"error": exc.message[: limit // 2], "code": exc.code}).encode()
+        short = {**exc.details, "error": exc.message[: limit // 4], "code": exc.code}
+        payload = json.dumps(short).encode()
+        if len(payload) > limit:
+            payload = json.dumps({"error": exc.message[: limit // 2], "code": exc.code}).encode()
     return encode(Kind.ERROR, request_id, ERROR_CODE.pack(exc.ipc_code) + payload)
 
 
@@ -193,7 +196,8 @@ def decode_error(body: bytes) -> FencelineError:
     (code,) = ERROR_CODE.unpack_from(body)
     info = decode_json(body[ERROR_CODE.size :])
     cls = BY_IPC_CODE.get(code, FencelineError)
-    return cls(str(info.get("error", "unknown error")))
+    details = {k: v for k, v in info.items() if k not in ("error", "code")}
+    return cls(str(info.get("error", "unknown error")), details)
 
 
 @functools.lru_cache(maxsize=4096)  # called per frame by clients with the same few ids

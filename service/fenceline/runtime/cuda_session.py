@@ -6,17 +6,25 @@ A run enqueues: wait(input semaphore >= wait_value), the model, signal(output se
 signal_value). An async run replies then; a plain run also waits on the host for the stream to
 pass the signal, at most timeout. Nothing waits on the CPU for the renderer and no frame is read
 on the CPU.
+
+The session runs the model once at creation, on scratch tensors, so that work onnxruntime and
+CUDA do on a model's first run (loading kernels, allocating its arena) is done before any run
+sits behind a semaphore wait on the stream: done on a frame's run, that work waited on the CPU
+for the renderer's signal (docs/gpu.md, "The first frame").
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 
 from fenceline import _native
@@ -41,6 +49,9 @@ log = logging.getLogger("fenceline.runtime")
 DRAIN_GRACE_NS = 200_000_000
 # A plain run's host wait checks for shutdown this often.
 CANCEL_SLICE_NS = 100_000_000
+# The run at session creation (CudaSession._warm_up); a module constant so that a measurement
+# can start a service without it (tests/support/gpu_first_frame_probe.py).
+WARM_UP = True
 
 
 def gpu_session_device(
@@ -124,6 +135,8 @@ class CudaSession:
         self.stream: StreamControl | None = None  # GPU sessions take RUN and RUN_ASYNC only
         self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._max_wait_value = 0
+        # (wait_value, signal_value) of a run that timed out and is still queued on the stream.
+        self._timed_out: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._stream: _native.CudaStream | None = _native.CudaStream(device)
@@ -149,6 +162,43 @@ class CudaSession:
         # One RunOptions for every run: the stream is never synchronized at the end of a run.
         self._run_options = ort.RunOptions()
         self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        if WARM_UP:
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One run on zeros into onnxruntime's own outputs, on the session's stream, before the
+        stream ever waits on a semaphore. The renderer's memory is not touched: its outputs may
+        already hold something, and zeros (not its uninitialized inputs) are a valid input for
+        any model, indices included. The scratch tensors come from the session's arena, which
+        keeps them until the session ends: a cudaFree now could wait for other sessions' queued
+        semaphore waits. The zeros are an anonymous mapping of their own, unmapped at the end,
+        not a malloc: a frame-sized free would raise glibc's mmap threshold, and later large
+        allocations would then stay resident in the heap."""
+        assert self._ort is not None and self._stream is not None
+        binding = self._ort.io_binding()
+        pages = [mmap.mmap(-1, max(b.view.nbytes, 1)) for b in self.inputs.values()]
+        try:
+            for (name, b), page in zip(self.inputs.items(), pages, strict=True):
+                zeros = np.frombuffer(page, b.datatype.numpy, b.view.nbytes // b.datatype.size)
+                binding.bind_cpu_input(name, zeros.reshape(b.shape))
+                del zeros
+            for name in self.outputs:
+                binding.bind_output(name, "cuda", self.device.ordinal)
+            try:
+                self._ort.run_with_iobinding(binding, self._run_options)
+            except Exception as e:  # onnxruntime's own error types
+                raise ModelError(
+                    f"model {self.model.name!r} fails its first run on CUDA: {e}"
+                ) from e
+            self._stream.synchronize(-1, 0)
+        finally:
+            binding.clear_binding_inputs()
+            binding.clear_binding_outputs()
+            del binding
+            for page in pages:
+                # Still exported when onnxruntime holds a view: the last view then unmaps it.
+                with contextlib.suppress(BufferError):
+                    page.close()
 
     @property
     def output_devices(self) -> dict[str, str]:
@@ -175,8 +225,15 @@ class CudaSession:
             start = time.perf_counter_ns()
             current = self.signal_fence.enqueued_signal
             if target <= current:
+                pending = ""
+                if self._timed_out is not None and self._timed_out[1] == current:
+                    pending = (
+                        f"; the run that timed out waiting for {self._timed_out[0]} is still "
+                        f"queued and signals {current} once the input fence gets there"
+                    )
                 raise Conflict(
-                    f"signal_value {target} is not above the output fence's last value {current}"
+                    f"signal_value {target} is not above the output fence's last value "
+                    f"{current}{pending}"
                 )
             stream = self._stream
             stream.wait(self.wait_fence.handle, wait_value)
@@ -202,11 +259,14 @@ class CudaSession:
                     raise Unavailable("the service is shutting down")
                 done = stream.synchronize(min(left, CANCEL_SLICE_NS), 0)
                 left -= CANCEL_SLICE_NS
+            if not done:
+                self._timed_out = (wait_value, target)
         end = time.perf_counter_ns()
         if not done:
             raise TimedOut(
                 f"the input fence did not reach {wait_value} within {timeout_ns / 1e6:g} ms; the "
-                "run stays queued on the GPU and completes once it does"
+                f"run stays queued on the GPU and signals {target} once it does",
+                {"queued": True, "wait_value": wait_value, "signal_value": target},
             )
         result = RunResult(target, end - enqueued, enqueued - start, end - start)
         self.recent.append((end, result))

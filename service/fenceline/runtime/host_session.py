@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, DeviceLost, ModelError
+from fenceline.errors import Conflict, DeviceLost, ModelError, TimedOut
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
@@ -72,7 +72,8 @@ class HostSession:
         """wait(input fence >= wait_value) -> run -> signal(output fence := signal_value).
         A host run always completes before it returns (``asynchronous`` changes nothing).
 
-        A wait that times out raises TimedOut having run and signalled nothing."""
+        A wait that times out raises TimedOut having run and signalled nothing: its details say
+        ``queued: false`` (docs/ipc.md, "When a run times out")."""
         target = wait_value if signal_value is None else signal_value
         with self._lock:
             if self._closed:
@@ -92,7 +93,14 @@ class HostSession:
                     self._wait_handle, wait_value, timeout_ns,
                     lambda v, t: fence.wait_result(v, t, 0, cancel),
                 )
-                fence.raise_for(r, wait_value, timeout_ns)
+                try:
+                    fence.raise_for(r, wait_value, timeout_ns)
+                except TimedOut as e:
+                    raise TimedOut(
+                        f"{e.message}; nothing ran and nothing was signalled (not queued): "
+                        "send the run again once the input is ready",
+                        {"queued": False, "wait_value": wait_value, "signal_value": target},
+                    ) from None
             waited = time.perf_counter_ns()
             for handle in self._unsealed:
                 handle.check()

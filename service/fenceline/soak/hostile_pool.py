@@ -112,10 +112,16 @@ class HostilePool:
         self._thread = threading.Thread(target=self._loop, name="soak-hostile", daemon=True)
         self.report = HostileReport()
         self._ended: Counter[str] = Counter()
+        self.pids: set[int] = set()  # every hostile process started, for the /dev/shm check
 
     def start(self) -> None:
-        self._live = [_Client(self.sock, next(self._modes), self.rng) for _ in range(self.slots)]
+        self._live = [self._new() for _ in range(self.slots)]
         self._thread.start()
+
+    def _new(self) -> _Client:
+        c = _Client(self.sock, next(self._modes), self.rng)
+        self.pids.add(c.proc.pid)
+        return c
 
     def stop(self) -> HostileReport:
         """Stops starting clients, kills the live ones and waits for every release."""
@@ -127,6 +133,12 @@ class HostilePool:
             c.step(time.monotonic())
             c.mode = "die-killed-at-end"
             self._releasing.append(c)
+            # A shrinker killed here never unlinked its /dev/shm frame: its creator is gone, so
+            # the soak that started it does.
+            for name in os.listdir("/dev/shm"):
+                if re.match(re.escape(c.tag) + r"-", name):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f"/dev/shm/{name}")
         self._live = []
         deadline = time.monotonic() + GIVE_UP_S
         while self._releasing and time.monotonic() < deadline:
@@ -147,7 +159,7 @@ class HostilePool:
                     if problem is not None:
                         self.report.anomalies.append(problem)
                     self._releasing.append(c)
-                    self._live.append(_Client(self.sock, next(self._modes), self.rng))
+                    self._live.append(self._new())
             self._check_releases(now)
             time.sleep(TICK_S)
 

@@ -207,6 +207,8 @@ def run_soak(
             alive = proc.poll() is None
             errors = _service_errors(url)
             pids |= {x.proc.pid for x in finished}
+            if hostiles is not None:
+                pids |= hostiles.pids
             # Other programs on the machine may come and go in /dev/shm; ours embed their pid.
             stray = sorted(
                 n for n in set(os.listdir("/dev/shm")) - shm_before

@@ -47,7 +47,7 @@ typedef enum FlErrorCode {
   FL_ERROR_NOT_FOUND = 3,          /* the model, memory, fence or session does not exist */
   FL_ERROR_CONFLICT = 4,           /* the object's state forbids it (in use, value not above) */
   FL_ERROR_UNSUPPORTED = 5,        /* this build or machine cannot do it */
-  FL_ERROR_TIMED_OUT = 6,          /* the fence did not reach the value in time; nothing ran */
+  FL_ERROR_TIMED_OUT = 6,          /* the fence did not reach the value in time; the message says whether the frame is still queued (docs/ipc.md) */
   FL_ERROR_RESOURCE_EXHAUSTED = 7, /* a limit was reached; release something or retry */
   FL_ERROR_DEVICE_LOST = 8,        /* the peer behind a fence is gone (abandoned, error) */
   FL_ERROR_INVALID_REQUEST = 9,    /* the service could not parse the request */
