@@ -117,14 +117,17 @@ static void job_free(FencelineFilter *self, FlJob *job) {
 static void discard_jobs(FencelineFilter *self) {
   g_mutex_lock(&self->lock);
   FlJob *job;
+  guint dropped = 0;
   while ((job = g_queue_pop_head(&self->unsent)) != NULL) job->done = TRUE; /* never sent */
   while ((job = g_queue_peek_head(&self->in_flight_jobs)) != NULL) {
     /* Only the job the worker runs now can still be not done. */
     while (!job->done && self->worker != NULL && !self->quit) g_cond_wait(&self->cond, &self->lock);
     g_queue_pop_head(&self->in_flight_jobs);
     job_free(self, job);
+    dropped++;
   }
   g_mutex_unlock(&self->lock);
+  if (dropped > 0) GST_INFO_OBJECT(self, "dropped %u frames in flight", dropped);
 }
 
 /* The oldest job's buffer once its run is done; blocks for it when `wait`, else answers NULL

@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -145,14 +146,13 @@ def _pull_fps(Gst: Any, description: str, frames: int, warmup: int,
 
 
 def bench_size(Gst: Any, socket: Path, model_path: Path, width: int, height: int, frames: int,
-               warmup: int) -> dict[str, float]:
+               warmup: int, rounds: int) -> dict[str, Any]:
+    """Alternates the two pipelines `rounds` times and keeps each one's median, so load that
+    comes and goes on a shared machine falls on both alike."""
     import onnxruntime as ort
 
     src = f"{SOURCE} num-buffers={frames} ! {caps('RGBA', width, height)}"
     sink = "appsink name=sink sync=false max-buffers=4"
-    element = _pull_fps(Gst, f"{src} ! fencelinefilter model={MODEL} socket={socket} ! {sink}",
-                        frames, warmup)
-
     sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     shape = (1, height, width, 4)
 
@@ -167,9 +167,17 @@ def bench_size(Gst: Any, socket: Path, model_path: Path, width: int, height: int
         finally:
             buf.unmap(info)
 
-    reference = _pull_fps(Gst, f"{src} ! {sink}", frames, warmup, infer)
+    element_runs: list[float] = []
+    reference_runs: list[float] = []
+    for _ in range(rounds):
+        element_runs.append(_pull_fps(
+            Gst, f"{src} ! fencelinefilter model={MODEL} socket={socket} ! {sink}", frames,
+            warmup))
+        reference_runs.append(_pull_fps(Gst, f"{src} ! {sink}", frames, warmup, infer))
+    element, reference = statistics.median(element_runs), statistics.median(reference_runs)
     return {"element_fps": element, "appsink_onnxruntime_fps": reference,
-            "ratio": element / reference}
+            "ratio": element / reference, "element_rounds": element_runs,
+            "reference_rounds": reference_runs}
 
 
 def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
@@ -195,9 +203,10 @@ def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
         print(f"fenceline: --gst sizes are {', '.join(SIZES)}, not {', '.join(unknown)}",
               file=sys.stderr)
         return 2
-    frames, warmup = (60, 10) if quick else (300, 30)
+    frames, warmup, rounds = (60, 10, 1) if quick else (150, 20, 3)
     model_path = build_repository(cache_dir(), [MODEL]) / MODEL / "1" / "model.onnx"
     results: dict[str, Any] = {"model": MODEL, "frames": frames, "warmup": warmup,
+                               "rounds": rounds,
                                "loadavg_before": os.getloadavg()[0], "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="fenceline-gst-bench-") as tmp:
         proc, _, sock = start_service([MODEL], Path(tmp))
@@ -206,7 +215,7 @@ def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
                   f"{'ratio':>6}")
             for name in sizes or list(SIZES):
                 width, height = SIZES[name]
-                r = bench_size(Gst, sock, model_path, width, height, frames, warmup)
+                r = bench_size(Gst, sock, model_path, width, height, frames, warmup, rounds)
                 results["sizes"][name] = r
                 print(f"{name:>6} {r['element_fps']:>20.1f} {r['appsink_onnxruntime_fps']:>25.1f} "
                       f"{r['ratio']:>6.2f}", flush=True)
@@ -220,16 +229,26 @@ def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
     return 0
 
 
-def play(description: str, timeout_s: float = 120.0) -> int:
+def play(description: str, timeout_s: float = 120.0, seek_after_s: float | None = None) -> int:
     """Plays a pipeline until EOS or its first error; prints the error (text, debug, details)
-    to stderr. Returns 0 at EOS, 1 after an error, 2 when nothing ended it in time."""
+    to stderr. With `seek_after_s`, a flushing seek back to 0 happens that long after PLAYING.
+    Returns 0 at EOS, 1 after an error, 2 when nothing ended it in time."""
     Gst = _import_gst()
     pipeline = Gst.parse_launch(description)
     bus = pipeline.get_bus()
+    ending = Gst.MessageType.ERROR | Gst.MessageType.EOS
     try:
         pipeline.set_state(Gst.State.PLAYING)
-        msg = bus.timed_pop_filtered(int(timeout_s * Gst.SECOND),
-                                     Gst.MessageType.ERROR | Gst.MessageType.EOS)
+        msg = None
+        if seek_after_s is not None:
+            msg = bus.timed_pop_filtered(int(seek_after_s * Gst.SECOND), ending)
+            if msg is None:
+                if not pipeline.seek_simple(Gst.Format.TIME, Gst.SeekFlags.FLUSH, 0):
+                    print("the flushing seek was refused", file=sys.stderr)
+                    return 1
+                print("flushing seek to 0", file=sys.stderr)
+        if msg is None:
+            msg = bus.timed_pop_filtered(int(timeout_s * Gst.SECOND), ending)
         if msg is None:
             print(f"no EOS or error within {timeout_s} s", file=sys.stderr)
             return 2
@@ -246,9 +265,18 @@ def play(description: str, timeout_s: float = 120.0) -> int:
         pipeline.set_state(Gst.State.NULL)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python -m fenceline.bench.gst 'PIPELINE DESCRIPTION'", file=sys.stderr)
-        raise SystemExit(2)
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m fenceline.bench.gst",
+                                description="Play a GStreamer pipeline to EOS or its first error.")
+    p.add_argument("pipeline", help="a gst-launch-1.0 pipeline description, as one argument")
+    p.add_argument("--seek-after", type=float, metavar="SECONDS",
+                   help="a flushing seek back to 0 this long after PLAYING")
+    args = p.parse_args(argv)
     os.environ.setdefault("GST_PLUGIN_PATH", str(gst_plugin_dir()))
-    raise SystemExit(play(sys.argv[1]))
+    return play(args.pipeline, seek_after_s=args.seek_after)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
