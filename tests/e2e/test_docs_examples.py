@@ -54,6 +54,7 @@ def find(doc: str, first: str, nth: int = 0) -> Block:
 # "sample:" marks an example of output or of a body; the tests named after it check it.
 COVERED: dict[tuple[str, str], list[str]] = {
     ("README.md", "sequenceDiagram"): ["sample: a diagram"],
+    ("docs/architecture.md", "sequenceDiagram"): ["sample: a diagram"],
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/fenceline demo"): [
         ".ci/run (a fresh venv, pip install)",
         "tests/e2e/test_bench_smoke.py::test_real_model_through_ipc_equals_a_direct_onnxruntime_run",
