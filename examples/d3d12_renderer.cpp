@@ -17,7 +17,7 @@
 // links only d3d12, dxgi and kernel32.
 //
 // Build (mingw-w64; .ci/windows does, with -Werror):
-//   x86_64-w64-mingw32-g++-posix -std=c++17 -O2 -Wall -Wextra -Inative/client/include
+//   x86_64-w64-mingw32-g++-posix -std=c++17 -O2 -Wall -Wextra -Inative/client/include -Inative/common
 //     -o d3d12_renderer.exe examples/d3d12_renderer.cpp -static -ld3d12 -ldxgi -ldxguid
 #ifndef NOMINMAX
 #define NOMINMAX
