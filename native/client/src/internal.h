@@ -9,7 +9,10 @@
 #include "host_timeline.h"
 #include "platform/atomic.h" /* native/common: plain-field atomics for GCC, Clang and MSVC */
 
-#if defined(__GNUC__)
+#if defined(__MINGW32__)
+/* mingw-w64's own printf (__USE_MINGW_ANSI_STDIO, set by CMake): C99 formats such as %zu. */
+#define FL_PRINTF_FORMAT(fmt, args) __attribute__((format(gnu_printf, fmt, args)))
+#elif defined(__GNUC__)
 #define FL_PRINTF_FORMAT(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
 #define FL_PRINTF_FORMAT(fmt, args)
