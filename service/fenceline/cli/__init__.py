@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fenceline import __version__
 from fenceline.config import LOG_LEVELS, setting_help
-from fenceline.errors import FencelineError
+from fenceline.errors import FencelineError, Unsupported
 from fenceline.logs import LOG_FORMATS
 
 S = argparse.SUPPRESS  # an absent flag: the settings object decides (environment, default)
@@ -147,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if sys.platform == "win32":
+            raise Unsupported(
+                "fenceline bench runs on Linux only: it reads CPU time from /proc and getrusage "
+                "and runs its lanes in forkserver processes, none of which Windows has; "
+                "`fenceline demo` runs here (docs/windows.md)"
+            )
         if args.gst:
             from fenceline.bench.gst import run_gst_bench
 

@@ -198,7 +198,8 @@ struct FlApi {
 
   /* Writes the default socket path, as the service computes it: $FENCELINE_SOCKET, else
    * $XDG_RUNTIME_DIR/fenceline/fenceline.sock, else /tmp/fenceline-<uid>/fenceline/
-   * fenceline.sock. Fails with
+   * fenceline.sock; on Windows $FENCELINE_SOCKET (a pipe name), else \\.\pipe\fenceline-<user SID>
+   * (docs/windows.md). Fails with
    * FL_ERROR_INVALID_ARGUMENT when buf_size is too small. Thread-safe. */
   FlStatus *(*GetDefaultSocketPath)(char *buf, size_t buf_size);
   /* Connects (socket_path NULL: the default path) and says hello; client_name (NULL: "c") shows
