@@ -144,8 +144,8 @@ class CudaStreamDriver(StreamDriver):
         if self.window.cover_all():
             self.cuda.checkpoint()
             if not self._wait_oldest(DRAIN_GRACE_NS):
-                log.info("paused with %d frames queued on the GPU for input values up to %d",
-                         len(self.window.covered), self.window.covered[-1])
+                log.info("worker ended with %d frames still queued on the GPU, for input values "
+                         "up to %d", len(self.window.covered), self.window.covered[-1])
 
     def _enqueue_next(self) -> None:
         value = self._next
