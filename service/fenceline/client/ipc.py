@@ -300,7 +300,10 @@ class IpcClient:
         timeout_ms: int | None = None,
     ) -> int:
         """Sends a RUN and returns at once with its request id; collect the reply with
-        :meth:`recv_run_reply` before the next request."""
+        :meth:`recv_run_reply`. Several RUNs may be in flight on one connection (frames in
+        flight on their own sessions): the service answers them in the order they were sent,
+        so collect the replies in that order; the next RUN then waits in the socket while the
+        service runs this one."""
         rid = next(self._ids)
         self._send(codec.encode_run(
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
