@@ -80,8 +80,8 @@ def drain(proc: subprocess.Popen[str], into: list[str]) -> None:
         into.append(line.rstrip())
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
+def run_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
+    """`fenceline serve` in its own Windows process: the session's `service` (conftest.py)."""
     repo = build_repository(tmp_path_factory.mktemp("models"), ["add_64x64"])
     port = free_port()
     pipe = f"\\\\.\\pipe\\fenceline-test-{secrets.token_hex(4)}"
