@@ -93,6 +93,13 @@ def test_bad_and_foreign_handle_values_are_refused_with_stable_codes(service: Wi
                                  "wake_handle": section}, "not the fence's wake semaphore"),
             (Kind.IMPORT_FENCE, {"fence_type": "host_timeline", "handle": section,
                                  "wake_handle": wake}, "not a host_timeline fence"),
+            # D3D12 by handle takes the same path, up to the object type (no D3D12 object can
+            # be made under Wine: docs/windows.md lists the real one as never run).
+            (Kind.IMPORT_MEMORY, {"handle_type": "d3d12_heap", "handle": section,
+                                  "allocation_size_bytes": 1 << 20, "adapter_luid": 1},
+             "not a shared D3D12 heap"),
+            (Kind.IMPORT_FENCE, {"fence_type": "d3d12_fence", "handle": event, "adapter_luid": 1},
+             "not a shared D3D12 fence"),
         ]
         for kind, body, fragment in cases:
             err = refused(client, kind, body)

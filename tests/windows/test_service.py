@@ -120,7 +120,7 @@ def run_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService
     svc = WinService(proc, f"http://127.0.0.1:{port}", pipe, repo / "add_64x64" / "1" / "model.onnx")
     drainer = threading.Thread(target=drain, args=(proc, svc.log), daemon=True)
     drainer.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # Wine on a loaded 2-core machine starts slowly
     while True:
         assert proc.poll() is None, "\n".join(svc.log)
         try:

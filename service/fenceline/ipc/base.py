@@ -10,15 +10,22 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fenceline.errors import FencelineError, PermissionDenied, Unavailable
 from fenceline.runtime.service import Runtime
 
-if TYPE_CHECKING:
-    from fenceline.ipc.server import Connection
-
 log = logging.getLogger("fenceline.ipc")
+
+
+class Connection(Protocol):
+    """What the server needs of a connection (ipc/server.py's Connection): its channel, its
+    thread, and close(), which releases what it owns."""
+
+    sock: Any
+    thread: threading.Thread
+
+    def close(self) -> None: ...
 
 
 class ServerBase:

@@ -20,6 +20,7 @@ from fenceline import _native
 from fenceline.errors import FencelineError, PermissionDenied
 from fenceline.interop.handles import close_nt_handles
 from fenceline.interop.owners import Caller
+from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
 from fenceline.ipc.server import Connection
 from fenceline.protocol import codec
@@ -137,7 +138,7 @@ class PipeServer(ServerBase):
         channel.send(codec.encode_error(request_id, err))
         channel.close()
 
-    def _wake(self, c: Connection) -> None:
+    def _wake(self, c: Served) -> None:
         pipe: Any = c.sock
         pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
 

@@ -30,6 +30,7 @@ from fenceline.errors import (
 from fenceline.interop.owners import Caller
 from fenceline.ipc import access
 from fenceline.ipc.access import socket_error
+from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
@@ -494,7 +495,7 @@ class IpcServer(ServerBase):
                 while conn.recv(codec.MAX_FRAME):
                     pass
 
-    def _wake(self, c: Connection) -> None:
+    def _wake(self, c: Served) -> None:
         with contextlib.suppress(OSError):
             c.sock.shutdown(socket.SHUT_RDWR)
 
