@@ -61,7 +61,7 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{FIRST_HOUR}::test_demo_out_into_missing_directory_fails_first",
     ],
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"): [
-        ".ci/run (runs exactly this)",
+        ".ci/run (runs this, with the build requirements installed first so .ci/wheel reuses the build)",
     ],
     ("README.md", "fenceline serve                             # the builtin models (`fenceline models list`)"): [
         f"{FIRST_HOUR}::test_serve_without_model_options_serves_the_builtin_models",
@@ -139,11 +139,11 @@ COVERED: dict[tuple[str, str], list[str]] = {
      "--warmup 20 --hostile 2 \\"): [
         "tests/integration/test_robustness.py::test_a_short_soak_with_hostile_renderers_leaks_nothing",
     ],
-    ("README.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("README.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
     ("README.md", ".ci/windows          # set-up (cached in ~/.cache/fenceline-win), build, tests; "
      "the wheel lands in build/windows/dist/"): [".ci/run (runs .ci/windows)"],
     # docs/windows.md: run by the Windows lane (.ci/windows, under Wine), not on Linux.
-    ("docs/windows.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("docs/windows.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
     ("docs/windows.md", "import numpy as np"): ["tests/windows/test_native.py::test_section_made_by_another_process_is_mapped_by_name"],
     ("docs/windows.md", "import httpx"): ["tests/windows/test_native.py::test_capabilities_report_linux_only_kinds_false"],
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
