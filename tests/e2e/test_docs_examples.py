@@ -85,6 +85,21 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/c-api.md", "#define _POSIX_C_SOURCE 200809L"): [
         "tests/native/test_c_client.py::test_docs_example_compiles_and_runs",
         f"{HERE}::test_c_api_build_commands_run_as_written",
+        f"{HERE}::test_c_api_engine_build_runs_as_written",
+    ],
+    ("docs/c-api.md", "cmake -S native/client -B build/client -DFENCELINE_CLIENT_EXAMPLES=OFF"): [
+        f"{HERE}::test_c_api_engine_build_runs_as_written",
+        "tests/native/test_c_client_install.py::test_install_holds_headers_config_and_pkg_config",
+    ],
+    ("docs/c-api.md", "cmake_minimum_required(VERSION 3.18)"): [
+        f"{HERE}::test_c_api_engine_build_runs_as_written",
+    ],
+    ("docs/c-api.md", 'cmake -S . -B build -DCMAKE_PREFIX_PATH="$HOME/.local/fenceline-client" '
+     "&& cmake --build build"): [
+        f"{HERE}::test_c_api_engine_build_runs_as_written",
+    ],
+    ("docs/c-api.md", 'export PKG_CONFIG_PATH="$HOME/.local/fenceline-client/lib/pkgconfig"'): [
+        f"{HERE}::test_c_api_engine_build_runs_as_written",
     ],
     # Two blocks start so: "Directly" and the user service.
     ("docs/deploy.md", "python3 -m venv ~/.local/fenceline && ~/.local/fenceline/bin/pip install ."): [
@@ -266,6 +281,54 @@ def test_c_api_build_commands_run_as_written(
             service.socket)), capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, f"{way}\n{r.stderr}"
         assert r.stdout.count("y = x + 1") == 3, r.stdout
+
+
+def test_c_api_engine_build_runs_as_written(service: Service, tmp_path: Path) -> None:
+    """docs/c-api.md "Building the client alone", verbatim: native/client built and installed
+    under a fresh HOME with no Python on PATH, then the document's example built against the
+    install with find_package and with pkg-config, each run against a real service."""
+    from tests.native.test_c_client_install import find_cmake
+
+    cmake = find_cmake()
+    if cmake is None or shutil.which("cc") is None:
+        pytest.skip("needs cmake (the [test] extra) and cc")
+    doc = "docs/c-api.md"
+    install = find(doc, "cmake -S native/client -B build/client -DFENCELINE_CLIENT_EXAMPLES=OFF")
+    lists = find(doc, "cmake_minimum_required(VERSION 3.18)")
+    configure = find(doc, 'cmake -S . -B build -DCMAKE_PREFIX_PATH="$HOME/.local/fenceline-client" '
+                     "&& cmake --build build")
+    pkg = find(doc, 'export PKG_CONFIG_PATH="$HOME/.local/fenceline-client/lib/pkgconfig"')
+    source = find(doc, "#define _POSIX_C_SOURCE 200809L").text
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "cmake").symlink_to(cmake)
+    clone, home = tmp_path / "clone", tmp_path / "home"
+    clone.mkdir()
+    home.mkdir()
+    (clone / "native").symlink_to(ROOT / "native")
+    venv_bin = str(Path(sys.executable).parent)
+    path = [str(tools), *(p for p in os.environ["PATH"].split(":") if p and p != venv_bin)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV",
+                                                                    "PKG_CONFIG", "CMAKE_"))}
+    env.update(HOME=str(home), PATH=":".join(path), FENCELINE_SOCKET=str(service.socket))
+
+    def sh(text: str, cwd: Path) -> str:
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"{text}\n{r.stdout}\n{r.stderr}"
+        return r.stdout
+
+    sh(install.text, clone)
+    with_cmake, with_pc = tmp_path / "with-cmake", tmp_path / "with-pkg-config"
+    for d in (with_cmake, with_pc):
+        d.mkdir()
+        (d / "renderer.c").write_text(source)
+    (with_cmake / "CMakeLists.txt").write_text(lists.text)
+    assert sh(configure.text, with_cmake).count("y = x + 1") == 3
+    if shutil.which("pkg-config") is None:
+        return
+    sh(pkg.text, with_pc)
+    assert sh("./renderer", with_pc).count("y = x + 1") == 3
 
 
 def test_deploy_directly_serves_a_model_repository(tmp_path: Path) -> None:

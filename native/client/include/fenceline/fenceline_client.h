@@ -37,6 +37,9 @@ extern "C" {
 #endif
 
 #define FL_API_VERSION 3u /* 2: D3D12 imports; 3: RunAsync and streaming sessions */
+/* The ABI major: the shared library's SONAME is libfenceline_client.so.<FL_ABI_VERSION>. It
+ * changes only if a table a program was built against stops being served. */
+#define FL_ABI_VERSION 1u
 
 /* Status codes. 1..999 are the service's stable IPC codes (fenceline.errors, ipc_code); they are
  * append-only and named by what the caller should do next. 1000 and up are raised by this
