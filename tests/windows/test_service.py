@@ -121,16 +121,16 @@ def run_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService
     drainer = threading.Thread(target=drain, args=(proc, svc.log), daemon=True)
     drainer.start()
     deadline = time.monotonic() + 600  # Wine on a loaded 2-core machine starts slowly
-    while True:
-        assert proc.poll() is None, "\n".join(svc.log)
-        try:
-            if httpx.get(f"{svc.url}/v2/health/ready", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "\n".join(svc.log)
-        time.sleep(0.2)
-    try:
+    try:  # a service that never got ready is stopped too
+        while True:
+            assert proc.poll() is None, "\n".join(svc.log)
+            try:
+                if httpx.get(f"{svc.url}/v2/health/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "\n".join(svc.log)
+            time.sleep(0.2)
         yield svc
     finally:
         proc.terminate()
