@@ -115,11 +115,18 @@ def main(argv: list[str] | None = None) -> int:
                        help="combined frames/s of N renderers through IPC against the in-process "
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
+    bench.add_argument("--intra-op-threads", type=int, metavar="N",
+                       help="with --scaling: onnxruntime's intra-op threads per run on both "
+                       "sides (default: the model's, a pool sized to the machine)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
                        help="fps through the GStreamer element beside appsink -> onnxruntime "
                             "(docs/gstreamer.md)")
+    bench.add_argument("--rounds", type=int,
+                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1)")
+    bench.add_argument("--frames", type=int,
+                       help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -157,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 "and runs its lanes in forkserver processes, none of which Windows has; "
                 "`fenceline demo` runs here (docs/windows.md)"
             )
+        if args.intra_op_threads is not None and not args.scaling:
+            raise InvalidArgument("--intra-op-threads goes with --scaling")
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 
@@ -165,11 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise InvalidArgument("--scaling measures one frame size: give one --sizes")
             return run_scaling(parse_counts(args.scaling), size=sizes[0],
                                seconds=args.seconds or 10.0, json_path=args.json,
-                               plot_path=args.plot)
+                               plot_path=args.plot, intra_op_threads=args.intra_op_threads)
         if args.gst:
-            from fenceline.bench.gst import run_gst_bench
+            from fenceline.bench.gst_fps import run_gst_bench
 
-            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes)
+            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes,
+                                 rounds=args.rounds, frames=args.frames)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 
