@@ -42,6 +42,17 @@ def test_deeply_nested_kserve_json_is_an_invalid_argument(svc: Service) -> None:
             assert "nested too deeply" in r.json()["error"]
 
 
+def test_shm_registration_bodies_that_are_not_json_objects_are_invalid_arguments(
+    svc: Service,
+) -> None:
+    for body, text in ((b"{not json", "failed to parse the request JSON buffer"),
+                       (b"[1, 2]", "the request body must be a JSON object")):
+        r = httpx.post(svc.url + "/v2/systemsharedmemory/region/r/register", content=body,
+                       timeout=30)
+        assert r.status_code == 400, r.text
+        assert r.json()["code"] == "invalid_argument" and text in r.json()["error"], r.text
+
+
 def test_control_route_bodies_are_held_to_one_mib(svc: Service) -> None:
     for path in ("/v2/interop/sessions", "/v2/systemsharedmemory/region/r/register"):
         body = json.dumps({"model": "m" * (1 << 20)})
