@@ -18,7 +18,7 @@ from fenceline import logs
 from fenceline.client import IpcClient, ServiceError
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running, start_service, stop_service
 
 DEEP = b"[" * 5000 + b"]" * 5000
 
@@ -194,10 +194,8 @@ def _peak_rss_mb(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def small_json(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    s = start_service(model_repo, tmp_path_factory.mktemp("json"), "--max-json-mb", "1")
-    yield s
-    stop_service(s)
-    assert "Traceback" not in s.log_text(), s.log_text()
+    with running(model_repo, tmp_path_factory.mktemp("json"), "--max-json-mb", "1") as s:
+        yield s
 
 
 def test_json_over_its_limit_is_refused_before_it_is_parsed(small_json: Service) -> None:
