@@ -1,7 +1,7 @@
 """The C client as an engine gets it: native/client built alone with CMake (no Python, no
 pybind11), installed into a prefix, the prefix moved elsewhere, and programs outside this build
-(tests/native/consumer) built against it with find_package and with pkg-config, then run against
-a real service."""
+(tests/native/consumer: C, and C++ through the header-only wrapper) built against it with
+find_package and with pkg-config, then run against a real service."""
 
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def test_install_has_the_versioned_soname_and_one_export(prefix: Path) -> None:
 
 def test_install_holds_headers_config_and_pkg_config(prefix: Path) -> None:
     for rel in ["include/fenceline/fenceline_client.h", "include/fenceline/fenceline_wire.h",
+                "include/fenceline/fenceline_client.hpp",
                 "lib/libfenceline_client.a", "lib/pkgconfig/fenceline-client.pc",
                 "lib/cmake/fenceline_client/fenceline_clientConfig.cmake",
                 "lib/cmake/fenceline_client/fenceline_clientConfigVersion.cmake",
@@ -132,11 +133,11 @@ def consumer_build(prefix: Path, tmp: Path, *defines: str) -> Path:
     return build
 
 
-def test_find_package_builds_c_programs_that_run_against_a_service(
+def test_find_package_builds_c_and_cxx_programs_that_run_against_a_service(
     prefix: Path, tmp_path: Path, service: Service
 ) -> None:
     build = consumer_build(prefix, tmp_path)
-    for exe in ["consumer_shared", "consumer_static"]:
+    for exe in ["consumer_shared", "consumer_static", "consumer_cxx"]:
         r = run([build / exe, service.socket], timeout=60, env=no_python_env())
         assert r.stdout.startswith(f"ok {ABI}.{API} "), r.stdout
     ldd = shutil.which("ldd")
