@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fenceline.client import c_api
 from fenceline.client.c_api import find_c_compiler
 from tests.support.service import Service
 
@@ -118,7 +119,7 @@ def test_install_holds_headers_config_and_pkg_config(prefix: Path) -> None:
             assert "first-prefix" not in path.read_text(), path
 
 
-def consumer_build(prefix: Path, tmp: Path, *defines: str) -> Path:
+def consumer_build(prefix: Path, tmp: Path, *defines: str, include: Path | None = None) -> Path:
     assert CMAKE is not None
     build = tmp / "consumer-build"
     env = no_python_env()
@@ -129,7 +130,7 @@ def consumer_build(prefix: Path, tmp: Path, *defines: str) -> Path:
     for c in commands:
         includes = re.findall(r"-I\s*(\S+)|-isystem\s+(\S+)", c["command"])
         paths = [a or b for a, b in includes]
-        assert paths == [str(prefix / "include")], c["command"]
+        assert paths == [str(include or prefix / "include")], c["command"]
     return build
 
 
@@ -181,4 +182,13 @@ def test_pkg_config_from_the_moved_prefix_builds_a_program_that_runs(
     run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", CONSUMER / "consumer.c", *flags,
          f"-Wl,-rpath,{libdir}", "-o", exe], env=env)
     r = run([exe, service.socket], timeout=60, env=env)
+    assert r.stdout.startswith(f"ok {ABI}.{API} "), r.stdout
+
+
+def test_find_package_finds_the_python_packages_copy(tmp_path: Path, service: Service) -> None:
+    """The wheel carries the same package config inside fenceline/lib: a C++ engine that has
+    the Python package installed points CMake at it and gets the package's own library."""
+    package = c_api.c_library_dir().parent
+    build = consumer_build(package, tmp_path, include=c_api.c_include_dir())
+    r = run([build / "consumer_cxx", service.socket], timeout=60, env=no_python_env())
     assert r.stdout.startswith(f"ok {ABI}.{API} "), r.stdout
