@@ -211,3 +211,55 @@ class AdaptiveSpin:
         if r != _WAIT_TIMED_OUT:  # a timeout says how long nothing came, not how fast it comes
             self.observe(time.perf_counter_ns() - t0, budget)
         return r
+
+
+NAP_MIN_NS = 150_000  # shorter waits: AdaptiveSpin alone (a spin of its budget pays there)
+NAP_MAX_NS = 5_000_000  # longer waits: one wakeup is a small share of them; just block
+NAP_GUARD_NS = 30_000  # wake this much earlier than the estimate says, beside its spread
+NAP_SPIN_MAX_NS = 400_000  # the longest spin after a nap, before the wait blocks after all
+
+
+class Nap:
+    """Hides the wakeup of a wait that is too long to spin through but repeats its length,
+    such as a reply to a run of a 720p model: a blocked waiter is woken after its event, and on
+    a VM that costs tens of microseconds on top of the wait; a waiter that sleeps on a timer
+    until just before the event, then spins, pays that wakeup while the event is still coming.
+
+    It keeps a moving average of the waits and of their spread, and of how late its naps end
+    (timer slack and the wakeup itself), and plans a nap of
+    ``average - 2 * spread - lateness - NAP_GUARD_NS`` for waits averaging between
+    ``NAP_MIN_NS`` and ``NAP_MAX_NS`` (else none). Not thread-safe: one per waiting thread."""
+
+    __slots__ = ("_wait_avg", "_wait_dev", "_late_avg")
+
+    def __init__(self) -> None:
+        self._wait_avg: float | None = None
+        self._wait_dev = 0.0
+        self._late_avg = 80_000.0  # timer slack (50 us) and a wakeup: re-measured by each nap
+
+    def plan_ns(self) -> int:
+        """How long the next wait should sleep on a timer before it spins (0: no nap)."""
+        avg = self._wait_avg
+        if avg is None or not NAP_MIN_NS <= avg <= NAP_MAX_NS:
+            return 0
+        nap = avg - 2 * self._wait_dev - self._late_avg - NAP_GUARD_NS
+        return int(nap) if nap >= NAP_GUARD_NS else 0
+
+    def spin_after_ns(self, elapsed_ns: int) -> int:
+        """The spin budget once a nap ended ``elapsed_ns`` into the wait."""
+        avg = self._wait_avg or 0.0
+        rest = avg + 2 * self._wait_dev + NAP_GUARD_NS - elapsed_ns
+        return int(min(NAP_SPIN_MAX_NS, max(NAP_GUARD_NS, rest)))
+
+    def observe_wait(self, waited_ns: int) -> None:
+        w = float(waited_ns)
+        a = self._wait_avg
+        if a is None:
+            self._wait_avg = w
+            return
+        self._wait_dev += (abs(w - a) - self._wait_dev) * 0.125
+        self._wait_avg = a + (w - a) * 0.125
+
+    def observe_late(self, late_ns: int) -> None:
+        """How much later than planned a nap that ran its full length ended."""
+        self._late_avg += (max(0.0, float(late_ns)) - self._late_avg) * 0.25

@@ -62,8 +62,14 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
     assert ("64x64", "FP16", 1, "sync", "ipc") in seen
     assert ("64x64", "FP32", 4, "sync", "ipc") in seen
     assert ("64x64", "FP32", 1, "pipelined", "ipc") in seen
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert ("720p", "FP32", 1, "sync", "in-process-cross-core") in seen
+        assert ("720p", "FP32", 1, "sync", "ipc-written") in seen
+    pipelined = next(r for r in rows if r["mode"] == "pipelined" and r["transport"] == "ipc")
+    assert pipelined["note"] == "2 in flight on one connection"
     names = {g["goal"] for g in doc["goals"]}
     assert "IPC 64x64 within 40 us of the in-process floor" in names
+    assert "IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time" in names
     assert all(set(g) >= {"goal", "target", "value", "met"} for g in doc["goals"])
 
 
@@ -71,7 +77,8 @@ def test_quick_bench_outputs_equal_a_direct_onnxruntime_run(
     quick_run: tuple[dict[str, Any], str, Path],
 ) -> None:
     doc, _, _ = quick_run
-    checked = [r for r in doc["rows"] if r["transport"] in ("in-process", "ipc", "http")]
+    checked = [r for r in doc["rows"] if r["transport"] in (
+        "in-process", "ipc", "http", "in-process-cross-core", "ipc-written")]
     assert checked and all(r["check"] == "equal" for r in checked)
 
 
@@ -144,3 +151,45 @@ def test_real_model_through_ipc_equals_a_direct_onnxruntime_run(tmp_path: Path) 
     (real,) = doc["real_models"].values()
     assert real["rows"] == {"in-process": "equal", "ipc": "equal"}
     assert real["text_fraction"] > 0.005  # the detector finds the text drawn on the frame
+
+
+def test_scaling_goals_compare_throughput_and_floors_of_the_same_run() -> None:
+    def r(transport: str, size: str, renderers: int, mode: str, p50_s: float, fps: float) -> Row:
+        return Row(transport, size, [p50_s] * 10, renderers=renderers, mode=mode,
+                   throughput_fps=fps)
+
+    rows = [
+        r("ipc", "64x64", 1, "sync", 40e-6, 25_000), r("ipc", "64x64", 1, "pipelined", 60e-6, 32_500),
+        r("in-process", "1080p", 4, "sync", 2.5e-3, 1600), r("ipc", "1080p", 4, "sync", 3.5e-3, 1100),
+        r("in-process", "720p", 1, "sync", 200e-6, 5000), r("ipc", "720p", 1, "sync", 240e-6, 4100),
+    ]
+    by = {g["goal"]: g for g in goals(rows)}
+    pipe = by["IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time"]
+    assert pipe["value"] == pytest.approx(1.3) and pipe["met"] is True
+    four = by["IPC 1080p, 4 renderers sync, within 1.25x of the in-process floor"]
+    assert four["value"] == pytest.approx(1.4) and four["met"] is False
+    assert by["IPC 720p within 1.3x of the in-process floor"]["met"] is True
+    cross = by["IPC 720p, inputs written each frame, within 1.1x of the cross-core floor"]
+    assert cross["met"] is None and len(cross["missing"]) == 2
+
+
+def test_scaling_mode_prints_a_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    done = bench(tmp_path, "--scaling", "1,2", "--sizes", "64x64", "--seconds", "1",
+                 "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert [r["renderers"] for r in doc["rows"]] == [1, 2]
+    for row in doc["rows"]:
+        assert row["floor_fps"] > 0 and row["ipc_fps"] > 0, row
+        assert row["ipc_share_of_floor"] == pytest.approx(row["ipc_fps"] / row["floor_fps"],
+                                                          rel=1e-2)
+        assert row["outputs_equal"] is True
+    assert doc["goal"]["met"] is None  # no row with 8 renderers
+    assert "ipc/floor" in done.stdout
+
+
+def test_scaling_mode_rejects_a_bad_renderer_count(tmp_path: Path) -> None:
+    done = bench(tmp_path, "--scaling", "0,4")
+    assert done.returncode == 2
+    assert "renderer counts are 1..256" in done.stderr and "Traceback" not in done.stderr

@@ -78,6 +78,7 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ],
     ("docs/benchmarks.md", "pip install '.[bench]'          # tritonclient, nvidia-pytriton, rapidocr-onnxruntime, matplotlib"): [
         "tests/e2e/test_bench_smoke.py::test_quick_bench_prints_table_and_goals",
+        "tests/e2e/test_bench_smoke.py::test_scaling_mode_prints_a_table_and_writes_json",
     ],
     ("docs/c-api.md", "# flags for the shared library, with an rpath so the program finds it"): [
         f"{HERE}::test_c_api_build_commands_run_as_written",

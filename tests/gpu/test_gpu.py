@@ -4,12 +4,10 @@ device that exports timeline semaphores, or no onnxruntime CUDA EP."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,7 +16,7 @@ import pytest
 
 from fenceline import _native
 from fenceline.client import IpcClient, ServiceError, View
-from fenceline.models import build_repository
+from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, vulkan_reason
 from tests.support.service import Mapping, Service, start_service, stop_service
 
 pytestmark = pytest.mark.gpu
@@ -27,63 +25,10 @@ SHAPE_1080P = [1, 3, 1080, 1920]
 SHAPE_SMALL = [1, 3, 64, 64]
 
 
-def _gpu_skip_reason() -> str:
-    if not _native.can_import_memory("opaque_fd"):
-        return f"no CUDA backend: {_native.cuda_unavailable_reason()}"
-    try:
-        import onnxruntime as ort
-    except ImportError as e:
-        return f"no onnxruntime: {e}"
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (needs onnxruntime-gpu)"
-    from fenceline.client import vulkan
-
-    ok, why = vulkan.available()
-    if not ok:
-        return why
-    try:
-        with vulkan.VulkanDevice() as dev:
-            if not dev.can_export_semaphores:
-                return f"{dev.name} cannot export timeline semaphores as OPAQUE_FD"
-    except vulkan.VulkanError as e:
-        return f"no usable Vulkan device: {e}"
-    return ""
-
-
-_REASON = _gpu_skip_reason()
-if _REASON:
-    pytest.skip(f"GPU tests need CUDA + Vulkan here: {_REASON}", allow_module_level=True)
+require("GPU tests need CUDA + Vulkan here", cuda_reason, cuda_ep_reason, vulkan_reason)
 
 from fenceline.client.vk_renderer import VkRenderer  # noqa: E402
 from fenceline.client.vulkan import VulkanDevice  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def gpu_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = build_repository(tmp_path_factory.mktemp("gpu-models"), ["add_1080p", "add_64x64"])
-    for name in ("add_1080p", "add_64x64"):
-        (root / name / "config.json").write_text(json.dumps({"execution_provider": "cuda"}))
-    return root
-
-
-@pytest.fixture(scope="module")
-def gpu_service(gpu_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_service(gpu_repo, tmp_path_factory.mktemp("gpu-service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
-
-
-@pytest.fixture(scope="module")
-def device() -> Iterator[VulkanDevice]:
-    with VulkanDevice() as dev:
-        yield dev
-
-
-@pytest.fixture
-def client(gpu_service: Service) -> Iterator[IpcClient]:
-    with IpcClient(gpu_service.socket) as c:
-        yield c
 
 
 def _mapped_bytes(maps_line: str) -> int:

@@ -5,41 +5,18 @@ stream around a CuPy kernel. Skipped, with the reason, where CUDA, Vulkan or CuP
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from fenceline import _native
 from fenceline.errors import FencelineError, InvalidArgument
+from tests.gpu.conftest import cuda_reason, cupy_reason, require, vulkan_reason
 
 pytestmark = pytest.mark.gpu
 
 
-def _skip_reason() -> str:
-    if not _native.cuda_available():
-        return f"no CUDA backend: {_native.cuda_unavailable_reason()}"
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return "CuPy is not installed"
-    from fenceline.client import vulkan
-
-    ok, why = vulkan.available()
-    if not ok:
-        return why
-    try:
-        with vulkan.VulkanDevice() as dev:
-            if not dev.can_export_semaphores:
-                return f"{dev.name} cannot export timeline semaphores as OPAQUE_FD"
-    except vulkan.VulkanError as e:
-        return f"no usable Vulkan device: {e}"
-    return ""
-
-
-_REASON = _skip_reason()
-if _REASON:
-    pytest.skip(f"GPU importer tests need CUDA + Vulkan + CuPy: {_REASON}", allow_module_level=True)
+require("GPU importer tests need CUDA + Vulkan + CuPy", cuda_reason, cupy_reason, vulkan_reason)
 
 import cupy  # noqa: E402
 
@@ -55,28 +32,22 @@ from fenceline.client.vulkan import (  # noqa: E402
 N = 1 << 20  # floats
 
 
-@pytest.fixture(scope="module")
-def dev() -> Iterator[VulkanDevice]:
-    with VulkanDevice() as d:
-        yield d
-
-
 DEVICE_TO_DEVICE = 3  # cudaMemcpyKind; a copy needs no kernel compiled at run time
 
 
-def test_cuda_device_matches_the_vulkan_device_uuid(dev: VulkanDevice) -> None:
-    cuda = _native.CudaDevice.by_uuid(dev.uuid)
-    assert cuda.uuid == dev.uuid
-    assert any(d["uuid"] == dev.uuid for d in _native.cuda_devices())
+def test_cuda_device_matches_the_vulkan_device_uuid(device: VulkanDevice) -> None:
+    cuda = _native.CudaDevice.by_uuid(device.uuid)
+    assert cuda.uuid == device.uuid
+    assert any(d["uuid"] == device.uuid for d in _native.cuda_devices())
     with pytest.raises(InvalidArgument, match="device UUID 0000"):
         _native.CudaDevice.by_uuid(b"\0" * 16)
 
 
-def test_vulkan_frame_round_trips_through_a_cuda_stream(dev: VulkanDevice) -> None:
-    cuda = _native.CudaDevice.by_uuid(dev.uuid)
-    src, dst = Buffer(dev, N * 4), Buffer(dev, N * 4)
-    staging, result = Buffer(dev, N * 4, exported=False), Buffer(dev, N * 4, exported=False)
-    ready, done = TimelineSemaphore(dev), TimelineSemaphore(dev)
+def test_vulkan_frame_round_trips_through_a_cuda_stream(device: VulkanDevice) -> None:
+    cuda = _native.CudaDevice.by_uuid(device.uuid)
+    src, dst = Buffer(device, N * 4), Buffer(device, N * 4)
+    staging, result = Buffer(device, N * 4, exported=False), Buffer(device, N * 4, exported=False)
+    ready, done = TimelineSemaphore(device), TimelineSemaphore(device)
     imports = []
     try:
         for buf in (src, dst):
@@ -87,8 +58,8 @@ def test_vulkan_frame_round_trips_through_a_cuda_stream(dev: VulkanDevice) -> No
         sem_done = _native.CudaSemaphore.import_timeline_fd(cuda, done.export_fd())
         stream = _native.CudaStream(cuda)
         frame = np.random.default_rng(1).standard_normal(N, dtype=np.float32)
-        upload = Submission(dev, copy_commands(staging, src, N * 4), signal=ready)
-        readback = Submission(dev, copy_commands(dst, result, N * 4), wait=done)
+        upload = Submission(device, copy_commands(staging, src, N * 4), signal=ready)
+        readback = Submission(device, copy_commands(dst, result, N * 4), wait=done)
         for value in (1, 2, 3):
             stream.wait(sem_ready, value)  # enqueued before the renderer signals
             cupy.cuda.runtime.memcpyAsync(
@@ -101,7 +72,7 @@ def test_vulkan_frame_round_trips_through_a_cuda_stream(dev: VulkanDevice) -> No
             upload.submit(value)
             assert done.wait(value, 5.0)
             readback.submit(wait_value=value)
-            dev.wait_idle()
+            device.wait_idle()
             np.testing.assert_array_equal(result.array(np.float32, [N]), frame * value)
             assert stream.synchronize(1_000_000_000, 0)
         for m in imports:
@@ -109,14 +80,14 @@ def test_vulkan_frame_round_trips_through_a_cuda_stream(dev: VulkanDevice) -> No
         sem_ready.close()
         sem_done.close()
     finally:
-        dev.wait_idle()
+        device.wait_idle()
         for obj in (src, dst, staging, result, ready, done):
             obj.close()
 
 
-def test_unsignalled_wait_times_out_then_completes_once_signalled(dev: VulkanDevice) -> None:
-    cuda = _native.CudaDevice.by_uuid(dev.uuid)
-    sem = TimelineSemaphore(dev)
+def test_unsignalled_wait_times_out_then_completes_once_signalled(device: VulkanDevice) -> None:
+    cuda = _native.CudaDevice.by_uuid(device.uuid)
+    sem = TimelineSemaphore(device)
     try:
         imported = _native.CudaSemaphore.import_timeline_fd(cuda, sem.export_fd())
         stream = _native.CudaStream(cuda)
@@ -131,8 +102,8 @@ def test_unsignalled_wait_times_out_then_completes_once_signalled(dev: VulkanDev
         sem.close()
 
 
-def test_failed_import_closes_the_fd(dev: VulkanDevice) -> None:
-    cuda = _native.CudaDevice.by_uuid(dev.uuid)
+def test_failed_import_closes_the_fd(device: VulkanDevice) -> None:
+    cuda = _native.CudaDevice.by_uuid(device.uuid)
     fd = os.memfd_create("not-vulkan")
     os.ftruncate(fd, 4096)
     with pytest.raises(FencelineError):
@@ -141,9 +112,9 @@ def test_failed_import_closes_the_fd(dev: VulkanDevice) -> None:
         os.fstat(fd)
 
 
-def test_views_are_bounds_checked(dev: VulkanDevice) -> None:
-    cuda = _native.CudaDevice.by_uuid(dev.uuid)
-    buf = Buffer(dev, 4096)
+def test_views_are_bounds_checked(device: VulkanDevice) -> None:
+    cuda = _native.CudaDevice.by_uuid(device.uuid)
+    buf = Buffer(device, 4096)
     fd = buf.export_fd()
     try:
         mem = _native.CudaMemory.import_opaque_fd(cuda, fd, buf.allocation_size, 0, 4096, True)

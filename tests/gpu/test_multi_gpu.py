@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from fenceline import _native
-from fenceline.models import build_repository
-from tests.support.service import Service, start_service, stop_service
+from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, two_gpus_reason
+from tests.support.service import Service
 
 pytestmark = pytest.mark.gpu
 
@@ -30,37 +28,8 @@ STREAM_S = 1.5
 STALL_SYNC_TIMEOUT_MS = 1000
 
 
-def _skip_reason() -> str:
-    if not _native.cuda_available():
-        return f"no CUDA backend: {_native.cuda_unavailable_reason()}"
-    devices = _native.cuda_devices()
-    if len(devices) < 2:
-        return f"this machine has {len(devices)} CUDA device(s)"
-    try:
-        import onnxruntime as ort
-    except ImportError as e:
-        return f"no onnxruntime: {e}"
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (needs onnxruntime-gpu)"
-    from fenceline.client import vulkan
-
-    ok, why = vulkan.available()
-    if not ok:
-        return why
-    for d in devices[:2]:
-        try:
-            with vulkan.VulkanDevice(uuid=bytes(d["uuid"])) as dev:
-                if not dev.can_export_semaphores:
-                    return f"{dev.name} cannot export timeline semaphores as OPAQUE_FD"
-        except vulkan.VulkanError as e:
-            return f"CUDA device {d['ordinal']} has no usable Vulkan device: {e}"
-    return ""
-
-
-_REASON = _skip_reason()
-if _REASON:
-    pytest.skip(f"the multi-GPU test needs two CUDA + Vulkan GPUs: {_REASON}",
-                allow_module_level=True)
+require("the multi-GPU test needs two CUDA + Vulkan GPUs", cuda_reason, cuda_ep_reason,
+        two_gpus_reason)
 
 
 class RendererProc:
@@ -101,15 +70,6 @@ class RendererProc:
             if pipe is not None:
                 pipe.close()
 
-
-@pytest.fixture(scope="module")
-def gpu_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    repo = build_repository(tmp_path_factory.mktemp("multi-gpu-models"), [MODEL])
-    (repo / MODEL / "config.json").write_text(json.dumps({"execution_provider": "cuda"}))
-    svc = start_service(repo, tmp_path_factory.mktemp("multi-gpu-service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
 
 
 def _metric(text: str, name: str, device: str) -> float:

@@ -6,7 +6,6 @@ bindings those helpers need. The CPU-side checks run everywhere: tests/unit/test
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import warnings
@@ -20,8 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from fenceline import _native
-from fenceline.models import build_repository
+from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, triton_cuda_shm_reason
 from tests.support.service import Service, start_service, stop_service
 
 pytestmark = pytest.mark.gpu
@@ -44,25 +42,8 @@ def _nbytes(shape: list[int]) -> int:
     return int(np.prod(shape)) * 4
 
 
-def _skip_reason() -> str:
-    if not _native.cuda_available() or not _native.cuda_devices():
-        return f"no CUDA backend or device: {_native.cuda_unavailable_reason() or 'no devices'}"
-    import onnxruntime as ort
-
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (needs onnxruntime-gpu)"
-    try:
-        with warnings.catch_warnings():  # the helpers' imports warn about deprecations
-            warnings.simplefilter("ignore")
-            import tritonclient.utils.cuda_shared_memory  # noqa: F401
-    except Exception as e:  # RuntimeError without cuda-python; ImportError for the rest
-        return f"tritonclient.utils.cuda_shared_memory does not import: {e}"
-    return ""
-
-
-_REASON = _skip_reason()
-if _REASON:
-    pytest.skip(f"CUDA shared memory tests need a GPU here: {_REASON}", allow_module_level=True)
+require("CUDA shared memory tests need a GPU here", cuda_reason, cuda_ep_reason,
+        triton_cuda_shm_reason)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -71,25 +52,8 @@ with warnings.catch_warnings():
 
 
 @pytest.fixture(scope="module")
-def cuda_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = build_repository(tmp_path_factory.mktemp("cuda-shm-models"),
-                            ["add_64x64", "add_1080p", "add_720p"])
-    for name in ("add_64x64", "add_1080p"):
-        (root / name / "config.json").write_text(json.dumps({"execution_provider": "cuda"}))
-    return root
-
-
-@pytest.fixture(scope="module")
-def cuda_service(cuda_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_service(cuda_repo, tmp_path_factory.mktemp("cuda-shm-service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
-
-
-@pytest.fixture(scope="module")
-def client(cuda_service: Service) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(cuda_service.url.removeprefix("http://"))
+def client(gpu_service: Service) -> Iterator[httpclient.InferenceServerClient]:
+    c = httpclient.InferenceServerClient(gpu_service.url.removeprefix("http://"))
     yield c
     c.close()
 
@@ -153,7 +117,7 @@ def test_v2_lists_cuda_shared_memory(client: httpclient.InferenceServerClient) -
 
 @pytest.mark.parametrize(("model", "shape"), [("add_64x64", SMALL), ("add_1080p", FULL_HD)])
 def test_register_status_and_infer_in_place_on_the_gpu(
-    client: httpclient.InferenceServerClient, regions: Regions, cuda_repo: Path,
+    client: httpclient.InferenceServerClient, regions: Regions, gpu_repo: Path,
     model: str, shape: list[int],
 ) -> None:
     n = _nbytes(shape)
@@ -178,11 +142,11 @@ def test_register_status_and_infer_in_place_on_the_gpu(
         assert out["parameters"]["shared_memory_byte_size"] == n
         assert "data" not in result.get_response()["outputs"][0]  # it is in the region
         got = cudashm.get_contents_as_numpy(h_out, np.float32, shape)
-        np.testing.assert_array_equal(got, reference(cuda_repo, model, x))
+        np.testing.assert_array_equal(got, reference(gpu_repo, model, x))
 
 
 def test_cuda_input_with_a_host_output_and_an_offset(
-    client: httpclient.InferenceServerClient, regions: Regions, cuda_repo: Path
+    client: httpclient.InferenceServerClient, regions: Regions, gpu_repo: Path
 ) -> None:
     n = _nbytes(SMALL)
     x = frame(SMALL, seed=3)
@@ -190,7 +154,7 @@ def test_cuda_input_with_a_host_output_and_an_offset(
     cudashm.set_shared_memory_region(h, [np.zeros(SMALL, np.float32), x])
     result = client.infer("add_64x64", [shm_input("cuda_two", n, SMALL, offset=n)],
                           outputs=[httpclient.InferRequestedOutput("y", binary_data=True)])
-    np.testing.assert_array_equal(result.as_numpy("y"), reference(cuda_repo, "add_64x64", x))
+    np.testing.assert_array_equal(result.as_numpy("y"), reference(gpu_repo, "add_64x64", x))
 
 
 def test_duplicate_name_is_rejected_also_against_a_system_region(
@@ -259,21 +223,21 @@ def _free_device_bytes() -> int:
 
 
 def test_unregistering_gives_the_allocation_back(
-    client: httpclient.InferenceServerClient, cuda_service: Service
+    client: httpclient.InferenceServerClient, gpu_service: Service
 ) -> None:
     """The service closes its import at unregistration: the handle count drops, and the client's
     cudaFree then really frees the memory (an import left open keeps it allocated)."""
     size = 1 << 30
-    baseline = _cuda_ipc_imports(cuda_service)
+    baseline = _cuda_ipc_imports(gpu_service)
     regions = Regions(client)
     try:
         for name in ("cuda_big", "cuda_small_1", "cuda_small_2"):
             regions.create(name, size if name == "cuda_big" else 256)
-        assert _cuda_ipc_imports(cuda_service) == baseline + 3
+        assert _cuda_ipc_imports(gpu_service) == baseline + 3
         client.unregister_cuda_shared_memory("cuda_small_1")
-        assert _cuda_ipc_imports(cuda_service) == baseline + 2
+        assert _cuda_ipc_imports(gpu_service) == baseline + 2
         client.unregister_cuda_shared_memory()
-        assert _cuda_ipc_imports(cuda_service) == baseline
+        assert _cuda_ipc_imports(gpu_service) == baseline
         with_allocation = _free_device_bytes()
         cudashm.destroy_shared_memory_region(regions.handles.pop(0))
         assert _free_device_bytes() >= with_allocation + size // 2
@@ -317,8 +281,8 @@ def test_a_cpu_model_refuses_cuda_regions(
            lambda: client.infer("add_720p", [shm_input("cuda_for_cpu", n, CPU_SHAPE)]))
 
 
-def test_registration_switched_off(cuda_repo: Path, tmp_path: Path) -> None:
-    svc = start_service(cuda_repo, tmp_path, "--no-client-shared-memory")
+def test_registration_switched_off(gpu_repo: Path, tmp_path: Path) -> None:
+    svc = start_service(gpu_repo, tmp_path, "--no-client-shared-memory")
     c = httpclient.InferenceServerClient(svc.url.removeprefix("http://"))
     try:
         assert "cuda_shared_memory" not in c.get_server_metadata()["extensions"]

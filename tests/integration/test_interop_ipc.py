@@ -231,3 +231,32 @@ def test_sessions_run_in_parallel_while_one_waits(service: Service) -> None:
         sa.close()
         sb.close()
 
+
+
+def test_runs_in_flight_on_one_connection_are_answered_in_order(
+    service: Service, model_repo: Path
+) -> None:
+    """A renderer with frames in flight: RUNs of two sessions (double buffering) sent before
+    their replies are collected; each reply answers its own request, in order, and each frame's
+    outputs are its own inputs' (the bench's pipelined rows rely on this)."""
+    shape = [1, 3, 64, 64]
+    rng = np.random.default_rng(3)
+    with IpcClient(service.socket) as c:
+        buffers = [open_session(c, "add_64x64", shape) for _ in range(2)]
+        pending: list[tuple[int, int, np.ndarray]] = []
+        for v in range(1, 9):
+            s = buffers[v % 2]
+            if len(pending) == 2:  # frame v reuses the buffers of frame v - 2
+                rid, want_v, x = pending.pop(0)
+                assert c.recv_run_reply(rid).signal_value == want_v
+                (want,) = reference(model_repo, "add_64x64", {"x": x})
+                assert np.array_equal(want, buffers[want_v % 2].y)
+            s.x[:] = rng.random(shape, dtype=np.float32)
+            s.wait.signal(v)
+            pending.append((c.send_run(s.session_id, v), v, s.x.copy()))
+        for rid, want_v, x in pending:
+            assert c.recv_run_reply(rid).signal_value == want_v
+            (want,) = reference(model_repo, "add_64x64", {"x": x})
+            assert np.array_equal(want, buffers[want_v % 2].y)
+        for s in buffers:
+            s.close()

@@ -11,7 +11,10 @@ own client, buffers and session); a row runs ``renderers x depth`` lanes at once
 
 A lane is named by ``"module:function"``: a context manager ``function(**kwargs)`` that yields
 an object with ``frame(i)`` (frame values rise from 1) and ``digest()`` (of its outputs), so a
-renderer process can open it.
+renderer process can open it. ``frame(i)`` returns None (the engine times the call), or the
+seconds of a frame the lane timed itself: a lane that keeps several frames in flight answers
+with the frame that completed during the call, or NOTHING_DONE while its pipeline fills;
+``digest()`` then first collects the frames still in flight.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 SETUP_TIMEOUT_S = 180.0
+NOTHING_DONE = -1.0  # frame(i): no frame completed during this call
 CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 class Lane(Protocol):
-    def frame(self, i: int) -> None: ...
+    def frame(self, i: int) -> float | None: ...
 
     def digest(self) -> str: ...
 
@@ -151,9 +155,12 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                 i = budget.warmup + 1
                 while len(samples) < budget.iterations:
                     t0 = clock()
-                    lane.frame(i)
+                    own = lane.frame(i)
                     t1 = clock()
-                    samples.append(t1 - t0)
+                    if own is None:
+                        samples.append(t1 - t0)
+                    elif own >= 0:
+                        samples.append(own)
                     i += 1
                     if t1 > deadline:
                         break

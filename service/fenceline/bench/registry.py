@@ -10,6 +10,7 @@ adapters below cover the measure functions of modules that do not.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ class Context:
     def server_pids(self, transport: str) -> list[int]:
         if transport.startswith("triton"):
             return [self.triton.pid] if self.triton is not None and self.triton.pid else []
-        return [] if transport == "in-process" else [self.service_pid]
+        return [] if transport.startswith("in-process") else [self.service_pid]
 
 
 Measure = Callable[[Context, Scenario], Row | None]
@@ -80,13 +81,27 @@ def expected_key(sc: Scenario) -> str:
 
 
 def _lanes(name: str, target: str, kwargs: Callable[[Context, Scenario], dict[str, Any]],
-           *, processes: bool = True) -> Measure:
+           *, processes: bool = True, pipelined: str | None = None) -> Measure:
+    """``pipelined``: the lane that keeps a pipelined scenario's frames in flight itself, on
+    one connection (else such a scenario runs ``depth`` synchronous lanes per renderer)."""
+
     def measure(ctx: Context, sc: Scenario) -> Row | None:
+        if pipelined is not None and sc.depth > 1:
+            b = sc.budget
+            budget = engine.Budget(b.iterations * sc.depth, b.warmup * sc.depth, b.seconds)
+            m = engine.measure(pipelined, {**kwargs(ctx, sc), "depth": sc.depth}, budget,
+                               renderers=sc.renderers, depth=1, processes=processes,
+                               server_pids=ctx.server_pids(name))
+            return row(name, sc, m, ctx, f"{sc.depth} in flight on one connection")
         m = engine.measure(target, kwargs(ctx, sc), sc.budget, renderers=sc.renderers, depth=sc.depth,
                            processes=processes, server_pids=ctx.server_pids(name))
-        return row(name, sc, m, ctx, "floor" if name == "in-process" else "")
+        return row(name, sc, m, ctx, NOTES.get(name, ""))
 
     return measure
+
+
+NOTES = {"in-process": "floor", "in-process-cross-core": "floor, input written on another CPU",
+         "ipc-written": "inputs written before each frame"}
 
 
 def _base(ctx: Context, sc: Scenario) -> dict[str, Any]:
@@ -99,6 +114,14 @@ def _floor(ctx: Context, sc: Scenario) -> dict[str, Any]:
 
 def _ipc(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {"socket_path": str(ctx.socket), "model": sc.model, **_base(ctx, sc)}
+
+
+def _ipc_written(ctx: Context, sc: Scenario) -> dict[str, Any]:
+    return {**_ipc(ctx, sc), "write": True}
+
+
+def _two_cpus(ctx: Context) -> str | None:
+    return None if len(os.sched_getaffinity(0)) >= 2 else "needs two CPUs"
 
 
 def _http(ctx: Context, sc: Scenario) -> dict[str, Any]:
@@ -131,7 +154,13 @@ for _t in (
     Transport("in-process", "onnxruntime IOBinding over the frame, in the renderer's process",
               _lanes("in-process", f"{_T}:floor_lane", _floor, processes=False)),
     Transport("ipc", "fenceline IPC socket: signal fence, RUN, reply",
-              _lanes("ipc", f"{_T}:ipc_lane", _ipc)),
+              _lanes("ipc", f"{_T}:ipc_lane", _ipc, pipelined=f"{_T}:ipc_pipelined_lane")),
+    Transport("in-process-cross-core",
+              "the floor on a frame just written by a thread pinned to another CPU",
+              _lanes("in-process-cross-core", f"{_T}:cross_core_floor_lane", _floor,
+                     processes=False), available=_two_cpus),
+    Transport("ipc-written", "fenceline IPC, the renderer writing its inputs before each frame",
+              _lanes("ipc-written", f"{_T}:ipc_lane", _ipc_written)),
     Transport("http", "fenceline HTTP interop run on the shared frame",
               _lanes("http", f"{_T}:http_lane", _http)),
     Transport("kserve-binary", "tritonclient binary HTTP against fenceline (tensors copied)",

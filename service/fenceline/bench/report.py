@@ -102,6 +102,42 @@ def goals(rows: list[Row], real_size: str | None = None) -> list[dict[str, Any]]
              FLOOR, "within", 1.05)
     goal("streaming with adaptive waits 64x64 within 15 us of the in-process floor", "64x64",
          "streaming", FLOOR, "within_us", 15.0)
+    return out + scaling_goals(rows)
+
+
+def scaling_goals(rows: list[Row]) -> list[dict[str, Any]]:
+    """Frames in flight and several renderers (issue #20): throughput with two frames in flight
+    against one, four renderers and one frame's move between cores against their floors."""
+    out: list[dict[str, Any]] = []
+
+    def goal(text: str, a: tuple[tuple[str, str, int, str], str],
+             b: tuple[tuple[str, str, int, str], str], kind: str, target: float) -> None:
+        ra, rb = _find(rows, *a), _find(rows, *b)
+        entry: dict[str, Any] = {"goal": text, "target": target}
+        if ra is None or rb is None or ra.p50_us <= 0 or rb.p50_us <= 0:
+            entry.update(value=None, met=None, missing=[
+                f"{g[0][0]} {g[0][2]}r {g[0][3]} {g[1]}" for g, r in ((a, ra), (b, rb))
+                if r is None])
+        elif kind == "faster":  # throughput of a over throughput of b
+            v = (ra.throughput_fps or 0.0) / (rb.throughput_fps or float("inf"))
+            entry.update(value=round(v, 3), met=v >= target)
+        else:  # p50 of a over p50 of b
+            v = ra.p50_us / rb.p50_us
+            entry.update(value=round(v, 3), met=v <= target)
+        out.append(entry)
+
+    goal("IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time",
+         (("64x64", "FP32", 1, "pipelined"), "ipc"), (("64x64", "FP32", 1, "sync"), "ipc"),
+         "faster", 1.2)
+    goal("IPC 1080p, 4 renderers sync, within 1.25x of the in-process floor",
+         (("1080p", "FP32", 4, "sync"), "ipc"), (("1080p", "FP32", 4, "sync"), FLOOR),
+         "within", 1.25)
+    goal("IPC 720p within 1.3x of the in-process floor",
+         (("720p", "FP32", 1, "sync"), "ipc"), (("720p", "FP32", 1, "sync"), FLOOR),
+         "within", 1.3)
+    goal("IPC 720p, inputs written each frame, within 1.1x of the cross-core floor",
+         (("720p", "FP32", 1, "sync"), "ipc-written"),
+         (("720p", "FP32", 1, "sync"), "in-process-cross-core"), "within", 1.1)
     return out
 
 

@@ -5,6 +5,12 @@ bench measures, each on its own frame of the same layout and contents:
   the service's own model loader (same session options): the floor.
 - ``ipc_lane``, ``http_lane``: fenceline's interop API; a frame is "signal the input fence, ask
   for the run, get the output fence's value back"; outputs are written into the frame.
+- ``cross_core_floor_lane``: the floor on a frame whose input another thread, pinned to another
+  CPU, has just written (the cost of a frame moving between two cores' caches); ``ipc_lane``
+  with ``write=True`` rewrites its input before each frame too, for the same comparison.
+- ``ipc_pipelined_lane``: a renderer with ``depth`` frames in flight on one connection, one
+  session per frame buffer: it sends frame i's RUN before it collects frame i - depth + 1's
+  reply, so the service finds the next request waiting when it replies.
 - ``kserve_binary_lane``: the KServe v2 protocol with tritonclient's binary tensor extension:
   inputs travel in the request, outputs come back in the reply and are copied into the frame.
 - ``kserve_shm_lane``: Triton's system shared-memory extension: the frame is registered once
@@ -19,11 +25,16 @@ import contextlib
 import os
 import secrets
 import threading
+import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fenceline.bench.buffers import Buffers, Signature
+from fenceline.bench.engine import NOTHING_DONE
 from fenceline.client import Fence, HttpClient, IpcClient
 
 _models: dict[str, Any] = {}
@@ -68,8 +79,95 @@ def floor_lane(model_path: str, sig: Signature, fill: str) -> Iterator[_Lane]:
             binding.clear_binding_outputs()
 
 
+class _Rewriter:
+    """Writes a frame's inputs again, unchanged (so outputs still match), every time it is
+    asked: the frame's cache lines are then dirty in the writer's CPU, as a renderer leaves
+    them. ``cpu``: run the writes on a thread pinned to that CPU (None: the caller's thread)."""
+
+    def __init__(self, b: Buffers, cpu: int | None = None) -> None:
+        self.pairs = [(b.array(t), b.array(t).copy()) for t in b.sig.inputs]
+        self.cpu = cpu
+        self._go = threading.Semaphore(0)
+        self._done = threading.Semaphore(0)
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        if cpu is not None:
+            self._thread = threading.Thread(target=self._serve, name="bench-writer", daemon=True)
+            self._thread.start()
+
+    def _write(self) -> None:
+        for target, source in self.pairs:
+            np.copyto(target, source)
+
+    def _serve(self) -> None:
+        assert self.cpu is not None
+        os.sched_setaffinity(0, {self.cpu})  # this thread only
+        while True:
+            self._go.acquire()
+            if self._stop:
+                return
+            self._write()
+            self._done.release()
+
+    def __call__(self) -> None:
+        if self._thread is None:
+            self._write()
+            return
+        self._go.release()
+        if not self._done.acquire(timeout=60):
+            raise RuntimeError("the writer thread did not answer within 60 s")
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop = True
+            self._go.release()
+            self._thread.join(10)
+
+
+def other_cpus() -> tuple[int, set[int]] | None:
+    """A CPU for the writer and the others for the run, or None with fewer than two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], set(cpus[1:])) if len(cpus) >= 2 else None
+
+
 @contextlib.contextmanager
-def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str) -> Iterator[_Lane]:
+def cross_core_floor_lane(model_path: str, sig: Signature, fill: str) -> Iterator[_Lane]:
+    split = other_cpus()
+    if split is None:
+        raise RuntimeError("the cross-core floor needs two CPUs")
+    writer_cpu, run_cpus = split
+    model = _loaded(model_path)
+    before = os.sched_getaffinity(0)
+    with Buffers(sig, fill=fill) as b:
+        rewrite = _Rewriter(b, writer_cpu)
+        binding = model.session.io_binding()
+        for t in sig.inputs:
+            binding.bind_input(t.name, "cpu", 0, t.dtype, list(t.shape), b.array(t).ctypes.data)
+        for t in sig.outputs:
+            binding.bind_output(t.name, "cpu", 0, t.dtype, list(t.shape), b.array(t).ctypes.data)
+        run, clock = model.session.run_with_iobinding, time.perf_counter
+        os.sched_setaffinity(0, run_cpus)  # the lane's thread: never the writer's CPU
+
+        def frame(i: int) -> float:
+            rewrite()
+            t0 = clock()
+            run(binding)
+            return clock() - t0
+
+        try:
+            yield _Lane(b, frame)
+        finally:
+            os.sched_setaffinity(0, before)
+            rewrite.close()
+            binding.clear_binding_inputs()
+            binding.clear_binding_outputs()
+
+
+@contextlib.contextmanager
+def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str, write: bool = False
+             ) -> Iterator[_Lane]:
+    """``write``: the renderer writes its inputs before each frame (untimed), as the
+    cross-core floor's writer does."""
     with contextlib.ExitStack() as stack:
         b = stack.enter_context(Buffers(sig, fill=fill))
         ready, done = stack.enter_context(Fence()), stack.enter_context(Fence())
@@ -84,7 +182,64 @@ def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str) -> Iterato
             signal(i)
             run(sid, i)
 
-        yield _Lane(b, frame)  # closing the connection releases what it created
+        if not write:
+            yield _Lane(b, frame)  # closing the connection releases what it created
+            return
+        rewrite, clock = _Rewriter(b), time.perf_counter
+
+        def written(i: int) -> float:
+            rewrite()
+            t0 = clock()
+            frame(i)
+            return clock() - t0
+
+        yield _Lane(b, written)
+
+
+class _PipelinedLane:
+    def __init__(self, client: IpcClient, slots: list[tuple[Buffers, Any, str]]) -> None:
+        self.client = client
+        self.slots = slots
+        self.pending: deque[tuple[int, float]] = deque()  # (request id, sent at), oldest first
+
+    def frame(self, i: int) -> float:
+        done = NOTHING_DONE
+        if len(self.pending) == len(self.slots):
+            # Frame i reuses the buffers of frame i - depth: that one must be back first.
+            rid, sent = self.pending.popleft()
+            self.client.recv_run_reply(rid)
+            done = time.perf_counter() - sent
+        _, signal, sid = self.slots[i % len(self.slots)]
+        signal(i)
+        self.pending.append((self.client.send_run(sid, i), time.perf_counter()))
+        return done
+
+    def drain(self) -> None:
+        while self.pending:
+            self.client.recv_run_reply(self.pending.popleft()[0])
+
+    def digest(self) -> str:
+        self.drain()
+        digests = {b.output_digest() for b, _, _ in self.slots}
+        return digests.pop() if len(digests) == 1 else "buffers differ"
+
+
+@contextlib.contextmanager
+def ipc_pipelined_lane(socket_path: str, model: str, sig: Signature, fill: str, depth: int
+                       ) -> Iterator[_PipelinedLane]:
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(IpcClient(socket_path, name="fenceline-bench"))
+        slots = []
+        for _ in range(depth):
+            b = stack.enter_context(Buffers(sig, fill=fill))
+            ready, done = stack.enter_context(Fence()), stack.enter_context(Fence())
+            ins, outs = b.views(client.import_memory(b.frame))
+            sid = client.create_session(model, ins, outs, client.import_fence(ready),
+                                        client.import_fence(done))["id"]
+            slots.append((b, ready.signal, sid))
+        lane = _PipelinedLane(client, slots)
+        yield lane
+        lane.drain()  # the replies in flight, before the connection closes
 
 
 @contextlib.contextmanager

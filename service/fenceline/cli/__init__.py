@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fenceline import __version__
 from fenceline.config import LOG_LEVELS, setting_help
-from fenceline.errors import FencelineError
+from fenceline.errors import FencelineError, InvalidArgument
 from fenceline.logs import LOG_FORMATS
 
 S = argparse.SUPPRESS  # an absent flag: the settings object decides (environment, default)
@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--no-real-model", dest="real_model", action="store_false",
                        help="leave out the packaged PP-OCRv4 text detector")
     bench.add_argument("--seconds", type=float, help="time budget of each row (default per size)")
+    bench.add_argument("--scaling", metavar="N,N,...",
+                       help="combined frames/s of N renderers through IPC against the in-process "
+                       "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
+                       "frame (default 720p), --seconds each point's time")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
@@ -147,6 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if args.scaling:
+            from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
+
+            sizes = args.sizes or [DEFAULT_SIZE]
+            if len(sizes) != 1:
+                raise InvalidArgument("--scaling measures one frame size: give one --sizes")
+            return run_scaling(parse_counts(args.scaling), size=sizes[0],
+                               seconds=args.seconds or 10.0, json_path=args.json,
+                               plot_path=args.plot)
         if args.gst:
             from fenceline.bench.gst import run_gst_bench
 

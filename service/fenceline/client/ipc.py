@@ -1,14 +1,16 @@
 """The IPC client: the per-frame fast path (docs/ipc.md).
 
-One request in flight per client; share a client between threads only under your own lock, or
-open one per thread. ``close()`` is safe twice; the service then releases everything this
-client created.
+One thread per client: share a client between threads only under your own lock, or open one
+per thread. That thread may keep several RUNs in flight (``send_run``, then ``recv_run_reply``
+in the order they were sent); every other request waits for its own reply. ``close()`` is
+safe twice; the service then releases everything this client created.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import select
 import socket
 import struct
 import time
@@ -22,7 +24,7 @@ from fenceline.client.views import View, session_body, timeout_ms_of
 from fenceline.errors import FencelineError
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
-from fenceline.waiting import AdaptiveSpin
+from fenceline.waiting import AdaptiveSpin, Nap
 
 if TYPE_CHECKING:
     from fenceline.client.session import Session
@@ -57,6 +59,9 @@ class IpcClient:
                 raise ClientError(f"cannot connect to the fenceline socket {self.path}: {e}") from None
         self._ids = itertools.count(1)
         self._spin = AdaptiveSpin(max_spin_ns)
+        # Replies that take a model's run to come (too long to spin through): sleep on a timer
+        # until just before one is due, then spin, so the wakeup is paid before it comes.
+        self._nap = Nap() if max_spin_ns > 0 else None
         self._closed = False
         try:
             self.server = self._call(Kind.HELLO, {"client": name})
@@ -96,11 +101,30 @@ class IpcClient:
             got_fds: list[int]
             if self._pipe is not None:
                 data, got_fds, problem = self._pipe.recv(codec.MAX_FRAME), [], None
+                self._spin.observe(time.perf_counter_ns() - t0, budget)
             else:
+                fd = self._sock.fileno()
+                nap = self._nap.plan_ns() if self._nap is not None else 0
+                napped = False
+                # select() takes a timeout in microseconds (poll only milliseconds) and fds
+                # below FD_SETSIZE only.
+                if nap and 0 <= fd < 1024:
+                    napped = True
+                    if not select.select((fd,), (), (), nap / 1e9)[0]:
+                        slept = time.perf_counter_ns() - t0
+                        assert self._nap is not None
+                        self._nap.observe_late(slept - nap)
+                        budget = self._nap.spin_after_ns(slept)
+                    else:
+                        budget = 0  # the reply is there: the receive will not wait
                 data, got_fds, problem = _native.recv_message(
-                    self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, budget
+                    fd, codec.MAX_FRAME, codec.MAX_FDS, budget
                 )
-            self._spin.observe(time.perf_counter_ns() - t0, budget)
+                waited = time.perf_counter_ns() - t0
+                if self._nap is not None:
+                    self._nap.observe_wait(waited)
+                if not napped:  # a nap's spin says nothing about spinning from the start
+                    self._spin.observe(waited, budget)
         except (OSError, FencelineError) as e:
             raise ClientError(f"IPC transport failed: {e}") from None
         for f in got_fds:
@@ -300,7 +324,10 @@ class IpcClient:
         timeout_ms: int | None = None,
     ) -> int:
         """Sends a RUN and returns at once with its request id; collect the reply with
-        :meth:`recv_run_reply` before the next request."""
+        :meth:`recv_run_reply`. Several RUNs may be in flight on one connection (frames in
+        flight on their own sessions): the service answers them in the order they were sent,
+        so collect the replies in that order; the next RUN then waits in the socket while the
+        service runs this one."""
         rid = next(self._ids)
         self._send(codec.encode_run(
             rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)

@@ -44,7 +44,9 @@ class Slot:
 
 class VkRenderer:
     """``slots`` frames of ``shape`` FP32 for a model with one input ``x`` and one output ``y``
-    (the builtin add_* models). ``close()`` releases the service's objects, then the Vulkan ones."""
+    (the builtin add_* models). ``session_options`` go to each session's creation, for example
+    ``{"mode": "streaming", "policy": "every"}`` (docs/streaming.md). ``close()`` releases the
+    service's objects, then the Vulkan ones."""
 
     def __init__(
         self,
@@ -56,8 +58,10 @@ class VkRenderer:
         dedicated: bool = True,
         fill_value: float = 0.5,
         device: VulkanDevice | None = None,
+        session_options: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
+        self.session_options = dict(session_options or {})
         self.model = model
         self.shape = list(shape)
         self.nbytes = int(np.prod(shape)) * 4
@@ -112,6 +116,7 @@ class VkRenderer:
             {"y": View(s.ids["output"], "FP32", self.shape)},
             s.ids["ready"],
             s.ids["done"],
+            **self.session_options,
         )
         s.session = str(info["id"])
         s.upload = Submission(dev, copy_commands(self.staging, s.input, self.nbytes), signal=s.ready)

@@ -95,7 +95,7 @@ class SessionCreateRequest(Strict):
     policy: Literal["latest", "every"] = Field(
         "latest",
         description="streaming only: latest runs the newest value and skips those passed over; "
-        "every runs each value in order",
+        "every runs each value in order (the only policy of sessions on GPU fences)",
     )
     spin_us: int | None = Field(
         None, ge=0, description="streaming only: longest spin per input wait; 0 always blocks; "

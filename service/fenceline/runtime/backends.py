@@ -13,9 +13,15 @@ from typing import Any, Literal
 from fenceline.interop.devices import device_label
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.cuda_session import CudaSession, check_gpu_session, uses_gpu
+from fenceline.runtime.gpu_streaming import GPU_FENCE_KINDS, CudaStreamDriver, check_gpu_policy
 from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import Session
+from fenceline.runtime.streaming import Policy, register_driver
+
+# Streaming sessions pick their driver by the input fence's kind (runtime/streaming.py).
+for _kind in GPU_FENCE_KINDS:
+    register_driver(_kind, CudaStreamDriver)
 
 
 @dataclass(frozen=True)
@@ -23,10 +29,11 @@ class Backend:
     name: Literal["host", "cuda"]
     device_label: str  # the GPU a CUDA session runs on, as a metrics label; "" on the host
 
-    @property
-    def streams(self) -> bool:
-        """Streaming sessions run on host memory and host_timeline fences in this build."""
-        return self.name == "host"
+    def check_streaming(self, policy: Policy) -> None:
+        """Refuses, before anything is built, a streaming session this backend cannot run: a
+        CUDA session runs every value (runtime/gpu_streaming.py)."""
+        if self.name == "cuda":
+            check_gpu_policy(policy)
 
     def build(
         self,

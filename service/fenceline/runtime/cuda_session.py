@@ -20,7 +20,6 @@ import logging
 import mmap
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
-from fenceline.runtime.session import RECENT_RUNS, RunResult, StreamControl
+from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.runtime")
@@ -111,7 +110,7 @@ def uses_gpu(bindings: Sequence[object], fences: Sequence[object]) -> bool:
     )
 
 
-class CudaSession:
+class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
     """Runs are serialized per session; one stream per session, so sessions run concurrently."""
 
     def __init__(
@@ -123,22 +122,12 @@ class CudaSession:
         signal_fence: Any,
     ) -> None:
         device = check_gpu_session(model, inputs, outputs, wait_fence, signal_fence)
-        self.model = model
-        self.inputs: dict[str, CudaTensorBinding] = inputs
-        self.outputs: dict[str, CudaTensorBinding] = outputs
-        self.wait_fence: VkFenceImport = wait_fence
-        self.signal_fence: VkFenceImport = signal_fence
+        super().__init__(model, inputs, outputs, wait_fence, signal_fence)
         self.device = device
         self.device_label = device_label(device.ordinal)
-        self.runs = 0
-        self.last_signal_value = 0
-        self.stream: StreamControl | None = None  # GPU sessions take RUN and RUN_ASYNC only
-        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._max_wait_value = 0
         # (wait_value, signal_value) of a run that timed out and is still queued on the stream.
         self._timed_out: tuple[int, int] | None = None
-        self._lock = threading.Lock()
-        self._closed = False
         self._stream: _native.CudaStream | None = _native.CudaStream(device)
         so = ort.SessionOptions()
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -155,10 +144,7 @@ class CudaSession:
         except Exception as e:  # onnxruntime's own error types
             raise ModelError(f"model {model.name!r} does not load on CUDA: {e}") from e
         self._binding = self._ort.io_binding()
-        for name, b in inputs.items():
-            self._binding.bind_input(name, "cuda", device.ordinal, b.datatype.numpy, b.shape, b.address)
-        for name, b in outputs.items():
-            self._binding.bind_output(name, "cuda", device.ordinal, b.datatype.numpy, b.shape, b.address)
+        self._bind(self._binding, "cuda", device.ordinal)
         # One RunOptions for every run: the stream is never synchronized at the end of a run.
         self._run_options = ort.RunOptions()
         self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
@@ -236,18 +222,9 @@ class CudaSession:
                     f"{current}{pending}"
                 )
             stream = self._stream
-            stream.wait(self.wait_fence.handle, wait_value)
-            self._max_wait_value = max(self._max_wait_value, wait_value)
-            try:
-                self._ort.run_with_iobinding(self._binding, self._run_options)
-            except Exception as e:  # onnxruntime's own error types
-                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
-            stream.signal(self.signal_fence.handle, target)
+            self._enqueue(stream, wait_value, target, signal_on_error=False)
             stream.record()
-            self.signal_fence.enqueued_signal = target
             enqueued = time.perf_counter_ns()
-            self.runs += 1
-            self.last_signal_value = target
             if asynchronous:
                 queued = RunResult(target, 0, enqueued - start, enqueued - start)
                 self.recent.append((enqueued, queued))
@@ -272,6 +249,56 @@ class CudaSession:
         self.recent.append((end, result))
         return result
 
+    def _enqueue(
+        self, stream: _native.CudaStream, wait_value: int, target: int, *, signal_on_error: bool
+    ) -> None:
+        """wait(input >= wait_value) -> the model -> signal(output := target) on ``stream``.
+        When the model fails, the signal is enqueued anyway if ``signal_on_error`` (then
+        ModelError is raised after it), else nothing after the wait."""
+        assert self._ort is not None
+        stream.wait(self.wait_fence.handle, wait_value)
+        self._max_wait_value = max(self._max_wait_value, wait_value)
+        failure: ModelError | None = None
+        try:
+            self._ort.run_with_iobinding(self._binding, self._run_options)
+        except Exception as e:  # onnxruntime's own error types
+            failure = ModelError(f"model {self.model.name!r} failed: {e}")
+            if not signal_on_error:
+                raise failure from e
+        stream.signal(self.signal_fence.handle, target)
+        self.signal_fence.enqueued_signal = target
+        self.runs += 1
+        self.last_signal_value = target
+        if failure is not None:
+            raise failure
+
+    def enqueue_frame(self, value: int) -> int:
+        """A streaming frame: enqueues wait(input >= value) -> the model -> signal(output :=
+        value), records no completion event, and returns the nanoseconds that took. A model
+        error raises ModelError after the signal is enqueued all the same: a GPU fence has no
+        error status, and a renderer waiting for ``value`` must not stall."""
+        with self._lock:
+            if self._closed or self._stream is None:
+                raise Conflict("the session is closed")
+            t0 = time.perf_counter_ns()
+            self._enqueue(self._stream, value, value, signal_on_error=True)
+            return time.perf_counter_ns() - t0
+
+    def checkpoint(self) -> None:
+        """Records the stream's completion event after everything enqueued so far."""
+        with self._lock:
+            if self._stream is None:
+                raise Conflict("the session is closed")
+            self._stream.record()
+
+    def checkpoint_reached(self, timeout_ns: int, spin_ns: int) -> bool:
+        """Waits (GIL released) up to ``timeout_ns`` for the work before the last checkpoint;
+        False if it is not done by then."""
+        with self._lock:
+            if self._stream is None:
+                raise Conflict("the session is closed")
+            return self._stream.synchronize(timeout_ns, spin_ns)
+
     def close(self) -> None:
         """Lets queued work finish (releasing, after a grace period, a GPU wait that nobody
         signals), then drops the bindings and the onnxruntime session, then the stream. Safe to
@@ -282,7 +309,8 @@ class CudaSession:
             self._closed = True
             stream = self._stream
             if stream is not None and not stream.synchronize(DRAIN_GRACE_NS, 0):
-                log.warning(
+                # A streaming session always has frames queued ahead of the renderer: expected.
+                (log.info if self.stream is not None else log.warning)(
                     "session of %s: input fence never reached %d; releasing the GPU wait",
                     self.model.name, self._max_wait_value,
                 )
@@ -293,23 +321,13 @@ class CudaSession:
                 side.record()
                 side.synchronize(-1, 0)
                 stream.synchronize(-1, 0)
-            self._binding.clear_binding_inputs()
-            self._binding.clear_binding_outputs()
+            self._unbind(self._binding)
             self._ort = None
             self._stream = None
 
     def describe(self) -> dict[str, Any]:
         return {
-            "model": self.model.name,
-            "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
-            "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
-            "output_devices": self.output_devices,
+            **super().describe(),
             "device": f"cuda:{self.device.ordinal}",
             "device_uuid": bytes(self.device.uuid).hex(),
-            "runs": self.runs,
-            "last_signal_value": self.last_signal_value,
         }
-
-
-def _view_info(b: CudaTensorBinding) -> dict[str, Any]:
-    return {"offset_bytes": b.offset, "datatype": b.datatype.name, "shape": b.shape}

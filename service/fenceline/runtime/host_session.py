@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,11 +13,11 @@ from fenceline.errors import Conflict, DeviceLost, ModelError, TimedOut
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime.models import Model
-from fenceline.runtime.session import RECENT_RUNS, RunResult, StreamControl
+from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import AdaptiveSpin, Cancel
 
 
-class HostSession:
+class HostSession(SessionBase[TensorBinding, FenceImport]):
     """Runs are serialized per session (one IOBinding); different sessions run in parallel."""
 
     def __init__(
@@ -30,30 +29,14 @@ class HostSession:
         signal_fence: FenceImport,
     ) -> None:
         assert model.session is not None
-        model.check_bindings(inputs, outputs)
-        self.model = model
-        self.inputs = inputs
-        self.outputs = outputs
-        self.wait_fence = wait_fence
-        self.signal_fence = signal_fence
-        self.runs = 0
-        self.last_signal_value = 0
-        self.stream: StreamControl | None = None
-        self.device_label = ""
+        super().__init__(model, inputs, outputs, wait_fence, signal_fence)
         self._spin = AdaptiveSpin(0)
-        # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
-        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
-        self._lock = threading.Lock()
-        self._closed = False
         # Renderer memory that could shrink under the mapping is checked before each run.
         self._unsealed = _unique_unsealed(b.memory for b in (*inputs.values(), *outputs.values()))
         self._wait_handle = wait_fence.handle
         self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
-        for name, b in inputs.items():
-            self._binding.bind_input(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
-        for name, b in outputs.items():
-            self._binding.bind_output(name, "cpu", 0, b.datatype.numpy, b.shape, b.address)
+        self._bind(self._binding, "cpu", 0)
 
     @property
     def output_devices(self) -> dict[str, str]:
@@ -156,24 +139,9 @@ class HostSession:
             if self._closed:
                 return
             self._closed = True
-            self._binding.clear_binding_inputs()
-            self._binding.clear_binding_outputs()
+            self._unbind(self._binding)
             self.inputs, self.outputs = {}, {}
             self._unsealed = []
-
-    def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "model": self.model.name,
-            "mode": "request" if self.stream is None else "streaming",
-            "inputs": {n: _view_info(b) for n, b in self.inputs.items()},
-            "outputs": {n: _view_info(b) for n, b in self.outputs.items()},
-            "output_devices": self.output_devices,
-            "runs": self.runs,
-            "last_signal_value": self.last_signal_value,
-        }
-        if self.stream is not None:
-            info["stream"] = self.stream.describe()
-        return info
 
 
 def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:
@@ -183,6 +151,3 @@ def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:
             seen[id(m)] = m.handle
     return list(seen.values())
 
-
-def _view_info(b: TensorBinding) -> dict[str, Any]:
-    return {"offset_bytes": b.offset, "datatype": b.datatype.name, "shape": b.shape}

@@ -16,7 +16,6 @@ from fenceline.errors import (
     InvalidArgument,
     ResourceExhausted,
     Unavailable,
-    Unsupported,
 )
 from fenceline.interop.capabilities import capabilities
 from fenceline.interop.cuda_memory import CUDA_MEMORY_TYPES, CudaMemoryImport, import_cuda_memory
@@ -35,7 +34,6 @@ from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
-from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
@@ -319,24 +317,22 @@ class Runtime:
             if mode == "streaming":
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
-                if not backend.streams:
-                    raise Unsupported(
-                        "streaming sessions run on host memory and host_timeline fences in this "
-                        "build; GPU sessions take RUN or RUN_ASYNC requests (docs/gpu.md)"
-                    )
+                backend.check_streaming(policy)
             sid = secrets.token_hex(16)
             self._pending[sid] = (owner, label)
             holders: list[Entry[Any]] = [*used, wait, signal]
             for user in holders:  # held from now on: a release answers conflict
                 user.users.add(sid)
         stream: StreamWorker | None = None
+        session: Session | None = None
         try:
             session = backend.build(m, bound[0], bound[1], wait.obj, signal.obj)
             if mode == "streaming":
-                assert isinstance(session, HostSession)  # backend.streams said so
                 stream = StreamWorker(session, policy, max_spin_ns, self.metrics)
                 session.stream = stream
         except BaseException:
+            if session is not None:  # built, but its worker was refused
+                session.close()
             with self._lock:
                 del self._pending[sid]
                 for user in holders:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
@@ -84,3 +84,66 @@ class Session(Protocol):
     def close(self) -> None: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+B = TypeVar("B", bound=Binding)
+F = TypeVar("F", bound=FenceHandle)
+
+
+class SessionBase(Generic[B, F]):
+    """What every implementation holds and does alike: the checked bindings and fences, the run
+    counters, the lock that serializes runs, and the IOBinding set-up and tear-down. A subclass
+    adds where its tensors live (``_bind``'s device), how a run waits and signals, and close."""
+
+    def __init__(
+        self, model: Model, inputs: dict[str, B], outputs: dict[str, B], wait_fence: F,
+        signal_fence: F,
+    ) -> None:
+        model.check_bindings(inputs, outputs)
+        self.model = model
+        self.inputs = inputs
+        self.outputs = outputs
+        self.wait_fence = wait_fence
+        self.signal_fence = signal_fence
+        self.runs = 0
+        self.last_signal_value = 0
+        self.stream: StreamControl | None = None  # set by the runtime for streaming sessions
+        self.device_label = ""
+        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _bind(self, binding: Any, device: str, ordinal: int) -> None:
+        """Binds every view by address into an onnxruntime IOBinding: the model reads and writes
+        the renderer's memory in place."""
+        for name, b in self.inputs.items():
+            binding.bind_input(name, device, ordinal, b.datatype.numpy, b.shape, b.address)
+        for name, b in self.outputs.items():
+            binding.bind_output(name, device, ordinal, b.datatype.numpy, b.shape, b.address)
+
+    @staticmethod
+    def _unbind(binding: Any) -> None:
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+
+    @property
+    def output_devices(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "model": self.model.name,
+            "mode": "request" if self.stream is None else "streaming",
+            "inputs": {n: view_info(b) for n, b in self.inputs.items()},
+            "outputs": {n: view_info(b) for n, b in self.outputs.items()},
+            "output_devices": self.output_devices,
+            "runs": self.runs,
+            "last_signal_value": self.last_signal_value,
+        }
+        if self.stream is not None:
+            info["stream"] = self.stream.describe()
+        return info
+
+
+def view_info(b: Binding) -> dict[str, Any]:
+    return {"offset_bytes": b.offset, "datatype": b.datatype.name, "shape": b.shape}

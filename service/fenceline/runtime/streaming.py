@@ -7,9 +7,9 @@ spin, then futex), runs the model and signals the output fence with the same val
 frame is still signalled, with the output fence's status set to error, so a renderer waiting on
 it never stalls; the next good frame sets the status back to live.
 
-Backends with their own queues (a GPU stream) implement :class:`StreamDriver` to enqueue
-wait/run/signal per value instead of waiting on the CPU, and register it for their fence type
-with :func:`register_driver`.
+Backends with their own queues implement :class:`StreamDriver` to enqueue wait/run/signal per
+value instead of waiting on the CPU (runtime/gpu_streaming.py: CUDA sessions), and register it
+for their fence type with :func:`register_driver`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fenceline import _native, logs
 from fenceline.errors import Conflict, DeviceLost, FencelineError, ModelError, Unsupported
 from fenceline.metrics import Metrics
 from fenceline.runtime.host_session import HostSession
-from fenceline.runtime.session import RunResult
+from fenceline.runtime.session import RunResult, Session
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.streaming")
@@ -64,7 +64,7 @@ class StreamDriver(ABC):
     """
 
     def __init__(
-        self, session: HostSession, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
+        self, session: Session, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
         metrics: Metrics,
     ) -> None:
         self.session = session
@@ -82,15 +82,23 @@ class StreamDriver(ABC):
     def drain(self) -> None:  # noqa: B027 - the host driver has nothing in flight
         """Returns once every frame this driver started is signalled."""
 
+    def abandon(self) -> None:  # noqa: B027 - fences without a status have nothing to tell
+        """The worker ended on its own: tell the output fence's waiters, where the fence can."""
+
+    def revive(self) -> None:  # noqa: B027 - likewise
+        """Called by start, before it returns: undo what ``abandon`` told the output fence."""
+
 
 class HostStreamDriver(StreamDriver):
     """Host timeline fences, any model: wait on the CPU, run, signal."""
 
     def __init__(
-        self, session: HostSession, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
+        self, session: Session, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
         metrics: Metrics,
     ) -> None:
         super().__init__(session, policy, spin, stats, metrics)
+        assert isinstance(session, HostSession)  # DRIVERS maps host_timeline here
+        self.host = session
         if session.signal_fence.kind != "host_timeline":
             raise Unsupported(
                 f"a streaming session with a host_timeline input fence needs a host_timeline "
@@ -130,7 +138,7 @@ class HostStreamDriver(StreamDriver):
             self._fail(target, "input_error", f"the input fence reports an error at {reached}")
             return
         try:
-            infer_ns = self.session.infer()
+            infer_ns = self.host.infer()
         except ModelError as e:
             self._fail(target, "model_error", e.message)
             return
@@ -158,6 +166,15 @@ class HostStreamDriver(StreamDriver):
         self.stats.last_error = message
         self._m_failed[reason].inc()
         self._signal(target)
+
+    def abandon(self) -> None:
+        self._out.set_status(STATUS_ABANDONED)
+
+    def revive(self) -> None:
+        # Abandoned when the worker last ended on its own; live again before start returns,
+        # so the renderer's next wait does not end on the old status.
+        if self._out.status == STATUS_ABANDONED:
+            self._out.set_status(STATUS_LIVE)
 
     def _signal(self, target: int) -> bool:
         try:
@@ -188,7 +205,7 @@ class StreamWorker:
     again (the runtime then releases the session)."""
 
     def __init__(
-        self, session: HostSession, policy: Policy, max_spin_ns: int, metrics: Metrics,
+        self, session: Session, policy: Policy, max_spin_ns: int, metrics: Metrics,
         slice_ns: int = SLICE_NS,
     ) -> None:
         driver = DRIVERS.get(session.wait_fence.kind)
@@ -206,7 +223,6 @@ class StreamWorker:
         self.slice_ns = slice_ns
         self.state: State = "paused"
         self._driver: StreamDriver | None = driver(session, policy, self.spin, self.stats, metrics)
-        self._output_fence = session.signal_fence
         self._halt = False
         self._thread: threading.Thread | None = None
         self._control = threading.Lock()
@@ -217,10 +233,8 @@ class StreamWorker:
                 raise Conflict("the streaming session is stopped")
             if self._thread is not None and self._thread.is_alive():
                 return
-            if self._output_fence.status == STATUS_ABANDONED:
-                # Set when the worker last ended on its own; live again before start returns,
-                # so the renderer's next wait does not end on the old status.
-                self._output_fence.set_status(STATUS_LIVE)
+            assert self._driver is not None  # only stop drops it
+            self._driver.revive()
             self._halt = False
             self.state = "running"
             self._thread = threading.Thread(
@@ -263,21 +277,21 @@ class StreamWorker:
                 driver.step(self.slice_ns)
             driver.drain()
         except FencelineError as e:
-            self._end(e.message)
+            self._end(driver, e.message)
         except Exception as e:
             log.exception("streaming session %s failed", self.label)
-            self._end(f"internal error: {e}")
+            self._end(driver, f"internal error: {e}")
         finally:
             self.metrics.stream_running.dec()
 
-    def _end(self, message: str) -> None:
+    def _end(self, driver: StreamDriver, message: str) -> None:
         # The worker ended on its own (abandoned input, a broken fence): wake anyone waiting on
         # the output fence rather than leave them to their timeouts.
         self.state = "failed"
         self.stats.last_error = message
         log.warning("streaming session %s ended: %s", self.label, message)
         with contextlib.suppress(FencelineError):
-            self._output_fence.set_status(STATUS_ABANDONED)
+            driver.abandon()
 
     def describe(self) -> dict[str, Any]:
         s = self.stats

@@ -1,0 +1,226 @@
+"""``fenceline bench --scaling 1,4,8,16``: combined frames/s of N renderers through IPC against
+the in-process floor run by N threads, for each N, on one frame size (docs/benchmarks.md,
+"Scaling"). No GPU. Each renderer is its own process with its own connection, session and
+frame; the floor's N threads share one loaded model in one process, as the service's
+connections share it. The two take turns, ``rounds`` times, so a change in the machine's load
+touches both alike; every row's outputs are checked against a direct onnxruntime run."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fenceline.bench import engine, report
+from fenceline.bench.buffers import digest, direct_outputs, signature
+from fenceline.bench.scenarios import MODELS, SIZES
+from fenceline.cli.process import start_service, stop_service
+from fenceline.errors import InvalidArgument, Unsupported
+from fenceline.models.builtin import build_repository, cache_dir
+
+_T = "fenceline.bench.transports"
+DEFAULT_SIZE = "720p"
+GOAL_RENDERERS, GOAL_SHARE = 8, 0.8  # IPC keeps at least 80% of the floor's frames/s at 8
+
+
+@dataclass
+class Point:
+    renderers: int
+    transport: str  # "in-process" or "ipc"
+    frames: int
+    wall_s: float
+    p50_us: float
+    cpu_per_frame_us: float | None
+    equal: bool
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _merge(a: Point | None, b: Point) -> Point:
+    if a is None:
+        return b
+    n = a.frames + b.frames
+    cpu = None
+    if a.cpu_per_frame_us is not None and b.cpu_per_frame_us is not None:
+        cpu = (a.cpu_per_frame_us * a.frames + b.cpu_per_frame_us * b.frames) / n
+    p50 = (a.p50_us * a.frames + b.p50_us * b.frames) / n  # frame-weighted median of rounds
+    return Point(a.renderers, a.transport, n, a.wall_s + b.wall_s, p50, cpu, a.equal and b.equal)
+
+
+def parse_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 or c > 256 for c in counts):
+        raise InvalidArgument(f"--scaling {text!r}: renderer counts are 1..256, comma-separated "
+                              "(e.g. 1,4,8,16)")
+    return sorted(set(counts))
+
+
+def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float = 10.0,
+                rounds: int = 2, json_path: Path | None = None,
+                plot_path: Path | None = None) -> int:
+    """Measures and prints the table; returns 1 when a row failed or its outputs differ."""
+    if size not in SIZES:
+        raise InvalidArgument(f"unknown size {size!r}; use one of {', '.join(SIZES)}")
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise Unsupported("--plot needs matplotlib: pip install 'fenceline[bench]'")
+    model = MODELS[(size, "FP32")]
+    repo = cache_dir()
+    build_repository(repo, [model])
+    path = repo / model / "1" / "model.onnx"
+    sig = signature(path)
+    want = digest(direct_outputs(path, sig, "random"))
+    loadavg = [round(v, 2) for v in os.getloadavg()]
+    t_start = time.monotonic()
+    print(f"fenceline bench --scaling: {size}, renderers {','.join(map(str, counts))}, "
+          f"{os.cpu_count()} CPUs, load {loadavg[0]}", flush=True)
+    budget = engine.Budget(iterations=10**9, warmup=20, seconds=seconds / rounds)
+    got: dict[tuple[int, str], Point] = {}
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="fenceline-scaling-") as tmp, \
+            contextlib.ExitStack() as stack:
+        proc, _url, sock = start_service([model], Path(tmp))
+        stack.callback(stop_service, proc)
+        lanes = {
+            "in-process": (f"{_T}:floor_lane", {"model_path": str(path)}, False, []),
+            "ipc": (f"{_T}:ipc_lane", {"socket_path": str(sock), "model": model}, True,
+                    [proc.pid]),
+        }
+        for n in counts:
+            for k in range(rounds):
+                for name, (target, kwargs, processes, pids) in lanes.items():
+                    if any(f.startswith(f"{n} {name}:") for f in failures):
+                        continue
+                    print(f"  {n:>3} renderer(s), {name}, round {k + 1}/{rounds}", flush=True)
+                    try:
+                        m = engine.measure(target, {**kwargs, "sig": sig, "fill": "random"},
+                                           budget, renderers=n, processes=processes,
+                                           server_pids=pids)
+                    except (engine.LaneError, OSError, RuntimeError) as e:
+                        failures.append(f"{n} {name}: {str(e).splitlines()[0][:200]}")
+                        continue
+                    samples = sorted(m.samples_s)
+                    point = Point(n, name, len(samples), m.wall_s,
+                                  samples[len(samples) // 2] * 1e6 if samples else 0.0,
+                                  m.cpu_per_frame_us(), all(d == want for d in m.digests))
+                    got[(n, name)] = _merge(got.get((n, name)), point)
+    points = [got[k] for k in sorted(got)]
+    doc = _document(points, size, counts, loadavg, round(time.monotonic() - t_start, 1),
+                    failures)
+    print(table(doc))
+    for f in failures:
+        print(f"FAILED {f}")
+    print(f"scaling took {doc['duration_s']:.0f} s")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=2))
+        print(f"results written to {json_path}")
+    if plot_path is not None:
+        plot(doc, plot_path)
+        print(f"plot written to {plot_path}")
+    differs = [f"{p.renderers} {p.transport}" for p in points if not p.equal]
+    if differs:
+        print("OUTPUTS DIFFER from a direct onnxruntime run: " + ", ".join(differs))
+    return 1 if failures or differs else 0
+
+
+def _document(points: list[Point], size: str, counts: list[int], loadavg: list[float],
+              duration_s: float, failures: list[str]) -> dict[str, Any]:
+    rows = []
+    for n in counts:
+        floor = next((p for p in points if p.renderers == n and p.transport == "in-process"), None)
+        ipc = next((p for p in points if p.renderers == n and p.transport == "ipc"), None)
+        rows.append({
+            "renderers": n,
+            "floor_fps": round(floor.fps, 1) if floor else None,
+            "ipc_fps": round(ipc.fps, 1) if ipc else None,
+            "ipc_share_of_floor": round(ipc.fps / floor.fps, 3) if ipc and floor and floor.fps
+            else None,
+            "floor_p50_us": round(floor.p50_us, 1) if floor else None,
+            "ipc_p50_us": round(ipc.p50_us, 1) if ipc else None,
+            "floor_cpu_per_frame_us": _r(floor.cpu_per_frame_us if floor else None),
+            "ipc_cpu_per_frame_us": _r(ipc.cpu_per_frame_us if ipc else None),
+            "outputs_equal": bool((floor is None or floor.equal) and (ipc is None or ipc.equal)),
+        })
+    at_goal = next((r for r in rows if r["renderers"] == GOAL_RENDERERS), None)
+    share = at_goal["ipc_share_of_floor"] if at_goal else None
+    goal = {"goal": f"IPC keeps at least {GOAL_SHARE:.0%} of the floor's frames/s at "
+                    f"{GOAL_RENDERERS} renderers", "target": GOAL_SHARE, "value": share,
+            "met": None if share is None else share >= GOAL_SHARE}
+    return {"schema": 1, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": report.machine(), "size": size, "model": MODELS[(size, "FP32")],
+            "loadavg_start": loadavg, "duration_s": duration_s, "rows": rows, "goal": goal,
+            "failures": failures}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def table(doc: dict[str, Any]) -> str:
+    def f(v: Any, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    lines = ["", f"{doc['size']} FP32, sync, one frame in flight per renderer "
+             f"({doc['machine']['cpus']} CPUs)",
+             f"  {'renderers':>9} {'floor fps':>10} {'ipc fps':>10} {'ipc/floor':>9} "
+             f"{'floor p50':>10} {'ipc p50':>10} {'cpu/frame floor':>15} {'ipc':>8}"]
+    for r in doc["rows"]:
+        lines.append(
+            f"  {r['renderers']:>9} {f(r['floor_fps'], '10.0f')} {f(r['ipc_fps'], '10.0f')} "
+            f"{f(r['ipc_share_of_floor'], '9.2f')} {f(r['floor_p50_us'], '8.0f')} us "
+            f"{f(r['ipc_p50_us'], '8.0f')} us {f(r['floor_cpu_per_frame_us'], '12.0f')} us "
+            f"{f(r['ipc_cpu_per_frame_us'], '5.0f')} us"
+            + ("" if r["outputs_equal"] else "  OUTPUTS DIFFER"))
+    g = doc["goal"]
+    met = "-" if g["met"] is None else ("met" if g["met"] else "MISSED")
+    lines += ["", "floor: N threads running the model in one process; ipc: N renderer processes, "
+              "one connection each. cpu/frame: user+sys of every process involved per frame.",
+              f"{met:>6}  {g['goal']}: {g['value'] if g['value'] is not None else 'not measured'}"]
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if r["floor_fps"] or r["ipc_fps"]]
+    n = [r["renderers"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.4, 3.8))
+    left.plot(n, [r["floor_fps"] for r in rows], "o-", color="#4d4d4d", label="in-process floor")
+    left.plot(n, [r["ipc_fps"] for r in rows], "o-", color="#1b7837", label="IPC")
+    left.set_xlabel("renderers (floor: threads)")
+    left.set_ylabel("frames/s, all renderers")
+    left.set_xticks(n)
+    left.grid(alpha=0.3)
+    left.legend()
+    right.plot(n, [r["ipc_share_of_floor"] for r in rows], "o-", color="#1b7837")
+    right.axhline(GOAL_SHARE, color="#b2182b", linestyle="--", linewidth=1,
+                  label=f"goal at {GOAL_RENDERERS}: {GOAL_SHARE:.0%}")
+    right.set_ylim(0, 1.2)
+    right.set_xticks(n)
+    right.set_xlabel("renderers")
+    right.set_ylabel("IPC frames/s over the floor's")
+    right.grid(alpha=0.3)
+    right.legend()
+    m = doc["machine"]
+    fig.suptitle(f"fenceline bench --scaling, {doc['size']} FP32, {doc['date'][:16]} UTC, "
+                 f"{m['cpu'] or m['arch']} ({m['cpus']} CPUs, load {doc['loadavg_start'][0]})",
+                 fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
