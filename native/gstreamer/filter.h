@@ -70,6 +70,25 @@ struct _FencelineFilter {
   gint posted_error; /* atomic: an error went to the bus this stream */
 };
 
+/* errors.c: every failure the service or the client reports becomes one GStreamer error. */
+
+/* TRUE the first time in a stream: one error per stream (see post_status). */
+gboolean first_error(FencelineFilter *self);
+/* Posts `st` as an error message with the service's code and message, and frees it. */
+void post_status(FencelineFilter *self, FlStatus *st, const char *what);
+
+/* runs.c: the frames between submit and push. The worker thread sends RUN for each job in
+ * submission order; the streaming thread pushes them in the same order once done. */
+
+gpointer worker_main(gpointer data);
+/* Drops every job not yet pushed, once the one the service runs now is done. */
+void discard_jobs(FencelineFilter *self);
+/* The oldest job's buffer once its run is done (blocks for it when `wait`); an error posted and
+ * GST_FLOW_ERROR when its run failed. */
+GstFlowReturn pop_done(FencelineFilter *self, gboolean wait, GstBuffer **out);
+/* Pushes every job downstream in order (EOS, new caps). */
+GstFlowReturn drain(FencelineFilter *self);
+
 G_END_DECLS
 
 #endif

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from fenceline.client import IpcClient
+from fenceline.client import IpcClient, View
+from fenceline.metrics import Metrics
 from tests.support.helpers import open_session
 from tests.support.service import Service, free_port, stop_service
 
@@ -310,10 +312,13 @@ def test_docker_healthcheck_and_entrypoint_are_the_ones_tested_here() -> None:
 # -- Grafana ----------------------------------------------------------------------------------
 
 DASHBOARD = DEPLOY / "grafana" / "fenceline.json"
-METRIC = re.compile(r"\b(fenceline_[a-z0-9_]+)")
+METRIC = re.compile(r"\b((?:fenceline|process)_[a-z0-9_]+)")
 BY = re.compile(r"\bby \(([^)]*)\)")
-SELECTOR = re.compile(r"\b(fenceline_[a-z0-9_]+)\{([^}]*)\}")
+SELECTOR = re.compile(r"\b((?:fenceline|process)_[a-z0-9_]+)\{([^}]*)\}")
 PROMETHEUS_LABELS = {"instance", "job"}  # added by the scrape, not by the service
+# Declared in /metrics everywhere, with samples only once a CUDA session ran (tests/gpu).
+GPU_ONLY = {"fenceline_gpu_runs_total", "fenceline_gpu_sessions_active", "fenceline_gpu_imported_bytes"}
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def dashboard_exprs() -> list[str]:
@@ -329,58 +334,121 @@ def test_dashboard_is_well_formed() -> None:
     assert len(ids) == len(set(ids))
     titles = " ".join(p["title"] for p in dash["panels"]).lower()
     for topic in ("runs / s", "run latency", "wait", "inference", "errors", "imported memory",
-                  "ipc connections"):  # fmt: skip
+                  "ipc connections", "streamed frames", "kserve requests", "cuda runs",
+                  "memory and open files"):  # fmt: skip
         assert topic in titles, topic
     for p in dash["panels"]:
         g = p["gridPos"]
         assert g["x"] + g["w"] <= 24, p["title"]
         for t in p.get("targets", []):
             assert t["datasource"]["uid"] == "${datasource}"
+        refs = [t["refId"] for t in p.get("targets", [])]
+        assert len(refs) == len(set(refs)), p["title"]
     quantile = re.compile(r"histogram_quantile\(([\d.]+)")
     quantiles = {float(q) for e in dashboard_exprs() for q in quantile.findall(e)}
     assert quantiles == {0.5, 0.99}
 
 
+def test_dashboard_panels_do_not_overlap() -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for p in json.loads(DASHBOARD.read_text())["panels"]:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+
+
+@dataclass
+class Exposition:
+    """What a live /metrics says: the series with samples (name -> label names) and every
+    declared family, sampled or not (a labelled metric with no children yet has none)."""
+
+    sampled: dict[str, set[str]]
+    declared: set[str]
+
+
 @pytest.fixture(scope="module")
-def metrics_after_traffic(service: Service) -> dict[str, set[str]]:
-    """Sample name -> label names in /metrics, once a run, an import and an error happened."""
+def metrics_after_traffic(service: Service) -> Exposition:
+    """/metrics once a run, a streamed frame, a KServe request, an import and an error happened."""
     with IpcClient(service.socket) as client:
         s = open_session(client, "add_64x64", [1, 3, 64, 64])
         s.wait.signal(1)
         client.run(s.session_id, 1)
+        client.release_session(s.session_id)
+        shape, nbytes = [1, 3, 64, 64], 3 * 64 * 64 * 4
+        stream = client.create_session(
+            "add_64x64", {"x": View(s.memory_id, "FP32", shape)},
+            {"y": View(s.memory_id, "FP32", shape, nbytes)}, s.wait_id, s.signal_id,
+            mode="streaming", policy="every", start=False,
+        )
+        client.start_session(stream["id"])
+        s.wait.signal(2)
+        assert s.signal.wait(2, timeout_s=60)
+        client.stop_session(stream["id"])
+        infer = httpx.post(service.url + "/v2/models/add_64x64/infer", timeout=30, json={
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": shape, "data": [0.0] * (nbytes // 4)}],
+        })
+        assert infer.status_code == 200, infer.text
+        # A region nobody registered: the request fails once its model is found.
+        unknown = {"shared_memory_region": "never-registered", "shared_memory_byte_size": nbytes}
+        wrong = httpx.post(service.url + "/v2/models/add_64x64/infer", timeout=30, json={
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": shape, "parameters": unknown}],
+        })
+        assert wrong.status_code == 404, wrong.text
         missing = httpx.get(service.url + "/v2/interop/sessions/nonexistent", timeout=5)
         assert missing.status_code == 404
         text = httpx.get(service.url + "/metrics", timeout=5).text
         s.close()
-    labels: dict[str, set[str]] = {}
+    sampled: dict[str, set[str]] = {}
+    declared: set[str] = set()
     for family in text_string_to_metric_families(text):
+        declared.add(family.name)
+        declared.add(family.name + ("_total" if family.type == "counter" else ""))
         for sample in family.samples:
-            labels.setdefault(sample.name, set()).update(sample.labels)
-    return labels
+            sampled.setdefault(sample.name, set()).update(sample.labels)
+    return Exposition(sampled, declared)
+
+
+def declared_labels(metric: str) -> set[str]:
+    """The label names the service declares for ``metric`` (fenceline/metrics.py)."""
+    base = metric.removesuffix("_total")
+    for suffix in HISTOGRAM_SUFFIXES:
+        base = base.removesuffix(suffix)
+    for collector in vars(Metrics()).values():
+        if getattr(collector, "_name", None) == base:
+            return set(collector._labelnames)
+    raise AssertionError(f"{metric} is not declared in fenceline/metrics.py")
 
 
 def test_every_metric_the_dashboard_queries_exists_in_metrics(
-    metrics_after_traffic: dict[str, set[str]],
+    metrics_after_traffic: Exposition,
 ) -> None:
     queried = {m for e in dashboard_exprs() for m in METRIC.findall(e)}
-    assert len(queried) >= 8
-    missing = sorted(queried - set(metrics_after_traffic))
-    assert not missing, f"the dashboard queries metrics /metrics lacks: {missing}"
+    assert len(queried) >= 20
+    assert queried >= GPU_ONLY
+    missing = sorted(queried - set(metrics_after_traffic.sampled) - GPU_ONLY)
+    assert not missing, f"the dashboard queries metrics /metrics has no samples of: {missing}"
+    for metric in GPU_ONLY:
+        assert metric in metrics_after_traffic.declared, f"{metric} is not declared in /metrics"
 
 
 def test_every_label_the_dashboard_groups_or_filters_by_exists_on_its_metric(
-    metrics_after_traffic: dict[str, set[str]],
+    metrics_after_traffic: Exposition,
 ) -> None:
+    def labels(metric: str) -> set[str]:
+        if metric in GPU_ONLY:
+            return declared_labels(metric) | PROMETHEUS_LABELS
+        return metrics_after_traffic.sampled[metric] | PROMETHEUS_LABELS
+
     for expr in dashboard_exprs():
-        metrics = METRIC.findall(expr)
-        have = set.union(*(metrics_after_traffic[m] for m in metrics)) | PROMETHEUS_LABELS
+        have = set.union(*(labels(m) for m in METRIC.findall(expr)))
         for group in BY.findall(expr):
             for label in filter(None, (x.strip() for x in group.split(","))):
                 assert label in have, f"{label!r} in {expr}"
         for metric, matchers in SELECTOR.findall(expr):
             for label in re.findall(r"(\w+)\s*=~?", matchers):
-                known = metrics_after_traffic[metric] | PROMETHEUS_LABELS
-                assert label in known, f"{label!r} in {expr}"
+                assert label in labels(metric), f"{label!r} in {expr}"
 
 
 def test_unit_files_and_manifests_name_the_port_the_service_listens_on() -> None:

@@ -81,3 +81,61 @@ def test_documented_request_bodies_work_as_shown(docs_service: Service) -> None:
     register = spec["paths"]["/v2/systemsharedmemory/region/{name}/register"]["post"]
     assert set(register["requestBody"]["content"]["application/json"]["schema"]["required"]) == {
         "key", "byte_size"}
+
+
+@pytest.fixture(scope="module")
+def token_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    repo = build_repository(tmp_path_factory.mktemp("token-models"), ["add_dynamic"])
+    work = tmp_path_factory.mktemp("token-service")
+    (work / "token").write_text(TOKEN + "\n")
+    svc = start_service(repo, work, "--token-file", str(work / "token"))
+    yield svc
+    stop_service(svc)
+
+
+TOKEN = "docs-page-token"
+CAPABILITIES = ("document.querySelector('.opblock-summary-path[data-path=\"/v2/interop/capabilities\"]')"
+                ".closest('.opblock')")
+
+
+def test_docs_pages_load_without_the_token_and_the_api_still_needs_it(token_service: Service) -> None:
+    for page in ("/docs", "/redoc", "/openapi.json", "/docs/assets/swagger-ui-bundle.js"):
+        assert httpx.get(token_service.url + page).status_code == 200, page
+    for path in ("/v2/interop/capabilities", "/metrics", "/docs/assets/../metrics"):
+        assert httpx.get(token_service.url + path).status_code in (401, 404), path
+    assert httpx.get(token_service.url + "/v2/interop/capabilities").status_code == 401
+    spec = httpx.get(token_service.url + "/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["bearer"] == {
+        "type": "http", "scheme": "bearer", "description": "The contents of the service's --token-file."}
+    assert spec["security"] == [{"bearer": []}]
+    assert spec["paths"]["/v2/health/ready"]["get"]["security"] == []
+
+
+@needs_chromium
+def test_swagger_ui_try_it_out_sends_the_token_given_to_authorize(
+    token_service: Service, tmp_path: Path
+) -> None:
+    """The page loads without the token; a call made from it is refused until the token is
+    given to Authorize, then answers."""
+    assert CHROMIUM is not None
+    with Browser(CHROMIUM, tmp_path / "profile") as browser:
+        browser.goto(token_service.url + "/docs")
+        browser.wait_for("document.querySelector('.swagger-ui .info .title')?.textContent", timeout=120)
+        assert browser.evaluate("document.querySelector('.btn.authorize') !== null")
+
+        def execute(expected: str) -> None:
+            block = CAPABILITIES
+            browser.evaluate(f"void {block}.querySelector('.opblock-summary-control').click()")
+            browser.wait_for(f"!!{block}.querySelector('.try-out__btn')")
+            browser.evaluate(f"void (() => {{ const b = {block}.querySelector('.try-out__btn');"
+                             " if (!b.classList.contains('cancel')) b.click(); })()")
+            browser.wait_for(f"!!{block}.querySelector('.execute')")
+            browser.evaluate(f"void {block}.querySelector('.execute').click()")
+            browser.wait_for(f"[...{block}.querySelectorAll('.live-responses-table .response-col_status')]"
+                             f".some(e => e.textContent.trim().startsWith('{expected}'))", timeout=30)
+            browser.evaluate(f"void {block}.querySelector('.opblock-summary-control').click()")
+            browser.wait_for(f"!{block}.querySelector('.execute')")
+
+        execute("401")
+        browser.evaluate(f"void ui.preauthorizeApiKey('bearer', '{TOKEN}')")
+        execute("200")

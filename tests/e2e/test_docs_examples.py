@@ -61,7 +61,7 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{FIRST_HOUR}::test_demo_out_into_missing_directory_fails_first",
     ],
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"): [
-        ".ci/run (runs exactly this)",
+        ".ci/run (runs this, with the build requirements installed first so .ci/wheel reuses the build)",
     ],
     ("README.md", "fenceline serve                             # the builtin models (`fenceline models list`)"): [
         f"{FIRST_HOUR}::test_serve_without_model_options_serves_the_builtin_models",
@@ -138,6 +138,7 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ],
     ("docs/gstreamer.md", ".venv/bin/python -c 'from pathlib import Path; from fenceline.models import "
      "build_repository; build_repository(Path(\"models\"), [\"image_filter_rgba8\", \"image_filter_rgb8\"])'"): [
+        f"{HERE}::test_gstreamer_run_it_block_runs_as_written",
         "tests/integration/test_gstreamer.py::test_every_packed_format_runs_through_its_model",
     ],
     ("docs/http.md", "sudo install -d -m 0711 -o fenceline /run/fenceline"): [
@@ -160,11 +161,11 @@ COVERED: dict[tuple[str, str], list[str]] = {
      "--warmup 20 --hostile 2 \\"): [
         "tests/integration/test_robustness.py::test_a_short_soak_with_hostile_renderers_leaks_nothing",
     ],
-    ("README.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("README.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
     ("README.md", ".ci/windows          # set-up (cached in ~/.cache/fenceline-win), build, tests; "
      "the wheel lands in build/windows/dist/"): [".ci/run (runs .ci/windows)"],
     # docs/windows.md: run by the Windows lane (.ci/windows, under Wine), not on Linux.
-    ("docs/windows.md", "py -3.13 -m pip install fenceline-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
+    ("docs/windows.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
     ("docs/windows.md", "import numpy as np"): ["tests/windows/test_native.py::test_section_made_by_another_process_is_mapped_by_name"],
     ("docs/windows.md", "import httpx"): ["tests/windows/test_native.py::test_capabilities_report_linux_only_kinds_false"],
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
@@ -398,3 +399,38 @@ def test_deploy_directly_serves_a_model_repository(tmp_path: Path) -> None:
         proc.terminate()
         out, _ = proc.communicate(timeout=20)
     assert "loaded model image_filter" in out, out
+
+
+def test_gstreamer_run_it_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/gstreamer.md "Run it", verbatim, in a fresh directory holding this venv as .venv;
+    the service's port and socket come from FENCELINE_* (8000 may be taken here), the element
+    finds the socket the same way. The background service is stopped when the block ends."""
+    gst_launch = shutil.which("gst-launch-1.0")
+    from fenceline.client import ClientError
+    from fenceline.client.c_api import gst_plugin_dir
+
+    try:
+        plugins: Path | None = gst_plugin_dir()
+    except ClientError:  # no element in this build
+        plugins = None
+    if gst_launch is None or plugins is None:
+        if os.environ.get("FENCELINE_REQUIRE_GST"):
+            pytest.fail("FENCELINE_REQUIRE_GST is set but GStreamer or the element is missing")
+        pytest.skip("needs gst-launch-1.0 and the fencelinefilter element")
+    block = find("docs/gstreamer.md", ".venv/bin/python -c 'from pathlib import Path; from "
+                 "fenceline.models import build_repository; build_repository(Path(\"models\"), "
+                 "[\"image_filter_rgba8\", \"image_filter_rgb8\"])'").text
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    (tmp_path / "block.sh").write_text(block)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCELINE_")}
+    env.update(FENCELINE_PORT="0", FENCELINE_SOCKET=str(tmp_path / "fl.sock"),
+               XDG_RUNTIME_DIR=str(run_dir), GST_PLUGIN_PATH=str(plugins))
+    r = subprocess.run(
+        ["bash", "-c", 'set -e; trap "kill \\$(jobs -p) 2>/dev/null; wait" EXIT; source ./block.sh'],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Got EOS" in r.stdout, r.stdout[-3000:]
+    assert (tmp_path / "models" / "image_filter_rgba8" / "1" / "model.onnx").is_file()

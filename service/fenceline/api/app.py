@@ -25,7 +25,8 @@ def create_app(
     max_json_bytes: int = 16 << 20,
     ready_checks: Sequence[Callable[[], bool]] = (),
 ) -> FastAPI:
-    """``token``: when set, every route but the health probes needs ``Authorization: Bearer``.
+    """``token``: when set, every route but the health probes and the pages that describe the
+    service (/ui, /docs, /redoc, /openapi.json) needs ``Authorization: Bearer``.
     ``ready_checks``: the readiness probe answers 503 while any of them is false (the IPC
     socket cannot accept)."""
     app = FastAPI(
@@ -45,7 +46,7 @@ def create_app(
     app.include_router(triton_shm.router)
     app.include_router(interop.router)
     app.include_router(status.router)
-    docs.install(app)
+    docs.install(app, token_required=bool(token))
     app.state.started = time.monotonic()
 
     registry = runtime.metrics.registry

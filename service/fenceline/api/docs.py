@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
+
+from fenceline.api.security import OPEN_PATHS
 
 ASSETS = "/docs/assets"
 # Both pages may load only from the service: ReDoc would otherwise fetch its logo from its
@@ -23,11 +26,15 @@ def assets_dir() -> Path:
     return Path(str(files("fastapi_offline") / "static"))
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, *, token_required: bool = False) -> None:
     """Adds the two pages and their assets; ``app`` must be created with ``docs_url=None`` and
-    ``redoc_url=None`` (FastAPI's own pages load from a CDN)."""
+    ``redoc_url=None`` (FastAPI's own pages load from a CDN). With ``token_required`` the pages
+    still load without the token (fenceline.api.security), and the OpenAPI document declares the
+    bearer scheme, so Swagger UI's Authorize button takes the token and "Try it out" sends it."""
     app.mount(ASSETS, StaticFiles(directory=assets_dir()), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
+    if token_required:
+        _declare_bearer(app)
 
     @app.get("/docs", include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
@@ -48,6 +55,29 @@ def install(app: FastAPI) -> None:
             redoc_favicon_url=f"{ASSETS}/favicon.png",
             with_google_fonts=False,
         ))
+
+
+BEARER = "bearer"
+
+
+def _declare_bearer(app: FastAPI) -> None:
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = plain()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})[BEARER] = {
+                "type": "http", "scheme": "bearer",
+                "description": "The contents of the service's --token-file.",
+            }
+            schema["security"] = [{BEARER: []}]
+            for path in OPEN_PATHS:
+                for operation in schema["paths"].get(path, {}).values():
+                    operation["security"] = []  # the probes answer without it
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _offline(page: HTMLResponse) -> HTMLResponse:

@@ -90,7 +90,8 @@ def ready(request: Request) -> Response:
 @router.get("/models/stats")
 def all_model_stats(request: Request) -> dict[str, Any]:
     rt = runtime(request)
-    return model_statistics(rt.metrics, list(rt.models))
+    # Counts are kept per model name, so one row per name (its newest version), not per version.
+    return model_statistics(rt.metrics, rt.models.newest())
 
 
 @router.get("/models/{name}/stats")

@@ -8,9 +8,16 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# Health probes answer without a token: orchestrators call them without credentials. /ui is a
-# static page with no data in it; the status JSON it polls needs the token.
-OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/ui")
+# Health probes answer without a token: orchestrators call them without credentials. /ui, the
+# API docs pages, their assets and the OpenAPI document describe the service and hold no data;
+# the calls they make (status JSON, "Try it out") need the token.
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/ui", "/docs", "/redoc", "/openapi.json")
+OPEN_PREFIXES = ("/docs/assets/",)
+
+
+def is_open(path: str) -> bool:
+    # No ``..`` under an open prefix: a path is never both open and routed elsewhere.
+    return path in OPEN_PATHS or (path.startswith(OPEN_PREFIXES) and ".." not in path)
 
 
 async def _reply(send: Send, status: int, message: str, code: str, headers: list[Any] | None = None) -> None:
@@ -30,7 +37,7 @@ class BearerToken:
         self.expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+        if scope["type"] == "http" and not is_open(scope["path"]):
             got = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(got, self.expected):
                 await _reply(send, 401, "this service needs Authorization: Bearer <token>",

@@ -5,22 +5,18 @@
 - :func:`play` (``python -m fenceline.bench.gst PIPELINE``) plays a pipeline to its end and prints
   the first error; the tests use it for pipelines that fail at once, where gst-launch-1.0 1.22
   can hang (docs/gstreamer.md).
-- :func:`run_gst_bench` (``fenceline bench --gst``) prints frames per second through the element
-  beside the same frames pulled out with appsink and run by onnxruntime in this process.
+- :func:`import_gst` loads GStreamer's Python bindings, from Debian's python3-gi if need be
+  (also for ``fenceline bench --gst``, in :mod:`fenceline.bench.gst_fps`).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +78,7 @@ def frames(proc: subprocess.Popen[bytes], shape: tuple[int, ...]) -> Iterator[np
         yield np.frombuffer(data, np.uint8).reshape(shape)
 
 
-# ---- the bench: frames per second through the element beside appsink -> onnxruntime ----------
-
-SIZES = {"720p": (1280, 720), "1080p": (1920, 1080)}
-MODEL = "image_filter_rgba8"
-
-
-def _import_gst() -> Any:
+def import_gst() -> Any:
     """GStreamer's Python bindings (PyGObject). A virtual environment does not see Debian's
     python3-gi; its directory is added (last, so nothing of the venv is shadowed) when the
     system interpreter has the same Python version."""
@@ -115,125 +105,11 @@ def _import_gst() -> Any:
     return gst
 
 
-def _pull_fps(Gst: Any, description: str, frames: int, warmup: int,
-              on_sample: Callable[[Any], None] | None = None) -> float:
-    """Plays `description` (ending in an appsink named sink) and returns frames per second
-    between the warmup-th frame and the last one at the appsink."""
-    pipeline = Gst.parse_launch(description)
-    sink = pipeline.get_by_name("sink")
-    pipeline.set_state(Gst.State.PLAYING)
-    try:
-        start, n = 0.0, 0
-        while True:
-            sample = sink.try_pull_sample(60 * Gst.SECOND)
-            if sample is None:
-                break
-            if on_sample is not None:
-                on_sample(sample)
-            n += 1
-            if n == warmup:
-                start = time.perf_counter()
-        bus = pipeline.get_bus()
-        msg = bus.pop_filtered(Gst.MessageType.ERROR)
-        if msg is not None:
-            err, _ = msg.parse_error()
-            raise ClientError(f"the pipeline failed: {err.message}")
-        if n != frames:
-            raise ClientError(f"the pipeline delivered {n} of {frames} frames")
-        return (n - warmup) / (time.perf_counter() - start)
-    finally:
-        pipeline.set_state(Gst.State.NULL)
-
-
-def bench_size(Gst: Any, socket: Path, model_path: Path, width: int, height: int, frames: int,
-               warmup: int, rounds: int) -> dict[str, Any]:
-    """Alternates the two pipelines `rounds` times and keeps each one's median, so load that
-    comes and goes on a shared machine falls on both alike."""
-    import onnxruntime as ort
-
-    src = f"{SOURCE} num-buffers={frames} ! {caps('RGBA', width, height)}"
-    sink = "appsink name=sink sync=false max-buffers=4"
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    shape = (1, height, width, 4)
-
-    def infer(sample: Any) -> None:
-        buf = sample.get_buffer()
-        ok, info = buf.map(Gst.MapFlags.READ)
-        if not ok:
-            raise ClientError("could not map an appsink buffer")
-        try:
-            x = np.frombuffer(info.data, np.uint8, int(np.prod(shape))).reshape(shape)
-            sess.run(None, {"image": x})
-        finally:
-            buf.unmap(info)
-
-    element_runs: list[float] = []
-    reference_runs: list[float] = []
-    for _ in range(rounds):
-        element_runs.append(_pull_fps(
-            Gst, f"{src} ! fencelinefilter model={MODEL} socket={socket} ! {sink}", frames,
-            warmup))
-        reference_runs.append(_pull_fps(Gst, f"{src} ! {sink}", frames, warmup, infer))
-    element, reference = statistics.median(element_runs), statistics.median(reference_runs)
-    return {"element_fps": element, "appsink_onnxruntime_fps": reference,
-            "ratio": element / reference, "element_rounds": element_runs,
-            "reference_rounds": reference_runs}
-
-
-def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
-                  sizes: list[str] | None = None) -> int:
-    """``fenceline bench --gst``: starts a service, then for each size runs the same frames
-    through fencelinefilter and through appsink into onnxruntime in this process."""
-    from fenceline.cli.process import start_service, stop_service
-    from fenceline.models import build_repository
-    from fenceline.models.builtin import cache_dir
-
-    why = unavailable()
-    if why is not None:
-        print(f"fenceline: {why}", file=sys.stderr)
-        return 2
-    os.environ["GST_PLUGIN_PATH"] = str(gst_plugin_dir())
-    try:
-        Gst = _import_gst()
-    except ClientError as e:
-        print(f"fenceline: {e}", file=sys.stderr)
-        return 2
-    unknown = sorted(set(sizes or []) - set(SIZES))
-    if unknown:
-        print(f"fenceline: --gst sizes are {', '.join(SIZES)}, not {', '.join(unknown)}",
-              file=sys.stderr)
-        return 2
-    frames, warmup, rounds = (60, 10, 1) if quick else (150, 20, 3)
-    model_path = build_repository(cache_dir(), [MODEL]) / MODEL / "1" / "model.onnx"
-    results: dict[str, Any] = {"model": MODEL, "frames": frames, "warmup": warmup,
-                               "rounds": rounds,
-                               "loadavg_before": os.getloadavg()[0], "sizes": {}}
-    with tempfile.TemporaryDirectory(prefix="fenceline-gst-bench-") as tmp:
-        proc, _, sock = start_service([MODEL], Path(tmp))
-        try:
-            print(f"{'size':>6} {'fencelinefilter fps':>20} {'appsink->onnxruntime fps':>25} "
-                  f"{'ratio':>6}")
-            for name in sizes or list(SIZES):
-                width, height = SIZES[name]
-                r = bench_size(Gst, sock, model_path, width, height, frames, warmup, rounds)
-                results["sizes"][name] = r
-                print(f"{name:>6} {r['element_fps']:>20.1f} {r['appsink_onnxruntime_fps']:>25.1f} "
-                      f"{r['ratio']:>6.2f}", flush=True)
-        finally:
-            stop_service(proc)
-    results["loadavg_after"] = os.getloadavg()[0]
-    print(f"load average (1 min) before/after: {results['loadavg_before']:.2f} / "
-          f"{results['loadavg_after']:.2f} on {os.cpu_count()} CPUs")
-    if json_path is not None:
-        json_path.write_text(json.dumps(results, indent=2))
-    return 0
-
-
 def play(description: str, timeout_s: float = 120.0, seek_after_s: float | None = None) -> int:
     """Plays a pipeline until EOS or its first error; prints the error (text, debug, details)
     to stderr. With `seek_after_s`, a flushing seek back to 0 happens that long after PLAYING.
     Returns 0 at EOS, 1 after an error, 2 when nothing ended it in time."""
-    Gst = _import_gst()
+    Gst = import_gst()
     pipeline = Gst.parse_launch(description)
     bus = pipeline.get_bus()
     ending = Gst.MessageType.ERROR | Gst.MessageType.EOS

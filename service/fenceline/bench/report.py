@@ -209,8 +209,9 @@ def document(rows: list[Row], goal_results: list[dict[str, Any]], **extra: Any
         "schema": 1,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
-        "versions": {d: _version(d) for d in ("fenceline", "onnxruntime", "numpy", "tritonclient",
-                                              "nvidia-pytriton")},
+        "versions": {"fenceline": _version("fenceline-inference"),  # the distribution's name
+                     **{d: _version(d) for d in ("onnxruntime", "numpy", "tritonclient",
+                                                 "nvidia-pytriton")}},
         **extra,
         "rows": out_rows,
         "goals": goal_results,

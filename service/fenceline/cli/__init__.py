@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--gst", action="store_true",
                        help="fps through the GStreamer element beside appsink -> onnxruntime "
                             "(docs/gstreamer.md)")
+    bench.add_argument("--rounds", type=int,
+                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1)")
+    bench.add_argument("--frames", type=int,
+                       help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -161,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                                seconds=args.seconds or 10.0, json_path=args.json,
                                plot_path=args.plot)
         if args.gst:
-            from fenceline.bench.gst import run_gst_bench
+            from fenceline.bench.gst_fps import run_gst_bench
 
-            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes)
+            return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes,
+                                 rounds=args.rounds, frames=args.frames)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 

@@ -3,10 +3,19 @@
 The creator of a named object unlinks it on ``close()``; the service never unlinks what it
 imports. Both are context managers and ``close()`` is safe twice; arrays returned by
 ``array()`` keep the mapping alive after ``close()``.
+
+Every error these raise is a :class:`fenceline.errors.FencelineError` with a stable ``code``,
+the importer's own tree (the native code raises the same classes): ``invalid_argument`` for a
+value to fix (also a use after ``close()``), ``conflict`` for a name that exists or a fence
+value that would go backwards, ``resource_exhausted`` when the OS has no memory or descriptor
+left, ``unsupported`` where the platform lacks the kind.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import os
 import secrets
 from typing import Any, TypeVar
@@ -14,7 +23,45 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fenceline import _native
+from fenceline.errors import InvalidArgument
 from fenceline.waiting import AdaptiveSpin
+
+U64_MAX = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+
+
+def _integer(value: Any, what: str, low: int, high: int) -> int:
+    """``value`` as an int in [low, high]; anything else is InvalidArgument naming ``what``
+    (the native bindings would raise a TypeError listing their signatures)."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise InvalidArgument(f"{what} must be an integer, not {value!r}") from None
+    if not low <= n <= high:
+        raise InvalidArgument(f"{what} must be from {low} to {high}, not {n}")
+    return n
+
+
+def _timeout_ns(timeout_s: float | None) -> int:
+    if timeout_s is None:
+        return -1
+    if not isinstance(timeout_s, numbers.Real):
+        raise InvalidArgument(f"timeout_s must be a number of seconds or None, not {timeout_s!r}")
+    t = float(timeout_s)
+    if math.isnan(t) or t < 0:
+        raise InvalidArgument(f"timeout_s must be 0 or more seconds (None: no limit), not {timeout_s!r}")
+    return min(int(t * 1e9), I64_MAX) if math.isfinite(t) else -1
+
+
+def _plain_dtype(dtype: Any) -> np.dtype[Any]:
+    try:
+        dt: np.dtype[Any] = np.dtype(dtype)
+    except TypeError:
+        raise InvalidArgument(f"{dtype!r} is not a numpy dtype") from None
+    # Python objects are pointers: reading them from memory another process writes would crash.
+    if dt.hasobject or dt.itemsize == 0:
+        raise InvalidArgument(f"a shared frame holds plain numbers, not dtype {dt}")
+    return dt
 
 
 def _fresh_name(prefix: str) -> str:
@@ -31,10 +78,16 @@ class _Created:
 
     name: str | None
     handle: Any
+    kind = "object"
+
+    def _live(self) -> Any:
+        if self.handle.closed:
+            raise InvalidArgument(f"{self.kind} is closed")
+        return self.handle
 
     @property
     def fd(self) -> int:
-        return int(self.handle.fd)
+        return int(self._live().fd)
 
     def close(self) -> None:
         if self.handle.closed:
@@ -55,7 +108,12 @@ class SharedFrame(_Created):
     else an anonymous memfd that travels as an fd over the IPC socket. On Windows a frame is
     always a named section (``Local\\...``): it travels by name."""
 
+    kind = "frame"
+
     def __init__(self, size: int, *, name: str | None = None, named: bool = False) -> None:
+        size = _integer(size, "a frame's size in bytes", 1, I64_MAX)
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument(f"a frame's name is a string, not {name!r}")
         if name is not None or named or _native.PLATFORM == "win32":
             self.name = name or _fresh_name("fenceline-frame")
             self.handle = _native.HostMemory.create_shm(self.name, size)
@@ -65,7 +123,13 @@ class SharedFrame(_Created):
         self.size = size
 
     def array(self, dtype: Any, shape: list[int] | tuple[int, ...], offset: int = 0) -> np.ndarray:
-        arr: np.ndarray = self.handle.array(np.dtype(dtype), list(shape), offset)
+        dt = _plain_dtype(dtype)
+        try:
+            dims = [operator.index(d) for d in shape]
+        except TypeError:
+            raise InvalidArgument(f"shape must be a sequence of integers, not {shape!r}") from None
+        offset = _integer(offset, "offset", 0, U64_MAX)
+        arr: np.ndarray = self._live().array(dt, dims, offset)
         return arr
 
 
@@ -74,7 +138,12 @@ class Fence(_Created):
     (Windows: the fence's wake semaphore); ``max_spin_ns=0`` always sleeps. One waiting thread
     per Fence object. On Windows a fence is always named: its wake-up needs a name."""
 
+    kind = "fence"
+
     def __init__(self, *, name: str | None = None, named: bool = False, max_spin_ns: int = 100_000) -> None:
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument(f"a fence's name is a string, not {name!r}")
+        max_spin_ns = _integer(max_spin_ns, "max_spin_ns", 0, I64_MAX)
         if name is not None or named or _native.PLATFORM == "win32":
             self.name = name or _fresh_name("fenceline-fence")
             self.handle = _native.HostFence.create_shm(self.name)
@@ -85,22 +154,25 @@ class Fence(_Created):
 
     @property
     def value(self) -> int:
-        return int(self.handle.value)
+        return int(self._live().value)
 
     @property
     def status(self) -> int:
-        return int(self.handle.status)
+        return int(self._live().status)
 
     def signal(self, value: int) -> None:
-        self.handle.signal(value)
+        """Sets the fence to ``value`` (0 to 2**64 - 1, above the current value: ``conflict``
+        otherwise) and wakes the waiters it satisfies."""
+        self._live().signal(_integer(value, "a fence value", 0, U64_MAX))
 
     def set_status(self, status: int) -> None:
         """0 live, 1 abandoned, 2 error (docs/fences.md); wakes every waiter."""
-        self.handle.set_status(status)
+        self._live().set_status(_integer(status, "a fence status", 0, 2))
 
     def wait(self, value: int, timeout_s: float | None = None) -> bool:
         """True once the fence reaches ``value``; False on timeout, abandonment or error (tell
         them apart by ``value`` and ``status``). Spins adaptively within this process's spinner
         limit, then sleeps on the futex (fenceline.waiting)."""
-        timeout_ns = -1 if timeout_s is None else int(timeout_s * 1e9)
-        return bool(self._spin.wait_fence(self.handle, value, timeout_ns) == _native.WAIT_REACHED)
+        value = _integer(value, "a fence value", 0, U64_MAX)
+        timeout_ns = _timeout_ns(timeout_s)
+        return bool(self._spin.wait_fence(self._live(), value, timeout_ns) == _native.WAIT_REACHED)

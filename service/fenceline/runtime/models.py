@@ -1,7 +1,9 @@
 """The model repository: Triton's layout ``DIR/<name>/<version>/model.onnx`` plus explicit
-``NAME=PATH`` models, each loaded once into an onnxruntime session.
+``NAME=PATH`` models, each version loaded once into an onnxruntime session.
 
-A model directory may hold ``config.json`` with per-model settings::
+A model directory may hold Triton's ``config.pbtxt`` (runtime.model_config: which versions
+load, checked tensors, a warning naming what is not honoured) and fenceline's ``config.json``
+with per-model settings::
 
     {"execution_provider": "cpu", "intra_op_threads": 0}
 """
@@ -19,6 +21,7 @@ import onnxruntime as ort
 
 from fenceline.errors import InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import Datatype, from_ort
+from fenceline.runtime.model_config import ModelConfig
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -84,6 +87,8 @@ class Model:
     version: str
     path: Path
     settings: ModelSettings = field(default_factory=ModelSettings)
+    config: ModelConfig = field(default_factory=ModelConfig)
+    versions: list[str] = field(default_factory=list)  # every loaded version of this name
     session: ort.InferenceSession | None = None
     inputs: dict[str, TensorSpec] = field(default_factory=dict)
     outputs: dict[str, TensorSpec] = field(default_factory=dict)
@@ -105,6 +110,7 @@ class Model:
             raise InvalidArgument(f"model {self.name!r} at {self.path} does not load: {e}") from e
         self.inputs = {a.name: _spec(a) for a in self.session.get_inputs()}
         self.outputs = {a.name: _spec(a) for a in self.session.get_outputs()}
+        self.config.check(self.name, self.inputs, self.outputs)
 
     def check_bindings(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Every model tensor bound, nothing else, each with the model's datatype and shape."""
@@ -131,7 +137,7 @@ class Model:
     def metadata(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "versions": [self.version],
+            "versions": self.versions or [self.version],
             "platform": "onnxruntime_onnx",
             "inputs": [s.metadata() for s in self.inputs.values()],
             "outputs": [s.metadata() for s in self.outputs.values()],
@@ -139,8 +145,11 @@ class Model:
 
 
 class ModelRepository:
+    """Models by name, each with the versions its ``version_policy`` loads; a request without a
+    version gets the newest."""
+
     def __init__(self) -> None:
-        self._models: dict[str, Model] = {}
+        self._models: dict[str, dict[str, Model]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -158,35 +167,52 @@ class ModelRepository:
         if not root.is_dir():
             raise InvalidArgument(f"model repository {root} is not a directory")
         for model_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            versions = sorted(
-                (v for v in model_dir.iterdir() if v.name.isdigit() and (v / "model.onnx").is_file()),
-                key=lambda v: int(v.name),
-            )
-            if not versions:
-                log.warning("skipping %s: no <version>/model.onnx inside", model_dir)
+            config = ModelConfig.load(model_dir)
+            filename = config.default_model_filename
+            available = [int(v.name) for v in model_dir.iterdir()
+                         if v.name.isdigit() and (v / filename).is_file()]  # fmt: skip
+            if not available:
+                log.warning("skipping %s: no <version>/%s inside", model_dir, filename)
                 continue
             settings_path = model_dir / "config.json"
             settings = ModelSettings.load(settings_path) if settings_path.is_file() else ModelSettings()
-            latest = versions[-1]
-            self.add(Model(model_dir.name, latest.name, latest / "model.onnx", settings))
+            config.warn_ignored(model_dir.name)
+            versions = config.version_policy.select(available, str(model_dir / "config.pbtxt"))
+            # Directory names as written ("007" stays "007"), ordered by their number.
+            names = {int(v.name): v.name for v in model_dir.iterdir() if v.name.isdigit()}
+            loaded = [names[v] for v in versions]
+            for v in loaded:
+                self.add(Model(model_dir.name, v, model_dir / v / filename, settings, config,
+                               loaded))
 
     def add(self, model: Model) -> None:
         if not model.path.is_file():
             raise InvalidArgument(f"model {model.name!r}: no file at {model.path}")
         model.load()
         with self._lock:
-            self._models[model.name] = model
+            self._models.setdefault(model.name, {})[model.version] = model
         log.info("loaded model %s version %s from %s", model.name, model.version, model.path)
 
     def get(self, name: str, version: str | None = None) -> Model:
-        model = self._models.get(name)
-        if model is None or (version not in (None, "", model.version)):
+        versions = self._models.get(name, {})
+        model = versions.get(version) if version else self._newest(versions)
+        if model is None:
             suffix = f" version {version}" if version else ""
             raise NotFound(f"no model named {name!r}{suffix}")
         return model
 
+    @staticmethod
+    def _newest(versions: dict[str, Model]) -> Model | None:
+        return max(versions.values(), key=lambda m: int(m.version) if m.version.isdigit() else -1,
+                   default=None)
+
     def names(self) -> list[str]:
         return sorted(self._models)
 
+    def newest(self) -> list[Model]:
+        """One model per name, its newest version."""
+        return [m for v in self._models.values() if (m := self._newest(v)) is not None]
+
     def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(list(self._models.values()))
+        """Every loaded version of every model."""
+        return iter([m for v in list(self._models.values()) for m in v.values()])
