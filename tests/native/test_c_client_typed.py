@@ -1,6 +1,6 @@
-"""API version 4 of the C client (native/client/tests/test_typed.c, run as a separate process
+"""API version 5 of the C client (native/client/tests/test_typed.c, run as a separate process
 against a real service): struct sizes checked with the fix in the message, programs of versions
-1 to 3 still served their layouts, typed server info and model metadata."""
+1 to 4 still served their layouts, typed server info and model metadata."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 CHECKS = [
     "struct_size_zero_is_refused_with_the_fix",
     "bigger_structs_of_later_versions_are_read",
-    "programs_of_version_3_still_run",
+    "programs_of_version_4_still_run",
     "server_details",
     "model_metadata",
     "session_from_metadata_runs",

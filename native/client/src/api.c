@@ -59,6 +59,8 @@ static const char *version_string(void) { return FL_CLIENT_VERSION_STRING; }
     .StartSession = fl_session_start, \
     .PauseSession = fl_session_pause, \
     .StopSession = fl_session_stop, \
+    .SetClientTimeout = fl_client_set_timeout, \
+    .CreateClientWithTimeout = fl_client_create_with_timeout, \
     .GetServerDetails = fl_server_details, \
     .GetServerVersion = fl_server_version, \
     .GetServerProtocol = fl_server_protocol, \
@@ -75,8 +77,8 @@ static const char *version_string(void) { return FL_CLIENT_VERSION_STRING; }
     .ReleaseModelMetadata = fl_model_metadata_release, \
     .GetDatatypeSize = fl_datatype_size
 
-/* Version 4 and later: sized structs. */
-static const FlApi api_v4 = {
+/* Version 5 and later: sized structs. */
+static const FlApi api_v5 = {
     FL_COMMON_ENTRIES,
     .CreateSession = fl_session_create_sized,
     .Run = fl_session_run_sized,
@@ -84,18 +86,18 @@ static const FlApi api_v4 = {
     .CreateStreamingSession = fl_streaming_session_create_sized,
 };
 
-/* Versions 1 to 3: the same functions, the structs without struct_size; the table's later
+/* Versions 1 to 4: the same functions, the structs without struct_size; the table's later
  * members are there too, but such a program never reads them. */
-static const FlApi api_v3 = {
+static const FlApi api_v4 = {
     FL_COMMON_ENTRIES,
-    .CreateSession = fl_session_create_v3,
-    .Run = fl_session_run_v3,
-    .RunAsync = fl_session_run_async_v3,
-    .CreateStreamingSession = fl_streaming_session_create_v3,
+    .CreateSession = fl_session_create_v4,
+    .Run = fl_session_run_v4,
+    .RunAsync = fl_session_run_async_v4,
+    .CreateStreamingSession = fl_streaming_session_create_v4,
 };
 
 FL_EXPORT const FlApi *FlGetApi(uint32_t version) {
   /* Each table is a prefix of every later one; only the struct layouts split them. */
   if (version == 0 || version > FL_API_VERSION) return NULL;
-  return version < 4 ? &api_v3 : &api_v4;
+  return version < 5 ? &api_v4 : &api_v5;
 }

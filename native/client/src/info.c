@@ -1,4 +1,4 @@
-/* Typed getters over the service's JSON (API version 4): the hello reply's version and
+/* Typed getters over the service's JSON (API version 5): the hello reply's version and
  * capabilities, and a model's KServe metadata, so no engine parses JSON by hand. */
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +188,7 @@ static FlStatus *tensor_info(const char *what, const FlModelMetadata *m, size_t 
   if (m == NULL || out == NULL)
     return fl_status(FL_ERROR_INVALID_ARGUMENT, "%s: metadata and out must be set", what);
   FlStatus *st = fl_check_struct_size(what, "FlTensorInfo", out->struct_size,
-                                      FL_TENSOR_INFO_SIZE_V4, sizeof(FlTensorInfo));
+                                      FL_TENSOR_INFO_SIZE_V5, sizeof(FlTensorInfo));
   if (st != NULL) return st;
   if (index >= count)
     return fl_status(FL_ERROR_INVALID_ARGUMENT, "%s: index %zu, but model %s has %zu", what,

@@ -1,7 +1,7 @@
-/* The entry points that take structs which may grow. Version 4's carry struct_size: the caller's
+/* The entry points that take structs which may grow. Version 5's carry struct_size: the caller's
  * structs are copied into this library's layout (fields the caller's version lacks are zero),
- * so remote.c reads one layout only. Versions 1 to 3 had no struct_size; programs built against
- * them get FlGetApi(3)'s table, whose entries read that frozen layout. */
+ * so remote.c reads one layout only. Versions 1 to 4 had no struct_size; programs built against
+ * them get FlGetApi(4)'s table, whose entries read that frozen layout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,7 @@ static FlStatus *copy_views(const char *what, const char *role, const FlTensorVi
   size_t stride = views[0].struct_size;
   char label[64];
   snprintf(label, sizeof label, "%s: %s 0", what, role);
-  FlStatus *st = fl_check_struct_size(label, "FlTensorView", stride, FL_TENSOR_VIEW_SIZE_V4,
+  FlStatus *st = fl_check_struct_size(label, "FlTensorView", stride, FL_TENSOR_VIEW_SIZE_V5,
                                       sizeof(FlTensorView));
   for (size_t i = 0; st == NULL && i < n; ++i) {
     const FlTensorView *v = (const FlTensorView *)((const char *)views + i * stride);
@@ -52,12 +52,12 @@ static FlStatus *copy_views(const char *what, const char *role, const FlTensorVi
   return st;
 }
 
-/* d (any version-4 size) as this library's FlSessionDesc, its arrays copied; free the arrays
+/* d (any version-5 size) as this library's FlSessionDesc, its arrays copied; free the arrays
  * with free_desc. */
 static FlStatus *copy_desc(const char *what, const FlSessionDesc *d, FlSessionDesc *out) {
   if (d == NULL) return NULL; /* create_session names the NULL */
   FlStatus *st = fl_check_struct_size(what, "FlSessionDesc", d->struct_size,
-                                      FL_SESSION_DESC_SIZE_V4, sizeof(FlSessionDesc));
+                                      FL_SESSION_DESC_SIZE_V5, sizeof(FlSessionDesc));
   if (st != NULL) return st;
   copy_sized(out, sizeof *out, d, d->struct_size);
   out->struct_size = sizeof *out;
@@ -107,7 +107,7 @@ static FlStatus *run_sized(const char *what, run_fn run, FlSession *s, uint64_t 
   if (out == NULL) return run(s, wait_value, signal_value, timeout_ms, NULL);
   /* Checked before anything is sent: a bad size must not cost the caller a frame. */
   FlStatus *st = fl_check_struct_size(what, "FlRunResult", out->struct_size,
-                                      FL_RUN_RESULT_SIZE_V4, sizeof(FlRunResult));
+                                      FL_RUN_RESULT_SIZE_V5, sizeof(FlRunResult));
   if (st != NULL) return st;
   FlRunResult r = {sizeof r, 0, 0, 0, 0, 0};
   st = run(s, wait_value, signal_value, timeout_ms, &r);
@@ -130,33 +130,33 @@ FlStatus *fl_session_run_async_sized(FlSession *s, uint64_t wait_value, uint64_t
                    out);
 }
 
-/* ---- versions 1 to 3: the layouts before struct_size, frozen ------------------------------ */
+/* ---- versions 1 to 4: the layouts before struct_size, frozen ------------------------------ */
 
-typedef struct tensor_view_v3 {
+typedef struct tensor_view_v4 {
   const char *name;
   const FlMemoryImport *memory;
   uint64_t offset_bytes;
   const char *datatype;
   const int64_t *shape;
   size_t rank;
-} tensor_view_v3;
+} tensor_view_v4;
 
-typedef struct session_desc_v3 {
+typedef struct session_desc_v4 {
   const char *model;
-  const tensor_view_v3 *inputs;
+  const tensor_view_v4 *inputs;
   size_t input_count;
-  const tensor_view_v3 *outputs;
+  const tensor_view_v4 *outputs;
   size_t output_count;
   const FlFenceImport *wait_fence;
   const FlFenceImport *signal_fence;
-} session_desc_v3;
+} session_desc_v4;
 
-typedef struct run_result_v3 {
+typedef struct run_result_v4 {
   uint64_t signal_value;
   uint32_t wait_us, infer_us, total_us, reserved;
-} run_result_v3;
+} run_result_v4;
 
-static FlTensorView *views_of_v3(const tensor_view_v3 *v, size_t n) {
+static FlTensorView *views_of_v4(const tensor_view_v4 *v, size_t n) {
   FlTensorView *out = calloc(n > 0 ? n : 1, sizeof *out);
   if (out == NULL) return NULL;
   for (size_t i = 0; i < n; ++i) {
@@ -171,9 +171,9 @@ static FlTensorView *views_of_v3(const tensor_view_v3 *v, size_t n) {
   return out;
 }
 
-/* The table's type says FlSessionDesc; a program of versions 1 to 3 passed session_desc_v3. */
-static FlStatus *desc_of_v3(const FlSessionDesc *d, FlSessionDesc *out) {
-  const session_desc_v3 *old = (const session_desc_v3 *)(const void *)d;
+/* The table's type says FlSessionDesc; a program of versions 1 to 4 passed session_desc_v4. */
+static FlStatus *desc_of_v4(const FlSessionDesc *d, FlSessionDesc *out) {
+  const session_desc_v4 *old = (const session_desc_v4 *)(const void *)d;
   memset(out, 0, sizeof *out);
   out->struct_size = sizeof *out;
   out->model = old->model;
@@ -181,8 +181,8 @@ static FlStatus *desc_of_v3(const FlSessionDesc *d, FlSessionDesc *out) {
   out->output_count = old->output_count;
   out->wait_fence = old->wait_fence;
   out->signal_fence = old->signal_fence;
-  FlTensorView *in = old->inputs != NULL ? views_of_v3(old->inputs, old->input_count) : NULL;
-  FlTensorView *outs = old->outputs != NULL ? views_of_v3(old->outputs, old->output_count) : NULL;
+  FlTensorView *in = old->inputs != NULL ? views_of_v4(old->inputs, old->input_count) : NULL;
+  FlTensorView *outs = old->outputs != NULL ? views_of_v4(old->outputs, old->output_count) : NULL;
   if ((old->inputs != NULL && in == NULL) || (old->outputs != NULL && outs == NULL)) {
     free(in);
     free(outs);
@@ -193,31 +193,31 @@ static FlStatus *desc_of_v3(const FlSessionDesc *d, FlSessionDesc *out) {
   return NULL;
 }
 
-FlStatus *fl_session_create_v3(FlClient *c, const FlSessionDesc *d, FlSession **out) {
+FlStatus *fl_session_create_v4(FlClient *c, const FlSessionDesc *d, FlSession **out) {
   FlSessionDesc copy = {0};
-  FlStatus *st = d != NULL ? desc_of_v3(d, &copy) : NULL;
+  FlStatus *st = d != NULL ? desc_of_v4(d, &copy) : NULL;
   if (st != NULL) return st;
   st = fl_session_create(c, d != NULL ? &copy : NULL, out);
   free_desc(&copy);
   return st;
 }
 
-FlStatus *fl_streaming_session_create_v3(FlClient *c, const FlSessionDesc *d, const char *policy,
+FlStatus *fl_streaming_session_create_v4(FlClient *c, const FlSessionDesc *d, const char *policy,
                                          int64_t spin_us, int start, FlSession **out) {
   FlSessionDesc copy = {0};
-  FlStatus *st = d != NULL ? desc_of_v3(d, &copy) : NULL;
+  FlStatus *st = d != NULL ? desc_of_v4(d, &copy) : NULL;
   if (st != NULL) return st;
   st = fl_streaming_session_create(c, d != NULL ? &copy : NULL, policy, spin_us, start, out);
   free_desc(&copy);
   return st;
 }
 
-static FlStatus *run_v3(run_fn run, FlSession *s, uint64_t wait_value, uint64_t signal_value,
+static FlStatus *run_v4(run_fn run, FlSession *s, uint64_t wait_value, uint64_t signal_value,
                         uint32_t timeout_ms, FlRunResult *out) {
   FlRunResult r = {sizeof r, 0, 0, 0, 0, 0};
   FlStatus *st = run(s, wait_value, signal_value, timeout_ms, out != NULL ? &r : NULL);
   if (st == NULL && out != NULL) {
-    run_result_v3 *old = (run_result_v3 *)(void *)out;
+    run_result_v4 *old = (run_result_v4 *)(void *)out;
     old->signal_value = r.signal_value;
     old->wait_us = r.wait_us;
     old->infer_us = r.infer_us;
@@ -227,12 +227,12 @@ static FlStatus *run_v3(run_fn run, FlSession *s, uint64_t wait_value, uint64_t 
   return st;
 }
 
-FlStatus *fl_session_run_v3(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+FlStatus *fl_session_run_v4(FlSession *s, uint64_t wait_value, uint64_t signal_value,
                             uint32_t timeout_ms, FlRunResult *out) {
-  return run_v3(fl_session_run, s, wait_value, signal_value, timeout_ms, out);
+  return run_v4(fl_session_run, s, wait_value, signal_value, timeout_ms, out);
 }
 
-FlStatus *fl_session_run_async_v3(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+FlStatus *fl_session_run_async_v4(FlSession *s, uint64_t wait_value, uint64_t signal_value,
                                   uint32_t timeout_ms, FlRunResult *out) {
-  return run_v3(fl_session_run_async, s, wait_value, signal_value, timeout_ms, out);
+  return run_v4(fl_session_run_async, s, wait_value, signal_value, timeout_ms, out);
 }

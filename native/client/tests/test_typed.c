@@ -1,5 +1,5 @@
-/* Checks of API version 4 against a live service (tests/native/test_c_client_typed.py runs them):
- * struct sizes, the frozen layouts of versions 1 to 3, server info and model metadata.
+/* Checks of API version 5 against a live service (tests/native/test_c_client_typed.py runs them):
+ * struct sizes, the frozen layouts of versions 1 to 4, server info and model metadata.
  *
  *   test_typed SOCKET CHECK   runs one check, prints "ok CHECK: detail", exits 0 (1 on failure)
  *   test_typed - list         prints the names of the checks
@@ -148,52 +148,53 @@ static void check_bigger_structs_of_later_versions_are_read(void) {
   free_setup(&s);
 }
 
-/* The layouts of versions 1 to 3, as a program built then has them. */
-typedef struct view_v3 {
+/* The layouts of versions 1 to 4, as a program built then has them. */
+typedef struct view_v4 {
   const char *name;
   const FlMemoryImport *memory;
   uint64_t offset_bytes;
   const char *datatype;
   const int64_t *shape;
   size_t rank;
-} view_v3;
+} view_v4;
 
-typedef struct desc_v3 {
+typedef struct desc_v4 {
   const char *model;
-  const view_v3 *inputs;
+  const view_v4 *inputs;
   size_t input_count;
-  const view_v3 *outputs;
+  const view_v4 *outputs;
   size_t output_count;
   const FlFenceImport *wait_fence;
   const FlFenceImport *signal_fence;
-} desc_v3;
+} desc_v4;
 
-typedef struct result_v3 {
+typedef struct result_v4 {
   uint64_t signal_value;
   uint32_t wait_us, infer_us, total_us, reserved;
-} result_v3;
+} result_v4;
 
-static void check_programs_of_version_3_still_run(void) {
-  const FlApi *v3 = FlGetApi(3);
-  EXPECT(v3 != NULL && v3 != api && v3->CreateFrame == api->CreateFrame);
+static void check_programs_of_version_4_still_run(void) {
+  const FlApi *v4 = FlGetApi(4);
+  EXPECT(v4 != NULL && v4 != api && v4->CreateFrame == api->CreateFrame &&
+         v4->SetClientTimeout == api->SetClientTimeout && FlGetApi(3) == v4);
   setup s;
   make_setup(&s);
-  view_v3 in = {"x", s.memory, 0, "FP32", SHAPE, 4};
-  view_v3 out = {"y", s.memory, NBYTES, "FP32", SHAPE, 4};
-  desc_v3 d = {"add_64x64", &in, 1, &out, 1, s.ready_import, s.done_import};
+  view_v4 in = {"x", s.memory, 0, "FP32", SHAPE, 4};
+  view_v4 out = {"y", s.memory, NBYTES, "FP32", SHAPE, 4};
+  desc_v4 d = {"add_64x64", &in, 1, &out, 1, s.ready_import, s.done_import};
   FlSession *session = NULL;
-  OK(v3->CreateSession(s.client, (const FlSessionDesc *)(const void *)&d, &session));
-  result_v3 r = {0, 0, 0, 0, 12345};
+  OK(v4->CreateSession(s.client, (const FlSessionDesc *)(const void *)&d, &session));
+  result_v4 r = {0, 0, 0, 0, 12345};
   for (uint64_t n = 1; n <= 2; ++n) {
     for (int i = 0; i < ELEMENTS; ++i) s.x[i] = (float)(i + (int)n);
     OK(api->SignalFence(s.ready, n));
-    OK(v3->Run(session, n, 0, FL_TIMEOUT_DEFAULT, (FlRunResult *)(void *)&r));
+    OK(v4->Run(session, n, 0, FL_TIMEOUT_DEFAULT, (FlRunResult *)(void *)&r));
     EXPECT(r.signal_value == n && r.reserved == 0);
     expect_y_is_x_plus_one(&s);
   }
-  v3->ReleaseSession(session);
+  v4->ReleaseSession(session);
   free_setup(&s);
-  snprintf(detail, sizeof detail, "2 frames through FlGetApi(3)'s layouts");
+  snprintf(detail, sizeof detail, "2 frames through FlGetApi(4)'s layouts");
 }
 
 /* ---- typed getters ------------------------------------------------------------------------------ */
@@ -293,7 +294,7 @@ static const check_entry CHECKS[] = {
     {"struct_size_zero_is_refused_with_the_fix", check_struct_size_zero_is_refused_with_the_fix},
     {"bigger_structs_of_later_versions_are_read",
      check_bigger_structs_of_later_versions_are_read},
-    {"programs_of_version_3_still_run", check_programs_of_version_3_still_run},
+    {"programs_of_version_4_still_run", check_programs_of_version_4_still_run},
     {"server_details", check_server_details},
     {"model_metadata", check_model_metadata},
     {"session_from_metadata_runs", check_session_from_metadata_runs},
