@@ -17,7 +17,6 @@ import onnxruntime as ort
 import pytest
 
 from tests.windows.test_service import FRAMES, WinService, finish
-from tests.windows.test_service import service as service  # the module's own service
 
 HERE = Path(__file__).parent
 # Set by .ci/windows, which builds the programs; outside the lane these tests cannot run.
