@@ -329,6 +329,14 @@ def test_c_api_engine_build_runs_as_written(service: Service, tmp_path: Path) ->
         return r.stdout
 
     sh(install.text, clone)
+    # The document's table of installed files names what the build made (the library's version
+    # follows FL_API_VERSION, so a bump that the table missed fails here).
+    prefix = home / ".local" / "fenceline-client"
+    text = (ROOT / doc).read_text()
+    table = text[text.index("| installed | what |"):].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([^`]+)`", table, re.M)
+    assert any(".so." in p for p in listed)
+    assert [p for p in listed if not (prefix / p).exists()] == []
     with_cmake, with_pc = tmp_path / "with-cmake", tmp_path / "with-pkg-config"
     for d in (with_cmake, with_pc):
         d.mkdir()
