@@ -12,12 +12,16 @@ GST_DEBUG_CATEGORY(fenceline_filter_debug);
 #define FORMATS "{ RGBA, BGRA, RGBx, BGRx, RGB, BGR }"
 #define DEFAULT_TIMEOUT_MS 10000
 #define DEFAULT_IN_FLIGHT 2
+/* Long enough for a loaded machine's slowest answer, short enough that a hung service stops a
+ * live pipeline within seconds rather than never. */
+#define DEFAULT_SERVICE_TIMEOUT_MS 10000
 
 enum {
   PROP_0,
   PROP_MODEL,
   PROP_SOCKET,
   PROP_TIMEOUT,
+  PROP_SERVICE_TIMEOUT,
   PROP_FRAMES_IN_FLIGHT,
   PROP_INPUT_NAME,
   PROP_OUTPUT_NAME,
@@ -61,8 +65,11 @@ static FlStatus *connect_service(FencelineFilter *self) {
   const FlApi *api = self->api;
   GST_OBJECT_LOCK(self);
   gchar *socket = g_strdup(self->socket);
+  int64_t deadline_ns = (int64_t)self->service_timeout_ms * 1000000;
   GST_OBJECT_UNLOCK(self);
-  FlStatus *st = api->CreateClient(socket, "gstreamer", &self->client);
+  /* Every later call on the client keeps this deadline (a run's: it plus the run's timeout): a
+   * service that hangs fails the call with timed_out and closes the connection. */
+  FlStatus *st = api->CreateClientWithTimeout(socket, "gstreamer", deadline_ns, &self->client);
   g_free(socket);
   if (st == NULL) st = api->CreateFence(NULL, &self->ready);
   if (st == NULL) st = api->CreateFence(NULL, &self->done);
@@ -438,6 +445,7 @@ static void filter_set_property(GObject *obj, guint id, const GValue *value, GPa
     case PROP_MODEL: g_free(self->model); self->model = g_value_dup_string(value); break;
     case PROP_SOCKET: g_free(self->socket); self->socket = g_value_dup_string(value); break;
     case PROP_TIMEOUT: self->timeout_ms = g_value_get_uint(value); break;
+    case PROP_SERVICE_TIMEOUT: self->service_timeout_ms = g_value_get_uint(value); break;
     case PROP_FRAMES_IN_FLIGHT: self->in_flight = g_value_get_uint(value); break;
     case PROP_INPUT_NAME:
       g_free(self->input_name);
@@ -469,6 +477,7 @@ static void filter_get_property(GObject *obj, guint id, GValue *value, GParamSpe
     case PROP_MODEL: g_value_set_string(value, self->model); break;
     case PROP_SOCKET: g_value_set_string(value, self->socket); break;
     case PROP_TIMEOUT: g_value_set_uint(value, self->timeout_ms); break;
+    case PROP_SERVICE_TIMEOUT: g_value_set_uint(value, self->service_timeout_ms); break;
     case PROP_FRAMES_IN_FLIGHT: g_value_set_uint(value, self->in_flight); break;
     case PROP_INPUT_NAME: g_value_set_string(value, self->input_name); break;
     case PROP_OUTPUT_NAME: g_value_set_string(value, self->output_name); break;
@@ -514,6 +523,13 @@ static void fenceline_filter_class_init(FencelineFilterClass *klass) {
                         "Milliseconds the service waits for a frame's input fence", 1, G_MAXUINT32 - 1,
                         DEFAULT_TIMEOUT_MS, rw));
   g_object_class_install_property(
+      gobject_class, PROP_SERVICE_TIMEOUT,
+      g_param_spec_uint("service-timeout", "Service timeout",
+                        "Milliseconds the element waits for the service's answer to a call (for "
+                        "a frame: beyond its timeout) before it fails the pipeline with "
+                        "timed_out",
+                        1, G_MAXUINT32 - 1, DEFAULT_SERVICE_TIMEOUT_MS, rw));
+  g_object_class_install_property(
       gobject_class, PROP_FRAMES_IN_FLIGHT,
       g_param_spec_uint("frames-in-flight", "Frames in flight",
                         "Frames handed to the service before the oldest is pushed on", 1, 16,
@@ -555,6 +571,7 @@ static void fenceline_filter_class_init(FencelineFilterClass *klass) {
 static void fenceline_filter_init(FencelineFilter *self) {
   self->api = FlGetApi(FL_API_VERSION);
   self->timeout_ms = DEFAULT_TIMEOUT_MS;
+  self->service_timeout_ms = DEFAULT_SERVICE_TIMEOUT_MS;
   self->in_flight = DEFAULT_IN_FLIGHT;
   self->input_name = g_strdup("image");
   self->output_name = g_strdup("display");

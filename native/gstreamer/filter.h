@@ -37,6 +37,7 @@ struct _FencelineFilter {
   gchar *input_name;
   gchar *output_name;
   guint timeout_ms;
+  guint service_timeout_ms; /* the client-side deadline of each call to the service */
   guint in_flight;
 
   /* The connection and what is bound on it; used by the streaming thread, and by the worker

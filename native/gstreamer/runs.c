@@ -33,7 +33,8 @@ static void job_free(FencelineFilter *self, FlJob *job) {
 }
 
 /* Drops every job not yet pushed: those not sent at once, the one the service runs once it is
- * done (a run cannot be recalled; it ends within the timeout, or at once if the service died).
+ * done (a run cannot be recalled; it ends within its deadline, `timeout` + `service-timeout`,
+ * or at once if the service died).
  * Their buffers go back to their pools. */
 void discard_jobs(FencelineFilter *self) {
   g_mutex_lock(&self->lock);

@@ -22,6 +22,7 @@ from fenceline.bench import gst
 from fenceline.models import build_repository
 from tests.support.service import Service, start_service, stop_service
 
+ROOT = Path(__file__).resolve().parents[2]
 WHY = gst.unavailable()
 if WHY is not None and os.environ.get("FENCELINE_REQUIRE_GST"):
     raise RuntimeError(f"FENCELINE_REQUIRE_GST is set but {WHY}")
@@ -232,6 +233,62 @@ def test_service_killed_mid_stream_fails_the_pipeline_instead_of_hanging(
         err = (tmp_path / "killed.log").read_text(errors="replace")
         assert rc != 0
         assert "fenceline error transport" in err, err
+    finally:
+        stop_service(svc)
+
+
+@pytest.mark.parametrize("mode", ["mute", "hello"])
+def test_service_that_never_answers_fails_the_pipeline_with_timed_out(
+    mode: str, tmp_path: Path
+) -> None:
+    """A real process accepts the connection and never answers (or answers only the hello): the
+    element's calls give up after service-timeout and the pipeline ends with timed_out."""
+    sock = tmp_path / "silent.sock"
+    silent = subprocess.Popen([sys.executable, "-m", "tests.support.silent_service", str(sock),
+                               mode], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert silent.stdout is not None and silent.stdout.readline().strip() == "ready"
+        err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
+                              f"fencelinefilter model=m socket={sock} service-timeout=500 ! "
+                              "fakesink", tmp_path)
+        assert "fenceline error timed_out" in err, err
+        assert "fenceline-code-name=(string)timed_out" in err, err
+        assert silent.poll() is None  # hung, not dead: the element gave up on its own
+    finally:
+        silent.kill()
+        silent.communicate(timeout=30)
+
+
+def test_service_stopped_mid_stream_fails_the_pipeline_with_timed_out(
+    gst_repo: Path, tmp_path: Path
+) -> None:
+    """SIGSTOP hangs a real service under a run: the run's deadline (its timeout plus
+    service-timeout) ends the pipeline with timed_out; once the service goes on, it holds
+    nothing of the element, whose connection was closed."""
+    (tmp_path / "svc").mkdir()
+    svc = start_service(gst_repo, tmp_path / "svc")
+    try:
+        proc = gst.launch(f"{gst.SOURCE} ! {gst.caps('RGBA', 320, 240)} ! "
+                          f"{filter_line('image_filter_rgba8', svc, timeout=1000, service_timeout=1000)}"
+                          " ! fakesink",
+                          tmp_path / "stopped.log", stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while metric(svc, "fenceline_session_runs_total") < 20:
+            assert proc.poll() is None, (tmp_path / "stopped.log").read_text()
+            assert time.monotonic() < deadline, "no frames ran"
+            time.sleep(0.1)
+        svc.proc.send_signal(signal.SIGSTOP)
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the pipeline hung on a stopped service")
+        finally:
+            svc.proc.send_signal(signal.SIGCONT)
+        err = (tmp_path / "stopped.log").read_text(errors="replace")
+        assert rc != 0
+        assert "fenceline error timed_out" in err, err
+        assert held_by_service(svc) == (0.0, 0.0)
     finally:
         stop_service(svc)
 
