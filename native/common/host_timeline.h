@@ -61,6 +61,14 @@ typedef struct fl_htl_wake fl_htl_wake;
 int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out);
 void fl_htl_wake_close(fl_htl_wake *w); /* NULL is fine */
 
+/* Handles instead of names (Windows; docs/windows.md, "Handles"). With name NULL and create 1,
+ * fl_htl_wake_open makes an unnamed wake object, for a fence page that travels as a handle.
+ * fl_htl_wake_adopt takes ownership of a wake object's OS handle (a semaphore HANDLE already
+ * duplicated into this process), also when it fails; fl_htl_wake_native is the OS handle (-1
+ * where there is none). On Linux there is no wake object: adopt answers FL_HTL_E_OS. */
+int fl_htl_wake_adopt(intptr_t handle, fl_htl_wake **out);
+intptr_t fl_htl_wake_native(const fl_htl_wake *w);
+
 #define FL_HTL_E_NOT_FOUND (-2)
 #define FL_HTL_E_EXISTS (-3)
 #define FL_HTL_E_WRONG_TYPE (-4)

@@ -9,6 +9,7 @@
 
 #include "cuda_d3d12.h"
 #include "d3d12_interop.h"
+#include "nt_handles.h"
 
 namespace py = pybind11;
 
@@ -134,6 +135,16 @@ void bind_d3d12(py::module_ &mod) {
       py::arg("windows"), py::arg("driver_loaded"), py::arg("driver_reason"),
       py::arg("has_luid_query"), py::arg("device_count"),
       "(supported, reason) for the given platform facts. Pure.");
+  mod.def("nt_handle_value", &d3d12::nt_handle, py::arg("value"),
+          "A handle value a renderer may send (not 0, not a pseudo-handle, 32 bits); "
+          "InvalidArgument names the rule. Pure.");
+  mod.def("nt_object_type", &nt::expected_object_type, py::arg("role"),
+          "The kernel object type a handle passed in `role` (section, wake, d3d12_heap, "
+          "d3d12_resource, d3d12_fence) must have. Pure.");
+  mod.def("nt_check_object_type", &nt::check_object_type, py::arg("role"), py::arg("actual"),
+          py::arg("handle"),
+          "InvalidArgument, naming the handle and both types, unless `actual` is the type "
+          "`role` needs. Pure.");
   mod.def("d3d12_close_handle", &cuda::close_nt_handle, py::arg("handle"),
           "Closes an NT handle received for an import that did not happen (no-op off Windows).");
   mod.def("d3d12_capability", [] { return capability_pair(cuda::d3d12_capability()); },

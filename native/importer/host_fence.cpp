@@ -9,13 +9,14 @@ HostFence::HostFence(std::shared_ptr<HostMemory> m, std::shared_ptr<fl_htl_wake>
 
 namespace {
 
-std::shared_ptr<fl_htl_wake> wake_for(const std::string &name, bool create) {
+// name nullptr: an unnamed wake object (create only), for a page that travels as a handle.
+std::shared_ptr<fl_htl_wake> wake_for(const std::string *name, bool create) {
   fl_htl_wake *w = nullptr;
-  const int rc = fl_htl_wake_open(name.c_str(), create ? 1 : 0, &w);
-  const std::string wake_name = name + FL_HTL_WAKE_SUFFIX;
+  const int rc = fl_htl_wake_open(name ? name->c_str() : nullptr, create ? 1 : 0, &w);
+  if (rc == 0) return std::shared_ptr<fl_htl_wake>(w, fl_htl_wake_close);
+  if (name == nullptr) throw Error(Code::OsError, "cannot create an unnamed wake semaphore");
+  const std::string wake_name = *name + FL_HTL_WAKE_SUFFIX;
   switch (rc) {
-    case 0:
-      return std::shared_ptr<fl_htl_wake>(w, fl_htl_wake_close);
     case FL_HTL_E_NOT_FOUND:
       throw Error(Code::NotFound, "the fence's wake semaphore '" + wake_name +
                                       "' does not exist: a Windows host_timeline fence is a "
@@ -44,7 +45,7 @@ std::shared_ptr<HostMemory> validated(std::shared_ptr<HostMemory> m) {
 
 std::shared_ptr<HostFence> HostFence::open_shm(const std::string &name) {
   auto m = validated(HostMemory::open_shm(name, 0, 0, true));
-  return std::shared_ptr<HostFence>(new HostFence(std::move(m), wake_for(name, false)));
+  return std::shared_ptr<HostFence>(new HostFence(std::move(m), wake_for(&name, false)));
 }
 
 std::shared_ptr<HostFence> HostFence::from_fd(int fd) {
@@ -52,17 +53,36 @@ std::shared_ptr<HostFence> HostFence::from_fd(int fd) {
       new HostFence(validated(HostMemory::from_fd(fd, 0, 0, true)), nullptr));
 }
 
+std::shared_ptr<HostFence> HostFence::from_handles(NativeHandle section, NativeHandle wake) {
+  // The wake handle is adopted first: from here on both are owned, whatever throws.
+  fl_htl_wake *w = nullptr;
+  const int rc = fl_htl_wake_adopt(wake, &w);
+  std::shared_ptr<fl_htl_wake> owned_wake(w, fl_htl_wake_close);
+#ifdef _WIN32
+  auto m = HostMemory::from_handle(section, 0, 0, true);
+  if (rc != 0) throw Error(Code::InvalidArgument, "invalid wake semaphore handle");
+  return std::shared_ptr<HostFence>(new HostFence(validated(std::move(m)), std::move(owned_wake)));
+#else
+  // A POSIX "handle" would be an fd this process never received: touch nothing.
+  (void)section;
+  (void)rc;
+  throw Error(Code::Unsupported, "fence pages travel as handles only on Windows");
+#endif
+}
+
 std::shared_ptr<HostFence> HostFence::create_shm(const std::string &name) {
   auto m = HostMemory::create_shm(name, FL_HTL_PAGE_SIZE);
-  auto wake = wake_for(name, true);
+  auto wake = wake_for(&name, true);
   fl_htl_init(m->mapping()->data(), 0);
   return std::shared_ptr<HostFence>(new HostFence(std::move(m), std::move(wake)));
 }
 
 std::shared_ptr<HostFence> HostFence::create_memfd(const std::string &name) {
   auto m = HostMemory::create_memfd(name, FL_HTL_PAGE_SIZE);
+  // Linux needs no wake object; Windows gets an unnamed semaphore that travels beside the page.
+  auto wake = wake_for(nullptr, true);
   fl_htl_init(m->mapping()->data(), 0);
-  return std::shared_ptr<HostFence>(new HostFence(std::move(m), nullptr));
+  return std::shared_ptr<HostFence>(new HostFence(std::move(m), std::move(wake)));
 }
 
 namespace {

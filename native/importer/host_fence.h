@@ -15,6 +15,9 @@ class HostFence {
   // Importer side: validates magic and version.
   static std::shared_ptr<HostFence> open_shm(const std::string &name);
   static std::shared_ptr<HostFence> from_fd(int fd);  // takes ownership of fd
+  // Windows: a fence page's section and its wake semaphore, both duplicated into this process
+  // (docs/windows.md, "Handles"); takes ownership of both, also when it throws.
+  static std::shared_ptr<HostFence> from_handles(NativeHandle section, NativeHandle wake);
   // Signaller side: creates and initialises the page at value 0.
   static std::shared_ptr<HostFence> create_shm(const std::string &name);
   static std::shared_ptr<HostFence> create_memfd(const std::string &name);
@@ -30,6 +33,8 @@ class HostFence {
   int wait(std::uint64_t target, std::int64_t timeout_ns, std::int64_t spin_ns) const;
 
   HostMemory &memory() { return *memory_; }
+  // The wake object's OS handle (Windows: the semaphore), -1 where there is none.
+  NativeHandle wake_handle() const { return wake_ ? fl_htl_wake_native(wake_.get()) : -1; }
   void close() {
     memory_->close();
     wake_.reset();

@@ -35,6 +35,19 @@ void check_range(std::uint64_t offset, std::uint64_t nbytes, std::uint64_t size,
   }
 }
 
+std::uint64_t mapped_range(std::uint64_t offset, std::uint64_t size, std::uint64_t object_size,
+                           const char *object) {
+  if (size == 0) {
+    if (offset >= object_size)
+      throw Error(Code::InvalidArgument, "offset_bytes " + std::to_string(offset) +
+                                             " is not inside the " +
+                                             std::to_string(object_size) + "-byte " + object);
+    size = object_size - offset;
+  }
+  check_range(offset, size, object_size, "memory range");
+  return size;
+}
+
 std::uint64_t tensor_nbytes(const std::vector<std::int64_t> &shape,
                             std::uint64_t element_size) {
   bool empty = false;

@@ -63,6 +63,12 @@ std::uint64_t tensor_nbytes(const std::vector<std::int64_t> &shape, std::uint64_
 void check_range(std::uint64_t offset, std::uint64_t nbytes, std::uint64_t size,
                  const char *what);
 
+// The byte count of an import's range [offset, offset + size) inside an object of object_size
+// bytes, checked; size 0 means "to the end". `object` names it in the message ("object",
+// "section"). Every platform's Mapping calls this before it maps anything.
+std::uint64_t mapped_range(std::uint64_t offset, std::uint64_t size, std::uint64_t object_size,
+                           const char *object);
+
 // A memory import as Python sees it: a name (when it has one), the access mode and the mapping.
 class HostMemory {
  public:

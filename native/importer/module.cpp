@@ -204,11 +204,20 @@ PYBIND11_MODULE(_native, mod) {
       .def_static("open_shm", &fl::HostFence::open_shm, py::arg("name"))
       .def_static("from_fd", &fl::HostFence::from_fd, py::arg("fd"),
                   "Takes ownership of fd, also when it raises.")
+      .def_static("from_handles", &fl::HostFence::from_handles, py::arg("section"),
+                  py::arg("wake"),
+                  "Windows: a fence page's section and wake semaphore handles, duplicated into "
+                  "this process; takes ownership of both, also when it raises.")
       .def_static("create_shm", &fl::HostFence::create_shm, py::arg("name"))
       .def_static("create_memfd", &fl::HostFence::create_memfd, py::arg("name"))
       .def_property_readonly("value", &fl::HostFence::value)
       .def_property_readonly("status", &fl::HostFence::status)
       .def_property_readonly("fd", [](fl::HostFence &f) { return f.memory().mapping()->fd(); })
+      .def_property_readonly("handle",
+                             [](fl::HostFence &f) { return f.memory().mapping()->handle(); },
+                             "The page's OS handle: the fd on POSIX, the section on Windows.")
+      .def_property_readonly("wake_handle", &fl::HostFence::wake_handle,
+                             "Windows: the wake semaphore's handle; -1 on POSIX.")
       .def_property_readonly("name", [](fl::HostFence &f) { return f.memory().name(); })
       .def_property_readonly("closed", [](fl::HostFence &f) { return f.memory().closed(); })
       .def("signal", &fl::HostFence::signal, py::arg("value"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'recv_message', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -106,6 +106,11 @@ class HostFence:
         Takes ownership of fd, also when it raises.
         """
     @staticmethod
+    def from_handles(section: typing.SupportsInt | typing.SupportsIndex, wake: typing.SupportsInt | typing.SupportsIndex) -> HostFence:
+        """
+        Windows: a fence page's section and wake semaphore handles, duplicated into this process; takes ownership of both, also when it raises.
+        """
+    @staticmethod
     def open_shm(name: str) -> HostFence:
         ...
     def close(self) -> None:
@@ -127,6 +132,11 @@ class HostFence:
     def fd(self) -> int:
         ...
     @property
+    def handle(self) -> int:
+        """
+        The page's OS handle: the fd on POSIX, the section on Windows.
+        """
+    @property
     def name(self) -> str:
         ...
     @property
@@ -135,6 +145,11 @@ class HostFence:
     @property
     def value(self) -> int:
         ...
+    @property
+    def wake_handle(self) -> int:
+        """
+        Windows: the wake semaphore's handle; -1 on POSIX.
+        """
 class CudaDevice:
     @staticmethod
     def by_luid(luid: typing.SupportsInt | typing.SupportsIndex) -> CudaDevice:
@@ -294,6 +309,18 @@ def error_codes() -> dict[str, int]:
 def mapping_stats() -> tuple[int, int, int]:
     """
     (mappings, bytes, faults): host shared-memory mappings held now, their bytes, and the SIGBUS faults absorbed since start because a mapped object shrank (POSIX).
+    """
+def nt_check_object_type(role: str, actual: str, handle: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    InvalidArgument, naming the handle and both types, unless `actual` is the type `role` needs. Pure.
+    """
+def nt_handle_value(value: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    A handle value a renderer may send (not 0, not a pseudo-handle, 32 bits); InvalidArgument names the rule. Pure.
+    """
+def nt_object_type(role: str) -> str:
+    """
+    The kernel object type a handle passed in `role` (section, wake, d3d12_heap, d3d12_resource, d3d12_fence) must have. Pure.
     """
 def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[bytes | None, list[int], str | None]:
     """

@@ -182,11 +182,30 @@ def test_scaling_mode_prints_a_table_and_writes_json(tmp_path: Path) -> None:
     assert [r["renderers"] for r in doc["rows"]] == [1, 2]
     for row in doc["rows"]:
         assert row["floor_fps"] > 0 and row["ipc_fps"] > 0, row
+        # both sides are rounded in the JSON (0.1 frames/s, the share to 3 decimals)
         assert row["ipc_share_of_floor"] == pytest.approx(row["ipc_fps"] / row["floor_fps"],
-                                                          rel=1e-2)
+                                                          abs=2e-3)
         assert row["outputs_equal"] is True
     assert doc["goal"]["met"] is None  # no row with 8 renderers
     assert "ipc/floor" in done.stdout
+
+
+def test_scaling_mode_sets_the_intra_op_threads_of_both_sides(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    done = bench(tmp_path, "--scaling", "1", "--sizes", "64x64", "--seconds", "1",
+                 "--intra-op-threads", "1", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["intra_op_threads"] == 1 and "intra-op threads 1" in done.stdout
+    (row,) = doc["rows"]
+    assert row["floor_fps"] > 0 and row["ipc_fps"] > 0 and row["outputs_equal"] is True
+
+
+def test_intra_op_threads_without_scaling_is_refused(tmp_path: Path) -> None:
+    done = bench(tmp_path, "--quick", "--intra-op-threads", "1")
+    assert done.returncode == 2
+    assert "--intra-op-threads goes with --scaling" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_scaling_mode_rejects_a_bad_renderer_count(tmp_path: Path) -> None:

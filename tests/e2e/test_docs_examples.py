@@ -163,6 +163,9 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/windows.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
     ("docs/windows.md", "import numpy as np"): ["tests/windows/test_native.py::test_section_made_by_another_process_is_mapped_by_name"],
     ("docs/windows.md", "import httpx"): ["tests/windows/test_native.py::test_capabilities_report_linux_only_kinds_false"],
+    ("docs/windows.md", "/* renderer.c: cl renderer.c /I <pkg>\\include <pkg>\\lib\\fenceline_client.lib, or with"): [
+        "tests/windows/test_c_client.py::test_docs_c_renderer_runs_as_written",
+    ],
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
         "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
     ],

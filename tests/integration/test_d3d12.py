@@ -103,3 +103,49 @@ def test_an_fd_sent_with_a_d3d12_import_is_closed_by_the_service(service: Servic
         assert "never as a file descriptor" in codec.decode_error(reply.body).message
     after, _ = service.settled()
     assert after == before
+
+
+# -- handles instead of names: Windows pipe only (docs/windows.md, "Handles") ---------------------
+
+
+def test_ipc_requests_carrying_a_windows_handle_are_refused_on_linux(service: Service) -> None:
+    with IpcClient(service.socket) as c:
+        for call in (
+            lambda: c.import_d3d12_memory("d3d12_heap", None, MiB, adapter_luid=7, handle=0x40),
+            lambda: c.import_d3d12_fence(adapter_luid=7, handle=0x40),
+            lambda: c._call(codec.Kind.IMPORT_MEMORY, {"handle_type": "host_shm", "handle": 0x40}),
+            lambda: c._call(codec.Kind.IMPORT_FENCE,
+                            {"fence_type": "host_timeline", "handle": 0x40, "wake_handle": 0x44}),
+        ):
+            with pytest.raises(ServiceError) as e:
+                call()
+            assert e.value.code == "unsupported" and "Windows named pipe" in str(e.value)
+        c.model_metadata("add_64x64")  # the connection stays usable
+
+
+def test_an_fd_sent_beside_a_windows_handle_is_closed(service: Service) -> None:
+    before, _ = service.settled()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s, SharedFrame(4096) as frame:
+        s.connect(str(service.socket))
+        body = json.dumps({"handle_type": "host_fd", "handle": 0x40})
+        socket.send_fds(s, [codec.encode(codec.Kind.IMPORT_MEMORY, 1, body.encode())], [frame.fd])
+        reply = codec.decode(s.recv(codec.MAX_FRAME))
+        assert reply.kind == codec.Kind.ERROR and codec.decode_error(reply.body).code == "invalid_argument"
+        body = json.dumps({"handle_type": "d3d12_heap", "handle": 0x40, "allocation_size_bytes": MiB, "adapter_luid": 1})
+        socket.send_fds(s, [codec.encode(codec.Kind.IMPORT_MEMORY, 2, body.encode())], [frame.fd])
+        reply = codec.decode(s.recv(codec.MAX_FRAME))
+        assert reply.kind == codec.Kind.ERROR and codec.decode_error(reply.body).code == "unsupported"
+    after, _ = service.settled()
+    assert after == before
+
+
+def test_http_refuses_handle_values(service: Service) -> None:
+    for path, body in (
+        ("memory", {"handle_type": "host_shm", "handle": 0x40}),
+        ("memory", {"handle_type": "d3d12_resource", "handle": 0x40, "allocation_size_bytes": MiB, "adapter_luid": 1}),
+        ("fences", {"fence_type": "host_timeline", "handle": 0x40, "wake_handle": 0x44}),
+        ("fences", {"fence_type": "d3d12_fence", "handle": 0x40, "adapter_luid": 1}),
+    ):
+        r = httpx.post(f"{service.url}/v2/interop/{path}", json=body)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
+        assert "named pipe" in r.json()["error"]

@@ -189,7 +189,8 @@ def test_c_checks_pass_under_address_and_undefined_sanitizers(
 ) -> None:
     """The library's sources built with ASan, UBSan and LeakSanitizer into the C test program."""
     assert CC is not None
-    src = sorted((CLIENT_SRC / "src").glob("*.c"))
+    src = [*sorted((CLIENT_SRC / "src").glob("*.c")),
+           *sorted((CLIENT_SRC / "src" / "platform" / "posix").glob("*.c"))]
     exe = tmp_path / "test_client_asan"
     cmd = [CC, "-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
            "-fno-sanitize-recover=undefined", "-D_GNU_SOURCE", f"-I{CLIENT_SRC / 'include'}",
@@ -260,6 +261,32 @@ def test_renderer_reports_missing_service(programs: dict[str, Path], tmp_path: P
     r = run([programs["renderer"], "--socket", tmp_path / "none.sock"])
     assert r.returncode == 2
     assert "[transport] cannot connect to the fenceline socket" in r.stderr
+
+
+# -- the client-side deadline: a hung service never hangs the caller --------------------------
+
+
+@pytest.mark.parametrize(("mode", "check"), [("mute", "silent-hello"), ("hello", "silent-run")])
+def test_c_client_calls_time_out_against_a_service_that_never_answers(
+    mode: str, check: str, programs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A real process accepts the connection and never answers (or answers only HELLO): every
+    call fails with timed_out within its deadline, and the connection is closed afterwards."""
+    sock = tmp_path / "silent.sock"
+    silent = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.silent_service", str(sock), mode], cwd=ROOT,
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert silent.stdout is not None and silent.stdout.readline().strip() == "ready"
+        # The subprocess limit only catches a hang; the program checks codes and messages.
+        r = run([programs["test_client"], sock, check], timeout=60)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+        assert "[timed_out] the service did not answer within" in r.stdout, r.stdout
+        assert silent.poll() is None  # hung, not dead: the client gave up on its own
+    finally:
+        silent.kill()
+        silent.communicate(timeout=30)
 
 
 # -- lifetime -------------------------------------------------------------------------------------

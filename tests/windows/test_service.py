@@ -48,7 +48,8 @@ class WinService:
         return total
 
     def handle_count(self) -> int:
-        """How many kernel handles the service process holds (GetProcessHandleCount)."""
+        """How many kernel handles the service process holds: GetProcessHandleCount, or where
+        that answers 0 (Wine 8 does not implement it) the system handle table."""
         k32 = ctypes.WinDLL("kernel32", use_last_error=True)
         k32.OpenProcess.restype = ctypes.c_void_p
         h = k32.OpenProcess(0x1000, False, self.proc.pid)  # PROCESS_QUERY_LIMITED_INFORMATION
@@ -56,9 +57,9 @@ class WinService:
         try:
             n = ctypes.c_ulong()
             assert k32.GetProcessHandleCount(ctypes.c_void_p(h), ctypes.byref(n)), ctypes.get_last_error()
-            return n.value
         finally:
             k32.CloseHandle(ctypes.c_void_p(h))
+        return n.value or system_handle_count(self.proc.pid)
 
     def settled_handles(self, timeout_s: float = 30.0) -> int:
         """The handle count once it stopped changing for a moment."""
@@ -74,14 +75,39 @@ class WinService:
         return last
 
 
+class _HandleEntry(ctypes.Structure):  # SYSTEM_HANDLE_TABLE_ENTRY_INFO_EX
+    _fields_ = [
+        ("Object", ctypes.c_void_p), ("UniqueProcessId", ctypes.c_size_t),
+        ("HandleValue", ctypes.c_size_t), ("GrantedAccess", ctypes.c_ulong),
+        ("CreatorBackTraceIndex", ctypes.c_ushort), ("ObjectTypeIndex", ctypes.c_ushort),
+        ("HandleAttributes", ctypes.c_ulong), ("Reserved", ctypes.c_ulong),
+    ]
+
+
+def system_handle_count(pid: int) -> int:
+    """Handles of process `pid` in NtQuerySystemInformation(SystemExtendedHandleInformation)."""
+    ntdll = ctypes.WinDLL("ntdll")
+    size = 1 << 20
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        status = ntdll.NtQuerySystemInformation(64, buf, size, None) & 0xFFFFFFFF
+        if status == 0xC0000004:  # STATUS_INFO_LENGTH_MISMATCH: the table grew
+            size *= 2
+            continue
+        assert status == 0, hex(status)
+        count = ctypes.c_size_t.from_buffer(buf).value  # then one reserved word, then entries
+        entries = (_HandleEntry * count).from_buffer(buf, 2 * ctypes.sizeof(ctypes.c_size_t))
+        return sum(1 for e in entries if e.UniqueProcessId == pid)
+
+
 def drain(proc: subprocess.Popen[str], into: list[str]) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
         into.append(line.rstrip())
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
+def run_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
+    """`fenceline serve` in its own Windows process: the session's `service` (conftest.py)."""
     repo = build_repository(tmp_path_factory.mktemp("models"), ["add_64x64"])
     port = free_port()
     pipe = f"\\\\.\\pipe\\fenceline-test-{secrets.token_hex(4)}"
@@ -94,17 +120,17 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
     svc = WinService(proc, f"http://127.0.0.1:{port}", pipe, repo / "add_64x64" / "1" / "model.onnx")
     drainer = threading.Thread(target=drain, args=(proc, svc.log), daemon=True)
     drainer.start()
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, "\n".join(svc.log)
-        try:
-            if httpx.get(f"{svc.url}/v2/health/ready", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "\n".join(svc.log)
-        time.sleep(0.2)
-    try:
+    deadline = time.monotonic() + 600  # Wine on a loaded 2-core machine starts slowly
+    try:  # a service that never got ready is stopped too
+        while True:
+            assert proc.poll() is None, "\n".join(svc.log)
+            try:
+                if httpx.get(f"{svc.url}/v2/health/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "\n".join(svc.log)
+            time.sleep(0.2)
         yield svc
     finally:
         proc.terminate()

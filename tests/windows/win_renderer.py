@@ -6,6 +6,8 @@ against onnxruntime run directly in this process. Prints one JSON line.
     win_renderer.py http URL FRAMES MODEL_ONNX
     win_renderer.py pipe PIPE_NAME FRAMES MODEL_ONNX [--hang-after N]
     win_renderer.py stream PIPE_NAME FRAMES MODEL_ONNX    a streaming session: no message per frame
+    win_renderer.py pipe PIPE_NAME FRAMES MODEL_ONNX --unnamed
+        an unnamed section and unnamed fences, sent as handles (docs/windows.md, "Handles")
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ def main(argv: list[str]) -> int:
     hang_after = int(argv[5]) if len(argv) > 5 and argv[4] == "--hang-after" else 0
     direct = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     tag = f"{os.getpid()}-{time.monotonic_ns() % 10**9}"
-    frame = SharedFrame(2 * NBYTES, name=f"Local\\game-frame-{tag}")
-    ready, done = Fence(name=f"Local\\game-ready-{tag}"), Fence(name=f"Local\\game-done-{tag}")
+    if "--unnamed" in argv:  # nothing has a name: the pipe client sends handle values
+        frame = SharedFrame(2 * NBYTES, named=False)
+        ready, done = Fence(named=False), Fence(named=False)
+    else:
+        frame = SharedFrame(2 * NBYTES, name=f"Local\\game-frame-{tag}")
+        ready, done = Fence(name=f"Local\\game-ready-{tag}"), Fence(name=f"Local\\game-done-{tag}")
     image = frame.array(np.float32, SHAPE)
     output = frame.array(np.float32, SHAPE, offset=NBYTES)
     mismatches = 0

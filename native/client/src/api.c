@@ -62,6 +62,8 @@ static const FlApi api = {
     .StartSession = fl_session_start,
     .PauseSession = fl_session_pause,
     .StopSession = fl_session_stop,
+    .SetClientTimeout = fl_client_set_timeout,
+    .CreateClientWithTimeout = fl_client_create_with_timeout,
 };
 
 FL_EXPORT const FlApi *FlGetApi(uint32_t version) {

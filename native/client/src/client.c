@@ -1,37 +1,34 @@
-/* One connection to the service's SOCK_SEQPACKET socket: framing (docs/ipc.md), fd passing and
- * the spin-then-poll receive. Every exchange holds the client's lock, so one request is in
- * flight per connection and replies always answer the request just sent. */
-#include <errno.h>
-#include <poll.h>
-#include <stddef.h>
-#include <pthread.h>
+/* One connection to the service: framing (docs/ipc.md), request ids, errors and the client-side
+ * deadline. The OS carries the frames (platform/<os>/transport.c: a Unix socket or a named pipe).
+ * Every exchange holds the client's lock, so one request is in flight per connection and replies
+ * always answer the request just sent. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-#include "host_timeline.h"
 #include "internal.h"
+#include "platform/mutex.h"
+#include "platform/transport.h"
 
 /* The wire contract is fenceline_wire.h; these are its names here. */
 #define FRAME_MAGIC FL_WIRE_MAGIC
 #define FRAME_VERSION FL_WIRE_VERSION
 #define HEADER_SIZE FL_WIRE_HEADER_SIZE
 #define MAX_FRAME FL_WIRE_MAX_FRAME
-#define MAX_FDS FL_WIRE_MAX_FDS
 #define REPLY_BIT FL_WIRE_REPLY_BIT
 #define RUN_BODY_SIZE ((uint32_t)sizeof(FlWireRun))
 #define RUN_REPLY_BODY_SIZE ((uint32_t)sizeof(FlWireRunReply))
 #define DEFAULT_CLIENT_SPIN_NS 100000
+/* The service's own wait for a RUN with FL_TIMEOUT_DEFAULT (its --run-timeout default). */
+#define SERVICE_DEFAULT_RUN_TIMEOUT_NS 10000000000LL
 
 struct FlClient {
-  atomic_int refs; /* the user's reference plus one per handle made from the client */
-  pthread_mutex_t lock;
-  int fd;     /* -1 once closed */
-  int broken; /* a transport or protocol error closed the connection */
+  fl_refcount refs; /* the user's reference plus one per handle made from the client */
+  fl_mutex lock;
+  fl_conn *conn; /* NULL once closed */
+  int broken;    /* a transport or protocol error, or a deadline, closed the connection */
   uint32_t next_id;
+  uint64_t timeout_ns; /* int64 bits: the client-side deadline of one exchange, < 0 none */
   fl_spin spin;
   char *server_info;
   uint8_t *send_buf; /* MAX_FRAME bytes */
@@ -71,216 +68,78 @@ static void put_header(uint8_t *p, uint16_t kind, uint32_t request_id, uint32_t 
   put_u32(p + 12, body_len);
 }
 
-/* ---- socket path and connect -------------------------------------------------------------- */
+/* ---- default path ------------------------------------------------------------------------ */
 
 FlStatus *fl_default_socket_path(char *buf, size_t size) {
   if (buf == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "GetDefaultSocketPath: buf is NULL");
-  /* The same order as the service and the Python client: $FENCELINE_SOCKET, then
-   * $XDG_RUNTIME_DIR/fenceline/fenceline.sock, then a per-user directory under /tmp. */
-  const char *explicit_path = getenv("FENCELINE_SOCKET");
-  const char *base = getenv("XDG_RUNTIME_DIR");
-  char path[4096];
-  int n;
-  if (explicit_path != NULL && explicit_path[0] != '\0')
-    n = snprintf(path, sizeof path, "%s", explicit_path);
-  else if (base != NULL && base[0] != '\0')
-    n = snprintf(path, sizeof path, "%s/fenceline/fenceline.sock", base);
-  else
-    n = snprintf(path, sizeof path, "/tmp/fenceline-%u/fenceline/fenceline.sock",
-                 (unsigned)getuid());
-  if (n < 0 || (size_t)n >= sizeof path || (size_t)n >= size)
-    return fl_status(FL_ERROR_INVALID_ARGUMENT,
-                     "GetDefaultSocketPath: the path needs %d bytes, buf has %zu", n + 1, size);
-  memcpy(buf, path, (size_t)n + 1);
-  return NULL;
-}
-
-static FlStatus *connect_socket(const char *path, int *out_fd) {
-  struct sockaddr_un addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  if (strlen(path) >= sizeof addr.sun_path)
-    return fl_status(FL_ERROR_INVALID_ARGUMENT, "socket path is longer than %zu bytes: %s",
-                     sizeof addr.sun_path - 1, path);
-  memcpy(addr.sun_path, path, strlen(path) + 1);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return fl_status_errno("socket", errno);
-  int rc;
-  do {
-    rc = connect(fd, (struct sockaddr *)&addr, sizeof addr);
-  } while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    int err = errno;
-    close(fd);
-    return fl_status(FL_ERROR_TRANSPORT,
-                     "cannot connect to the fenceline socket %s: %s (is `fenceline serve` "
-                     "running?)",
-                     path, strerror(err));
-  }
-  *out_fd = fd;
-  return NULL;
+  return fl_conn_default_path(buf, size);
 }
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
-void fl_client_ref(FlClient *c) { atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed); }
+void fl_client_ref(FlClient *c) { fl_ref_inc(&c->refs); }
 
 void fl_client_unref(FlClient *c) {
-  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1) return;
-  if (c->fd >= 0) close(c->fd);
-  pthread_mutex_destroy(&c->lock);
+  if (!fl_ref_dec(&c->refs)) return;
+  fl_conn_close(c->conn);
+  fl_mutex_destroy(&c->lock);
   free(c->server_info);
   free(c->send_buf);
   free(c->recv_buf);
   free(c);
 }
 
-/* Closes the socket; the service then releases everything this connection created. Caller
+/* Closes the connection; the service then releases everything this connection created. Caller
  * holds the lock. */
 static void close_locked(FlClient *c) {
-  if (c->fd >= 0) {
-    close(c->fd);
-    c->fd = -1;
-  }
+  fl_conn_close(c->conn);
+  c->conn = NULL;
 }
 
 void fl_client_release(FlClient *c) {
   if (c == NULL) return;
-  pthread_mutex_lock(&c->lock);
+  fl_mutex_lock(&c->lock);
   close_locked(c);
-  pthread_mutex_unlock(&c->lock);
+  fl_mutex_unlock(&c->lock);
   fl_client_unref(c);
 }
 
 const char *fl_client_server_info(const FlClient *c) { return c == NULL ? "" : c->server_info; }
 
 void fl_client_set_max_spin(FlClient *c, int64_t ns) {
-  if (c != NULL) atomic_store_explicit(&c->spin.max_ns, ns < 0 ? 0 : ns, memory_order_relaxed);
+  if (c != NULL) fl_spin_set_max(&c->spin, ns);
+}
+
+void fl_client_set_timeout(FlClient *c, int64_t ns) {
+  if (c != NULL) fl_store_u64(&c->timeout_ns, (uint64_t)(ns < 0 ? -1 : ns));
 }
 
 /* ---- one exchange ------------------------------------------------------------------------- */
 
-static FlStatus *broken(FlClient *c, FlErrorCode code, const char *what, int err) {
+/* Marks the connection broken and closes it; `st` (owned) says why. */
+static FlStatus *broken_status(FlClient *c, FlStatus *st) {
   c->broken = 1;
   close_locked(c);
-  if (err != 0) return fl_status(code, "%s: %s; the connection is closed", what, strerror(err));
-  return fl_status(code, "%s; the connection is closed", what);
+  FlStatus *out = fl_status(fl_status_code(st), "%s; the connection is closed",
+                            fl_status_message(st));
+  fl_status_release(st);
+  return out;
 }
 
-static ssize_t recv_once(FlClient *c, int flags, int *msg_flags);
-static FlStatus *refusal(const uint8_t *p, size_t n);
-
-static FlStatus *send_frame(FlClient *c, size_t len, int fd) {
-  struct iovec iov = {c->send_buf, len};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } control;
-  if (fd >= 0) {
-    memset(&control, 0, sizeof control);
-    msg.msg_control = control.buf;
-    msg.msg_controllen = sizeof control.buf;
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-  }
-  ssize_t n;
-  do {
-    n = sendmsg(c->fd, &msg, MSG_NOSIGNAL); /* a dead service must not SIGPIPE the renderer */
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    int err = errno;
-    if (err == EBADF && fd >= 0) /* the caller's fd, not the socket */
-      return fl_status(FL_ERROR_INVALID_ARGUMENT, "fd %d is not an open file descriptor", fd);
-    if (err == EPIPE || err == ECONNRESET) {
-      /* The service closed the connection; a refusal says why before it closes. */
-      int flags = 0;
-      ssize_t got = recv_once(c, MSG_DONTWAIT, &flags);
-      if (got < 0 && errno == ECONNRESET) got = recv_once(c, MSG_DONTWAIT, &flags);
-      FlStatus *why = got > 0 ? refusal(c->recv_buf, (size_t)got) : NULL;
-      if (why != NULL) {
-        c->broken = 1;
-        close_locked(c);
-        return why;
-      }
-    }
-    return broken(c, FL_ERROR_TRANSPORT, "sending to the service failed", err);
-  }
-  return NULL;
+static FlStatus *broken(FlClient *c, FlErrorCode code, const char *what) {
+  return broken_status(c, fl_status(code, "%s", what));
 }
 
-static ssize_t recv_once(FlClient *c, int flags, int *msg_flags) {
-  struct iovec iov = {c->recv_buf, MAX_FRAME + 1};
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-    struct cmsghdr align;
-  } control;
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.buf;
-  msg.msg_controllen = sizeof control.buf;
-  ssize_t n = recvmsg(c->fd, &msg, flags | MSG_CMSG_CLOEXEC);
-  if (n < 0) return n;
-  *msg_flags = msg.msg_flags;
-  /* Replies carry no fds today; close any so a newer service cannot leak them into us. */
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int f;
-      memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-      close(f);
-    }
-  }
-  return n;
-}
-
-static int transient(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
-
-/* Receives one frame: spins with non-blocking reads for the adaptive budget, then sleeps in
- * poll. Returns its length, or a status. */
-static FlStatus *recv_frame(FlClient *c, size_t *out_len) {
-  int64_t t0 = fl_htl_now_ns();
-  int64_t budget = fl_spin_budget(&c->spin);
-  int msg_flags = 0;
-  ssize_t n = -1;
-  errno = EAGAIN; /* "nothing received yet" when there is no spin */
-  if (budget > 0) {
-    int64_t end = t0 + budget;
-    for (unsigned i = 0;; ++i) {
-      n = recv_once(c, MSG_DONTWAIT, &msg_flags);
-      if (n >= 0 || !transient(errno)) break;
-      fl_cpu_relax();
-      if ((i & 15u) == 15u && fl_htl_now_ns() >= end) break;
-    }
-  }
-  while (n < 0 && transient(errno)) {
-    struct pollfd p = {c->fd, POLLIN, 0};
-    if (poll(&p, 1, -1) < 0 && errno != EINTR)
-      return broken(c, FL_ERROR_TRANSPORT, "poll on the service socket failed", errno);
-    n = recv_once(c, MSG_DONTWAIT, &msg_flags);
-  }
-  if (n < 0 && errno == ECONNRESET) {
-    /* The service closed while our request was unread. The error is reported once; what it
-     * sent before closing (a refusal, say) is still queued behind it. */
-    n = recv_once(c, MSG_DONTWAIT, &msg_flags);
-    if (n < 0) errno = ECONNRESET;
-  }
-  fl_spin_observe(&c->spin, fl_htl_now_ns() - t0);
-  if (n < 0) return broken(c, FL_ERROR_TRANSPORT, "receiving from the service failed", errno);
-  if (n == 0) return broken(c, FL_ERROR_TRANSPORT, "the service closed the connection", 0);
-  if ((msg_flags & MSG_TRUNC) != 0 || (size_t)n > MAX_FRAME)
-    return broken(c, FL_ERROR_PROTOCOL, "the service sent a frame longer than 65536 bytes", 0);
-  *out_len = (size_t)n;
-  return NULL;
+/* A deadline that passed: the late reply would answer a request nobody waits for any more, so
+ * the connection cannot be used again. */
+static FlStatus *timed_out(FlClient *c, FlStatus *st, int64_t budget_ns) {
+  fl_status_release(st);
+  c->broken = 1;
+  close_locked(c);
+  return fl_status(FL_ERROR_TIMED_OUT,
+                   "the service did not answer within %.3f s (the client's deadline, "
+                   "SetClientTimeout); the connection is closed: create a new client",
+                   (double)budget_ns / 1e9);
 }
 
 static FlStatus *error_reply(const uint8_t *body, size_t len) {
@@ -304,15 +163,50 @@ static FlStatus *refusal(const uint8_t *p, size_t n) {
   return error_reply(p + HEADER_SIZE, n - HEADER_SIZE);
 }
 
-/* Sends the frame in send_buf and receives its reply. On success *body and *body_len describe
- * the reply body inside recv_buf. Caller holds the lock. */
+/* The absolute deadline of one exchange that may also wait `extra_ns` in the service; -1: none. */
+static int64_t deadline_for(FlClient *c, int64_t extra_ns, int64_t *budget_ns) {
+  int64_t t = (int64_t)fl_load_u64(&c->timeout_ns);
+  *budget_ns = t;
+  if (t < 0) return -1;
+  *budget_ns = t + extra_ns;
+  return fl_htl_now_ns() + t + extra_ns;
+}
+
+/* Sends the frame in send_buf and receives its reply, all before the client's deadline (plus
+ * extra_ns the service may legitimately wait, e.g. a RUN's timeout). On success *body and
+ * *body_len describe the reply body inside recv_buf. Caller holds the lock. */
 static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t kind,
-                                 uint32_t request_id, const uint8_t **body, size_t *body_len) {
-  FlStatus *st = send_frame(c, frame_len, fd);
-  if (st != NULL) return st;
+                                 uint32_t request_id, int64_t extra_ns, const uint8_t **body,
+                                 size_t *body_len) {
+  int64_t budget = 0;
+  int64_t deadline = deadline_for(c, extra_ns, &budget);
+  int fatal = 0;
+  FlStatus *st = fl_conn_send(c->conn, c->send_buf, frame_len, fd, deadline, &fatal);
   size_t n = 0;
-  st = recv_frame(c, &n);
-  if (st != NULL) return st;
+  if (st != NULL) {
+    if (!fatal) return st;
+    if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
+    /* The service closed the connection; a refusal it sent first says why. */
+    if (fl_conn_recv(c->conn, c->recv_buf, MAX_FRAME + 1, &n, 0, fl_htl_now_ns()) == NULL) {
+      FlStatus *why = refusal(c->recv_buf, n);
+      if (why != NULL) {
+        fl_status_release(st);
+        c->broken = 1;
+        close_locked(c);
+        return why;
+      }
+    }
+    return broken_status(c, st);
+  }
+  int64_t t0 = fl_htl_now_ns();
+  st = fl_conn_recv(c->conn, c->recv_buf, MAX_FRAME + 1, &n, fl_spin_budget(&c->spin), deadline);
+  fl_spin_observe(&c->spin, fl_htl_now_ns() - t0);
+  if (st != NULL) {
+    if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
+    return broken_status(c, st);
+  }
+  if (n > MAX_FRAME)
+    return broken(c, FL_ERROR_PROTOCOL, "the service sent a frame longer than 65536 bytes");
   const uint8_t *p = c->recv_buf;
   FlStatus *refused = refusal(p, n);
   if (refused != NULL) {
@@ -321,27 +215,27 @@ static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t
     return refused;
   }
   if (n < HEADER_SIZE || get_u32(p) != FRAME_MAGIC)
-    return broken(c, FL_ERROR_PROTOCOL, "the service's reply is not a fenceline frame", 0);
+    return broken(c, FL_ERROR_PROTOCOL, "the service's reply is not a fenceline frame");
   if (get_u16(p + 4) != FRAME_VERSION)
-    return broken(c, FL_ERROR_PROTOCOL, "the service speaks another protocol version", 0);
+    return broken(c, FL_ERROR_PROTOCOL, "the service speaks another protocol version");
   uint16_t rkind = get_u16(p + 6);
   uint32_t rid = get_u32(p + 8);
   uint32_t len = get_u32(p + 12);
   if (len != n - HEADER_SIZE)
-    return broken(c, FL_ERROR_PROTOCOL, "the service's reply has a wrong body_length", 0);
+    return broken(c, FL_ERROR_PROTOCOL, "the service's reply has a wrong body_length");
   /* request_id 0 is the service's answer to a frame it could not read at all. */
   if (rid != request_id && !(rkind == FL_KIND_ERROR && rid == 0))
-    return broken(c, FL_ERROR_PROTOCOL, "the service's reply answers another request", 0);
+    return broken(c, FL_ERROR_PROTOCOL, "the service's reply answers another request");
   if (rkind == FL_KIND_ERROR) return error_reply(p + HEADER_SIZE, len);
   if (rkind != (kind | REPLY_BIT))
-    return broken(c, FL_ERROR_PROTOCOL, "the service's reply is of the wrong kind", 0);
+    return broken(c, FL_ERROR_PROTOCOL, "the service's reply is of the wrong kind");
   *body = p + HEADER_SIZE;
   *body_len = len;
   return NULL;
 }
 
 static FlStatus *usable_locked(FlClient *c) {
-  if (c->fd >= 0) return NULL;
+  if (c->conn != NULL) return NULL;
   return fl_status(FL_ERROR_TRANSPORT, c->broken
                                            ? "the connection was closed after an earlier error; "
                                              "create a new client"
@@ -359,7 +253,7 @@ FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t bo
     return fl_status(FL_ERROR_INVALID_ARGUMENT,
                      "the request body of %zu bytes exceeds the %u a frame holds", body_len,
                      MAX_FRAME - HEADER_SIZE);
-  pthread_mutex_lock(&c->lock);
+  fl_mutex_lock(&c->lock);
   FlStatus *st = usable_locked(c);
   const uint8_t *rbody = NULL;
   size_t rlen = 0;
@@ -367,10 +261,10 @@ FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t bo
     uint32_t rid = next_id_locked(c);
     put_header(c->send_buf, kind, rid, (uint32_t)body_len);
     memcpy(c->send_buf + HEADER_SIZE, body, body_len);
-    st = exchange_locked(c, HEADER_SIZE + body_len, fd, kind, rid, &rbody, &rlen);
+    st = exchange_locked(c, HEADER_SIZE + body_len, fd, kind, rid, 0, &rbody, &rlen);
   }
   if (st == NULL && fl_json_validate((const char *)rbody, rlen) != 0)
-    st = broken(c, FL_ERROR_PROTOCOL, "the service's reply is not JSON", 0);
+    st = broken(c, FL_ERROR_PROTOCOL, "the service's reply is not JSON");
   if (st == NULL) {
     char *copy = malloc(rlen + 1);
     if (copy == NULL) {
@@ -382,14 +276,14 @@ FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t bo
       if (reply_len != NULL) *reply_len = rlen;
     }
   }
-  pthread_mutex_unlock(&c->lock);
+  fl_mutex_unlock(&c->lock);
   return st;
 }
 
 FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16],
                         uint64_t wait_value, uint64_t signal_value, uint32_t timeout_ms,
                         FlRunResult *out) {
-  pthread_mutex_lock(&c->lock);
+  fl_mutex_lock(&c->lock);
   FlStatus *st = usable_locked(c);
   const uint8_t *rbody = NULL;
   size_t rlen = 0;
@@ -404,10 +298,14 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
     put_u32(b + offsetof(FlWireRun, timeout_ms), timeout_ms);
     put_u32(b + offsetof(FlWireRun, flags), 0);
     /* RUN and RUN_ASYNC are both answered with a RUN reply. */
-    st = exchange_locked(c, HEADER_SIZE + RUN_BODY_SIZE, -1, FL_KIND_RUN, rid, &rbody, &rlen);
+    /* The service may wait timeout_ms for the fence before it answers: not a hang. */
+    int64_t wait_ns = timeout_ms == FL_TIMEOUT_DEFAULT ? SERVICE_DEFAULT_RUN_TIMEOUT_NS
+                                                       : (int64_t)timeout_ms * 1000000;
+    st = exchange_locked(c, HEADER_SIZE + RUN_BODY_SIZE, -1, FL_KIND_RUN, rid, wait_ns, &rbody,
+                         &rlen);
   }
   if (st == NULL && rlen != RUN_REPLY_BODY_SIZE)
-    st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size", 0);
+    st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size");
   if (st == NULL && out != NULL) {
     out->signal_value = get_u64(rbody + offsetof(FlWireRunReply, signal_value));
     out->wait_us = get_u32(rbody + offsetof(FlWireRunReply, wait_us));
@@ -415,15 +313,16 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
     out->total_us = get_u32(rbody + offsetof(FlWireRunReply, total_us));
     out->reserved = 0;
   }
-  pthread_mutex_unlock(&c->lock);
+  fl_mutex_unlock(&c->lock);
   return st;
 }
 
 /* ---- create ------------------------------------------------------------------------------- */
 
-FlStatus *fl_client_create(const char *path, const char *name, FlClient **out) {
+FlStatus *fl_client_create_with_timeout(const char *path, const char *name, int64_t timeout_ns,
+                                        FlClient **out) {
   if (out == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "CreateClient: out is NULL");
-  char default_path[256];
+  char default_path[512];
   if (path == NULL) {
     FlStatus *st = fl_default_socket_path(default_path, sizeof default_path);
     if (st != NULL) return st;
@@ -431,18 +330,19 @@ FlStatus *fl_client_create(const char *path, const char *name, FlClient **out) {
   }
   FlClient *c = calloc(1, sizeof *c);
   if (c == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
-  c->fd = -1;
-  atomic_init(&c->refs, 1);
+  fl_ref_init(&c->refs);
   fl_spin_init(&c->spin, DEFAULT_CLIENT_SPIN_NS);
+  c->timeout_ns = (uint64_t)(timeout_ns < 0 ? -1 : timeout_ns);
   c->send_buf = malloc(MAX_FRAME);
   c->recv_buf = malloc(MAX_FRAME + 1);
-  if (c->send_buf == NULL || c->recv_buf == NULL || pthread_mutex_init(&c->lock, NULL) != 0) {
+  if (c->send_buf == NULL || c->recv_buf == NULL || fl_mutex_init(&c->lock) != 0) {
     free(c->send_buf);
     free(c->recv_buf);
     free(c);
     return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
   }
-  FlStatus *st = connect_socket(path, &c->fd);
+  int64_t budget = 0;
+  FlStatus *st = fl_conn_open(path, deadline_for(c, 0, &budget), &c->conn);
   if (st == NULL) {
     char body[320];
     fl_json_writer w;
@@ -464,4 +364,8 @@ FlStatus *fl_client_create(const char *path, const char *name, FlClient **out) {
   }
   *out = c;
   return NULL;
+}
+
+FlStatus *fl_client_create(const char *path, const char *name, FlClient **out) {
+  return fl_client_create_with_timeout(path, name, FL_CLIENT_TIMEOUT_DEFAULT_NS, out);
 }

@@ -2,18 +2,27 @@
 #ifndef FENCELINE_CLIENT_INTERNAL_H
 #define FENCELINE_CLIENT_INTERNAL_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fenceline/fenceline_client.h"
+#include "host_timeline.h"
+#include "platform/atomic.h" /* native/common: plain-field atomics for GCC, Clang and MSVC */
+
+#if defined(__MINGW32__)
+/* mingw-w64's own printf (__USE_MINGW_ANSI_STDIO, set by CMake): C99 formats such as %zu. */
+#define FL_PRINTF_FORMAT(fmt, args) __attribute__((format(gnu_printf, fmt, args)))
+#elif defined(__GNUC__)
+#define FL_PRINTF_FORMAT(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define FL_PRINTF_FORMAT(fmt, args)
+#endif
 
 #define FL_CLIENT_VERSION_STRING "0.1.0"
 
 /* ---- status (status.c) ------------------------------------------------------------------------ */
 
-FlStatus *fl_status(FlErrorCode code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+FlStatus *fl_status(FlErrorCode code, const char *fmt, ...) FL_PRINTF_FORMAT(2, 3);
 /* A status for an errno from `what`, mapped like the service's importer maps OS errors. */
 FlStatus *fl_status_errno(const char *what, int err);
 FlErrorCode fl_status_code(const FlStatus *s);
@@ -22,22 +31,55 @@ void fl_status_release(FlStatus *s);
 const char *fl_code_name(FlErrorCode code);
 
 /* ---- adaptive spin (spin.c): spin only while the awaited event recently came sooner than the
- * budget, as fenceline.waiting.AdaptiveSpin does. Fields are atomics so several threads may wait
- * on one fence. ---------------------------------------------------------------------------- */
+ * budget, as fenceline.waiting.AdaptiveSpin does. Fields are read and written atomically
+ * (platform/atomic.h) so several threads may wait on one fence. ----------------------------- */
 
 typedef struct fl_spin {
-  _Atomic int64_t max_ns;
-  _Atomic int64_t avg_ns;
+  uint64_t max_ns; /* int64 values, stored as their bits */
+  uint64_t avg_ns;
 } fl_spin;
+
+void fl_spin_set_max(fl_spin *s, int64_t max_ns);
 
 void fl_spin_init(fl_spin *s, int64_t max_ns);
 int64_t fl_spin_budget(fl_spin *s);
 void fl_spin_observe(fl_spin *s, int64_t waited_ns);
 
-/* ---- shared memory helpers (shared.c) ---------------------------------------------------------- */
+/* ---- reference counts: a plain counter changed atomically ---------------------------------- */
 
-/* NULL when `name` is a valid shared-memory name, else the reason. */
+typedef uint32_t fl_refcount;
+static inline void fl_ref_init(fl_refcount *r) { *r = 1; }
+static inline void fl_ref_inc(fl_refcount *r) { fl_fetch_add_u32(r, 1u); }
+/* 1 when this call dropped the last reference. */
+static inline int fl_ref_dec(fl_refcount *r) { return fl_fetch_add_u32(r, (uint32_t)-1) == 1u; }
+
+/* ---- shared memory (platform/<os>/shm.c): the OS half of frames and fences ------------------ */
+
+/* One mapped shared-memory object: an fd (POSIX) or a section HANDLE (Windows) in `handle`. */
+typedef struct fl_os_map {
+  intptr_t handle;
+  void *data;
+  uint64_t size;
+} fl_os_map;
+
+/* NULL when `name` is a valid shared-memory name on this OS, else the reason. */
 FlStatus *fl_check_shm_name(const char *name);
+/* Creates an object of `size` bytes (name NULL: anonymous, a memfd on Linux) and maps it
+ * read-write. A name that exists already fails with FL_ERROR_CONFLICT (never shared: it may be
+ * squatted). */
+FlStatus *fl_os_map_create(const char *name, uint64_t size, const char *label, fl_os_map *out);
+/* Opens an existing named object and maps its first map_bytes (0: all of it; out->size is what was
+ * mapped). An empty object, or one smaller than map_bytes, fails with FL_ERROR_INVALID_ARGUMENT. */
+FlStatus *fl_os_map_open(const char *name, int writable, uint64_t map_bytes, fl_os_map *out);
+/* Maps the first map_bytes of a caller's fd (duplicated first: the fd stays the caller's). */
+FlStatus *fl_os_map_open_fd(int fd, uint64_t map_bytes, fl_os_map *out);
+/* Unmaps and closes; removes the name when unlink_name is not NULL (POSIX; Windows names die with
+ * their last handle). */
+void fl_os_map_close(fl_os_map *m, const char *unlink_name);
+/* The fd of the object, -1 where handles are not fds (Windows). */
+int fl_os_map_fd(const fl_os_map *m);
+/* The fence's wake object (Windows: the named semaphore "<name>.wake"; NULL on Linux). */
+FlStatus *fl_os_fence_wake(const char *name, int create, fl_htl_wake **out);
 
 /* ---- frames and fences (shared.c) ------------------------------------------------------------- */
 
@@ -66,8 +108,11 @@ void fl_fence_release(FlFence *f);
 
 FlStatus *fl_default_socket_path(char *buf, size_t size);
 FlStatus *fl_client_create(const char *path, const char *name, FlClient **out);
+FlStatus *fl_client_create_with_timeout(const char *path, const char *name, int64_t timeout_ns,
+                                        FlClient **out);
 const char *fl_client_server_info(const FlClient *c);
 void fl_client_set_max_spin(FlClient *c, int64_t ns);
+void fl_client_set_timeout(FlClient *c, int64_t ns);
 void fl_client_release(FlClient *c);
 void fl_client_ref(FlClient *c);
 void fl_client_unref(FlClient *c);

@@ -12,7 +12,7 @@
 #define ID_CAPACITY 64
 
 typedef struct remote {
-  atomic_int refs;
+  fl_refcount refs;
   FlClient *client;
   uint16_t release_kind; /* 0: the handle does not own the service object */
   char id[ID_CAPACITY];
@@ -34,7 +34,7 @@ struct FlSession {
 };
 
 static void remote_init(remote *r, FlClient *c, uint16_t release_kind, const char *id) {
-  atomic_init(&r->refs, 1);
+  fl_ref_init(&r->refs);
   r->client = c;
   r->release_kind = release_kind;
   memcpy(r->id, id, strlen(id) + 1);
@@ -59,10 +59,10 @@ static void remote_finish(remote *r) {
   fl_client_unref(r->client);
 }
 
-static void remote_ref(remote *r) { atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); }
+static void remote_ref(remote *r) { fl_ref_inc(&r->refs); }
 
 static void remote_unref(remote *r) {
-  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!fl_ref_dec(&r->refs)) return;
   remote_finish(r);
   free(r);
 }

@@ -5,13 +5,17 @@
  * all once waits run longer than the budget. The same rule as fenceline.waiting.AdaptiveSpin. */
 
 void fl_spin_init(fl_spin *s, int64_t max_ns) {
-  atomic_init(&s->max_ns, max_ns < 0 ? 0 : max_ns);
-  atomic_init(&s->avg_ns, 0);
+  s->max_ns = (uint64_t)(max_ns < 0 ? 0 : max_ns);
+  s->avg_ns = 0;
+}
+
+void fl_spin_set_max(fl_spin *s, int64_t max_ns) {
+  fl_store_u64(&s->max_ns, (uint64_t)(max_ns < 0 ? 0 : max_ns));
 }
 
 int64_t fl_spin_budget(fl_spin *s) {
-  int64_t max = atomic_load_explicit(&s->max_ns, memory_order_relaxed);
-  int64_t avg = atomic_load_explicit(&s->avg_ns, memory_order_relaxed);
+  int64_t max = (int64_t)fl_load_u64(&s->max_ns);
+  int64_t avg = (int64_t)fl_load_u64(&s->avg_ns);
   if (max == 0 || avg > max) return 0;
   int64_t b = 2 * avg;
   if (b < 2000) b = 2000;
@@ -20,6 +24,6 @@ int64_t fl_spin_budget(fl_spin *s) {
 
 void fl_spin_observe(fl_spin *s, int64_t waited_ns) {
   /* Racing observers may lose an update; the average stays a sensible estimate. */
-  int64_t avg = atomic_load_explicit(&s->avg_ns, memory_order_relaxed);
-  atomic_store_explicit(&s->avg_ns, avg + (waited_ns - avg) / 8, memory_order_relaxed);
+  int64_t avg = (int64_t)fl_load_u64(&s->avg_ns);
+  fl_store_u64(&s->avg_ns, (uint64_t)(avg + (waited_ns - avg) / 8));
 }

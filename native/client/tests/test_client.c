@@ -3,6 +3,9 @@
  *   test_client SOCKET CHECK   runs one check, prints "ok CHECK: detail", exits 0 (1 on failure)
  *   test_client SOCKET all     runs every check
  *   test_client SOCKET hold    sets up a session, prints "ready", then runs frames until killed
+ *   test_client SOCKET silent-hello|silent-run
+ *                              the client-side deadline against a service that accepts but does
+ *                              not answer (tests/support/silent_service.py, mute or hello)
  *   test_client - list         prints the names of the checks
  */
 #ifndef _GNU_SOURCE
@@ -676,6 +679,44 @@ static int hold(void) {
   return 0;
 }
 
+/* ---- silent: a service that hangs (tests/support/silent_service.py) ------------------------ */
+
+#define DEADLINE_NS 200000000 /* 0.2 s */
+
+static int silent(const char *mode) {
+  FlClient *c = NULL;
+  if (strcmp(mode, "silent-hello") == 0) {
+    /* The service accepts but never answers the hello. */
+    FAILS_WITH(FL_ERROR_TIMED_OUT,
+               api->CreateClientWithTimeout(socket_path, "c-test", DEADLINE_NS, &c));
+    EXPECT(c == NULL);
+    printf("ok %s: %s\n", mode, detail);
+    return 0;
+  }
+  /* The service answers the hello, then nothing: a control call times out after SetClientTimeout
+   * and leaves the connection closed. */
+  OK(api->CreateClient(socket_path, "c-test", &c));
+  api->SetClientTimeout(c, DEADLINE_NS);
+  char *json = NULL;
+  FAILS_WITH(FL_ERROR_TIMED_OUT, api->Describe(c, "session", "0123456789abcdef0123456789abcdef",
+                                              &json));
+  printf("ok %s describe: %s\n", mode, detail);
+  FAILS_WITH(FL_ERROR_TRANSPORT, api->Describe(c, "session", "0123456789abcdef0123456789abcdef",
+                                              &json));
+  api->ReleaseClient(c);
+  /* A run may wait its own timeout_ms in the service on top of the client's deadline. */
+  OK(api->CreateClientWithTimeout(socket_path, "c-test", DEADLINE_NS, &c));
+  FlSession *s = NULL;
+  OK(api->OpenSession(c, "0123456789abcdef0123456789abcdef", &s));
+  FAILS_WITH(FL_ERROR_TIMED_OUT, api->Run(s, 1, 0, 100, NULL));
+  EXPECT(strstr(detail, "within 0.300 s") != NULL);
+  printf("ok %s run: %s\n", mode, detail);
+  FAILS_WITH(FL_ERROR_TRANSPORT, api->Run(s, 1, 0, 100, NULL));
+  api->ReleaseSession(s);
+  api->ReleaseClient(c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_client SOCKET CHECK|all|hold|list\n");
@@ -693,6 +734,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(which, "hold") == 0) return hold();
+  if (strncmp(which, "silent-", 7) == 0) return silent(which);
   int ran = 0;
   for (size_t i = 0; i < CHECK_COUNT; ++i) {
     if (strcmp(which, "all") != 0 && strcmp(which, CHECKS[i].name) != 0) continue;

@@ -42,11 +42,20 @@ def post_memory(body: MemoryImportRequest, request: Request) -> dict[str, Any]:
         raise InvalidArgument(
             f"{body.handle_type} memory is an fd: send it over the IPC socket (docs/ipc.md)"
         )
+    _refuse_handles(body.handle_roles())
     return runtime(request).import_memory(
         OWNER, body.handle_type, name=body.name, size_bytes=body.size_bytes,
         offset_bytes=body.offset_bytes, access=body.access, caller=http_caller(request),
         **body.gpu_fields(),
     )
+
+
+def _refuse_handles(handles: dict[str, tuple[int, str]]) -> None:
+    if handles:
+        raise InvalidArgument(
+            "a handle value only means something in the renderer's process, which HTTP cannot "
+            "identify: send it over the Windows named pipe (docs/windows.md), or send the name"
+        )
 
 
 @router.get("/memory/{id}")
@@ -62,6 +71,7 @@ def delete_memory(id: str, request: Request) -> Response:
 
 @router.post("/fences", status_code=201)
 def post_fence(body: FenceImportRequest, request: Request) -> dict[str, Any]:
+    _refuse_handles(body.handle_roles())
     return runtime(request).import_fence(
         OWNER, body.fence_type, name=body.name, adapter_luid=body.adapter_luid,
         caller=http_caller(request),

@@ -66,10 +66,23 @@ def parse_counts(text: str) -> list[int]:
     return sorted(set(counts))
 
 
+def _repository(workdir: Path, model: str, path: Path, intra_op_threads: int) -> Path:
+    """A one-model repository whose config.json sets the service's intra-op threads."""
+    root = workdir / "models"
+    (root / model / "1").mkdir(parents=True)
+    (root / model / "1" / "model.onnx").symlink_to(path)
+    (root / model / "config.json").write_text(json.dumps({"intra_op_threads": intra_op_threads}))
+    return root
+
+
 def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float = 10.0,
                 rounds: int = 2, json_path: Path | None = None,
-                plot_path: Path | None = None) -> int:
-    """Measures and prints the table; returns 1 when a row failed or its outputs differ."""
+                plot_path: Path | None = None, intra_op_threads: int | None = None) -> int:
+    """Measures and prints the table; returns 1 when a row failed or its outputs differ.
+    ``intra_op_threads``: onnxruntime's intra-op threads per run on both sides (None: the
+    model's default, a pool sized to the machine)."""
+    if intra_op_threads is not None and not 0 <= intra_op_threads <= 1024:
+        raise InvalidArgument("--intra-op-threads is 0 (one per core) .. 1024")
     if size not in SIZES:
         raise InvalidArgument(f"unknown size {size!r}; use one of {', '.join(SIZES)}")
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
@@ -82,17 +95,26 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     want = digest(direct_outputs(path, sig, "random"))
     loadavg = [round(v, 2) for v in os.getloadavg()]
     t_start = time.monotonic()
+    threads = "default" if intra_op_threads is None else str(intra_op_threads)
     print(f"fenceline bench --scaling: {size}, renderers {','.join(map(str, counts))}, "
-          f"{os.cpu_count()} CPUs, load {loadavg[0]}", flush=True)
+          f"intra-op threads {threads}, {os.cpu_count()} CPUs, load {loadavg[0]}", flush=True)
     budget = engine.Budget(iterations=10**9, warmup=20, seconds=seconds / rounds)
     got: dict[tuple[int, str], Point] = {}
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fenceline-scaling-") as tmp, \
             contextlib.ExitStack() as stack:
-        proc, _url, sock = start_service([model], Path(tmp))
+        if intra_op_threads is None:
+            proc, _url, sock = start_service([model], Path(tmp))
+        else:
+            repo_dir = _repository(Path(tmp), model, path, intra_op_threads)
+            proc, _url, sock = start_service([], Path(tmp),
+                                             extra=("--model-repository", str(repo_dir)))
         stack.callback(stop_service, proc)
+        floor_kwargs: dict[str, Any] = {"model_path": str(path)}
+        if intra_op_threads is not None:
+            floor_kwargs["intra_op_threads"] = intra_op_threads
         lanes = {
-            "in-process": (f"{_T}:floor_lane", {"model_path": str(path)}, False, []),
+            "in-process": (f"{_T}:floor_lane", floor_kwargs, False, []),
             "ipc": (f"{_T}:ipc_lane", {"socket_path": str(sock), "model": model}, True,
                     [proc.pid]),
         }
@@ -117,6 +139,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     points = [got[k] for k in sorted(got)]
     doc = _document(points, size, counts, loadavg, round(time.monotonic() - t_start, 1),
                     failures)
+    doc["intra_op_threads"] = intra_op_threads
     print(table(doc))
     for f in failures:
         print(f"FAILED {f}")
@@ -171,8 +194,10 @@ def table(doc: dict[str, Any]) -> str:
     def f(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
+    threads = doc.get("intra_op_threads")
     lines = ["", f"{doc['size']} FP32, sync, one frame in flight per renderer "
-             f"({doc['machine']['cpus']} CPUs)",
+             f"({doc['machine']['cpus']} CPUs, intra-op threads "
+             f"{'default' if threads is None else threads})",
              f"  {'renderers':>9} {'floor fps':>10} {'ipc fps':>10} {'ipc/floor':>9} "
              f"{'floor p50':>10} {'ipc p50':>10} {'cpu/frame floor':>15} {'ipc':>8}"]
     for r in doc["rows"]:

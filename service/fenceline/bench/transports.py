@@ -41,16 +41,20 @@ _models: dict[str, Any] = {}
 _models_lock = threading.Lock()
 
 
-def _loaded(path: str) -> Any:
-    """One loaded model per process and file, shared by the lanes, as the service shares it."""
-    from fenceline.runtime.models import Model
+def _loaded(path: str, intra_op_threads: int | None = None) -> Any:
+    """One loaded model per process, file and thread setting, shared by the lanes, as the
+    service shares it. ``intra_op_threads`` None: the loader's default, as the service's."""
+    from fenceline.runtime.models import Model, ModelSettings
 
+    key = f"{path}#{intra_op_threads}"
     with _models_lock:
-        if path not in _models:
-            model = Model(Path(path).stem, "1", Path(path))
+        if key not in _models:
+            settings = ModelSettings() if intra_op_threads is None else ModelSettings(
+                intra_op_threads=intra_op_threads)
+            model = Model(Path(path).stem, "1", Path(path), settings)
             model.load()
-            _models[path] = model
-        return _models[path]
+            _models[key] = model
+        return _models[key]
 
 
 class _Lane:
@@ -63,8 +67,9 @@ class _Lane:
 
 
 @contextlib.contextmanager
-def floor_lane(model_path: str, sig: Signature, fill: str) -> Iterator[_Lane]:
-    model = _loaded(model_path)
+def floor_lane(model_path: str, sig: Signature, fill: str, intra_op_threads: int | None = None
+               ) -> Iterator[_Lane]:
+    model = _loaded(model_path, intra_op_threads)
     with Buffers(sig, fill=fill) as b:
         binding = model.session.io_binding()
         for t in sig.inputs:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fenceline import __version__
 from fenceline.config import LOG_LEVELS, setting_help
-from fenceline.errors import FencelineError, InvalidArgument
+from fenceline.errors import FencelineError, InvalidArgument, Unsupported
 from fenceline.logs import LOG_FORMATS
 
 S = argparse.SUPPRESS  # an absent flag: the settings object decides (environment, default)
@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="combined frames/s of N renderers through IPC against the in-process "
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
+    bench.add_argument("--intra-op-threads", type=int, metavar="N",
+                       help="with --scaling: onnxruntime's intra-op threads per run on both "
+                       "sides (default: the model's, a pool sized to the machine)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
@@ -155,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
             from fenceline.cli.soak import soak_from_args
 
             return soak_from_args(args)
+        if sys.platform == "win32":
+            raise Unsupported(
+                "fenceline bench runs on Linux only: it reads CPU time from /proc and getrusage "
+                "and runs its lanes in forkserver processes, none of which Windows has; "
+                "`fenceline demo` runs here (docs/windows.md)"
+            )
+        if args.intra_op_threads is not None and not args.scaling:
+            raise InvalidArgument("--intra-op-threads goes with --scaling")
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 
@@ -163,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InvalidArgument("--scaling measures one frame size: give one --sizes")
             return run_scaling(parse_counts(args.scaling), size=sizes[0],
                                seconds=args.seconds or 10.0, json_path=args.json,
-                               plot_path=args.plot)
+                               plot_path=args.plot, intra_op_threads=args.intra_op_threads)
         if args.gst:
             from fenceline.bench.gst_fps import run_gst_bench
 

@@ -30,25 +30,30 @@ def start_service(
         print(f"building models {', '.join(models)} in {repo} (first use)", flush=True)
     build_repository(repo, models)
     port = _free_port()
-    sock = workdir / "fenceline.sock"
+    # Windows: a named pipe of its own (pipe names are machine-wide, the folder's name is unique).
+    sock = (Path(f"\\\\.\\pipe\\fenceline-{workdir.name}") if sys.platform == "win32"
+            else workdir / "fenceline.sock")
     args = [sys.executable, "-m", "fenceline", "serve", "--port", str(port), "--socket", str(sock),
             "--log-level", log_level, *extra]
     for m in models:
         args += ["--model", f"{m}={repo / m / '1' / 'model.onnx'}"]
     proc = subprocess.Popen(args)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    limit_s = 300 if sys.platform == "win32" else 60  # Wine starts CPython slowly under load
+    deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise FencelineError(f"the service exited with status {proc.returncode}")
         try:
-            if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200 and sock.exists():
+            # Readiness includes the IPC listener; a pipe is no file to look for.
+            ready = httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200
+            if ready and (sys.platform == "win32" or sock.exists()):
                 return proc, url, sock
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     proc.kill()
-    raise FencelineError("the service did not become ready within 60 s")
+    raise FencelineError(f"the service did not become ready within {limit_s} s")
 
 
 def stop_service(proc: subprocess.Popen[bytes]) -> None:

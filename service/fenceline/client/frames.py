@@ -103,18 +103,26 @@ class _Created:
         self.close()
 
 
+def _named(name: str | None, named: bool | None) -> bool:
+    if name is not None:
+        return True
+    # Windows names by default: a name works over HTTP too, a handle only over the pipe.
+    return named if named is not None else _native.PLATFORM == "win32"
+
+
 class SharedFrame(_Created):
-    """A shared-memory buffer: named (``/dev/shm``) when ``name`` or ``named=True`` is given,
-    else an anonymous memfd that travels as an fd over the IPC socket. On Windows a frame is
-    always a named section (``Local\\...``): it travels by name."""
+    """A shared-memory buffer: named (``/dev/shm``, on Windows a ``Local\\...`` section) when
+    ``name`` or ``named=True`` is given, else anonymous: a memfd that travels as an fd over the
+    IPC socket, or on Windows an unnamed section that travels as a handle over the named pipe.
+    ``named`` left out: anonymous on Linux, named on Windows."""
 
     kind = "frame"
 
-    def __init__(self, size: int, *, name: str | None = None, named: bool = False) -> None:
+    def __init__(self, size: int, *, name: str | None = None, named: bool | None = None) -> None:
         size = _integer(size, "a frame's size in bytes", 1, I64_MAX)
         if name is not None and not isinstance(name, str):
             raise InvalidArgument(f"a frame's name is a string, not {name!r}")
-        if name is not None or named or _native.PLATFORM == "win32":
+        if _named(name, named):
             self.name = name or _fresh_name("fenceline-frame")
             self.handle = _native.HostMemory.create_shm(self.name, size)
         else:
@@ -136,15 +144,18 @@ class SharedFrame(_Created):
 class Fence(_Created):
     """A host timeline fence (docs/fences.md). Waits spin adaptively, then sleep on the futex
     (Windows: the fence's wake semaphore); ``max_spin_ns=0`` always sleeps. One waiting thread
-    per Fence object. On Windows a fence is always named: its wake-up needs a name."""
+    per Fence object. Named or anonymous as :class:`SharedFrame`; an anonymous Windows fence is
+    an unnamed section and an unnamed wake semaphore, both sent as handles over the pipe."""
 
     kind = "fence"
 
-    def __init__(self, *, name: str | None = None, named: bool = False, max_spin_ns: int = 100_000) -> None:
+    def __init__(
+        self, *, name: str | None = None, named: bool | None = None, max_spin_ns: int = 100_000
+    ) -> None:
         if name is not None and not isinstance(name, str):
             raise InvalidArgument(f"a fence's name is a string, not {name!r}")
         max_spin_ns = _integer(max_spin_ns, "max_spin_ns", 0, I64_MAX)
-        if name is not None or named or _native.PLATFORM == "win32":
+        if _named(name, named):
             self.name = name or _fresh_name("fenceline-fence")
             self.handle = _native.HostFence.create_shm(self.name)
         else:

@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 __all__ = ["IpcClient", "View", "session_body"]
 
 
+def _name_or_handle(name: str | None, handle: int | None) -> dict[str, Any]:
+    if (name is None) == (handle is None):
+        raise UsageError("give exactly one of name and handle")
+    return {"name": name} if handle is None else {"handle": handle}
+
+
 class IpcClient:
     def __init__(
         self, path: str | Path | None = None, *, max_spin_ns: int = 100_000, name: str = "python"
@@ -174,10 +180,14 @@ class IpcClient:
         offset_bytes: int = 0,
         access: str = "read_write",
     ) -> str:
-        """Registers a frame (by fd, or by name when it has one) or a named object; returns its id."""
+        """Registers a frame (by name when it has one, else by fd, or on Windows by handle) or a
+        named object; returns its id."""
         body: dict[str, Any] = {"size_bytes": size_bytes, "offset_bytes": offset_bytes, "access": access}
         fds: list[int] = []
-        if frame is not None and frame.name is None:
+        if frame is not None and frame.name is None and self._pipe is not None:
+            body["handle_type"] = "host_shm"
+            body["handle"] = int(frame.handle.handle)  # the service duplicates it from us
+        elif frame is not None and frame.name is None:
             body["handle_type"] = "host_fd"
             fds = [frame.fd]
         else:
@@ -188,7 +198,10 @@ class IpcClient:
     def import_fence(self, fence: Fence | None = None, *, name: str | None = None) -> str:
         body: dict[str, Any] = {"fence_type": "host_timeline"}
         fds: list[int] = []
-        if fence is not None and fence.name is None:
+        if fence is not None and fence.name is None and self._pipe is not None:
+            body["handle"] = int(fence.handle.handle)
+            body["wake_handle"] = int(fence.handle.wake_handle)
+        elif fence is not None and fence.name is None:
             fds = [fence.fd]
         else:
             body["name"] = name if fence is None else fence.name
@@ -233,26 +246,33 @@ class IpcClient:
     def import_d3d12_memory(
         self,
         kind: str,
-        name: str,
+        name: str | None,
         allocation_size: int,
         *,
         adapter_luid: int,
+        handle: int | None = None,
         offset_bytes: int = 0,
         size_bytes: int = 0,
         access: str = "read_write",
     ) -> str:
         """Registers a D3D12 heap or committed resource (``kind`` d3d12_heap, d3d12_resource) by
-        the name given to CreateSharedHandle (docs/windows.md); only Windows services accept it."""
+        the name given to CreateSharedHandle, or by the NT handle it returned (``handle``, with
+        ``name`` None: the service duplicates it from this process; the caller keeps its own)
+        (docs/windows.md); only Windows services accept it."""
         body = {
-            "handle_type": kind, "name": name, "allocation_size_bytes": allocation_size,
+            "handle_type": kind, "allocation_size_bytes": allocation_size,
             "adapter_luid": adapter_luid, "offset_bytes": offset_bytes, "size_bytes": size_bytes,
-            "access": access,
+            "access": access, **_name_or_handle(name, handle),
         }
         return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
 
-    def import_d3d12_fence(self, name: str, *, adapter_luid: int) -> str:
-        """Registers a shared ID3D12Fence by the name given to CreateSharedHandle."""
-        body = {"fence_type": "d3d12_fence", "name": name, "adapter_luid": adapter_luid}
+    def import_d3d12_fence(
+        self, name: str | None = None, *, adapter_luid: int, handle: int | None = None
+    ) -> str:
+        """Registers a shared ID3D12Fence by the name given to CreateSharedHandle, or by the NT
+        handle it returned (duplicated by the service; the caller keeps its own)."""
+        body = {"fence_type": "d3d12_fence", "adapter_luid": adapter_luid,
+                **_name_or_handle(name, handle)}
         return str(self._call(Kind.IMPORT_FENCE, body)["id"])
 
     def create_session(

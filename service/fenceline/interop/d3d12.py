@@ -15,7 +15,7 @@ import os
 from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.cuda_memory import CudaMemoryImport
-from fenceline.interop.handles import Access
+from fenceline.interop.handles import Access, close_nt_handles
 from fenceline.interop.vk_fence import VkFenceImport
 
 D3D12_MEMORY_TYPES: tuple[str, ...] = ("d3d12_heap", "d3d12_resource")
@@ -43,11 +43,6 @@ def _luid(adapter_luid: int | None) -> int:
     if not 0 <= adapter_luid < 2**64:
         raise InvalidArgument(f"adapter_luid {adapter_luid} is not an unsigned 64-bit value")
     return adapter_luid
-
-
-def _close_handle(handle: int | None) -> None:
-    if handle is not None:
-        _native.d3d12_close_handle(handle)
 
 
 def _refuse_fd(fd: int | None) -> None:
@@ -99,7 +94,7 @@ def import_d3d12_memory(
         )
         return CudaMemoryImport(kind, handle, access, offset_bytes, name or "")
     finally:
-        _close_handle(nt_handle)
+        close_nt_handles(nt_handle)
 
 
 def import_d3d12_fence(
@@ -119,4 +114,4 @@ def import_d3d12_fence(
         fence.name = name or ""
         return fence
     finally:
-        _close_handle(nt_handle)
+        close_nt_handles(nt_handle)

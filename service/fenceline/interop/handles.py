@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
+from fenceline import _native
 from fenceline.interop.datatypes import Datatype
 
 Access = Literal["read_only", "read_write"]
+
+
+def close_nt_handles(*handles: int | None) -> None:
+    """Closes NT handles duplicated into the service for an import that did not take them
+    (Windows; nothing to close elsewhere)."""
+    for h in handles:
+        if h is not None:
+            _native.d3d12_close_handle(h)
 
 
 class Binding(Protocol):

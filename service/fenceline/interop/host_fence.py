@@ -8,6 +8,7 @@ import threading
 from fenceline import _native
 from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
 from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
+from fenceline.interop.handles import close_nt_handles
 from fenceline.waiting import Cancel
 
 # Long waits sleep in slices of this length so a shutdown can end them.
@@ -86,8 +87,13 @@ class FenceImport:
         self.handle.close()
 
 
-def import_fence(kind: str, *, name: str | None = None, fd: int | None = None) -> FenceImport:
-    """Opens a renderer's fence. A received ``fd`` is owned from here on, also when this raises."""
+def import_fence(
+    kind: str, *, name: str | None = None, fd: int | None = None, nt_handle: int | None = None,
+    wake_handle: int | None = None,
+) -> FenceImport:
+    """Opens a renderer's fence. A received ``fd``, or the page's section and wake semaphore
+    handles duplicated from the renderer (Windows), are owned from here on, also when this
+    raises."""
     try:
         if kind not in FENCE_TYPES:
             raise InvalidArgument(
@@ -98,6 +104,18 @@ def import_fence(kind: str, *, name: str | None = None, fd: int | None = None) -
         if fd is not None:
             owned, fd = fd, None
             return FenceImport(kind, _native.HostFence.from_fd(owned), name or "")
+        if nt_handle is not None or wake_handle is not None:
+            if name:
+                raise InvalidArgument("send exactly one of name or handle, not both")
+            if nt_handle is None or wake_handle is None:
+                raise InvalidArgument(
+                    "a host_timeline fence by handle needs its page's section and its wake "
+                    "semaphore"
+                )
+            if _native.PLATFORM != "win32":
+                raise Unsupported("fence handles exist only on Windows")
+            section, wake, nt_handle, wake_handle = nt_handle, wake_handle, None, None
+            return FenceImport(kind, _native.HostFence.from_handles(section, wake), "")
         if not name:
             raise InvalidArgument(
                 "a host_timeline fence needs its shared-memory name, or an fd over the IPC socket"
@@ -106,3 +124,4 @@ def import_fence(kind: str, *, name: str | None = None, fd: int | None = None) -
     finally:
         if fd is not None:
             os.close(fd)
+        close_nt_handles(nt_handle, wake_handle)

@@ -1,4 +1,5 @@
-"""Host memory imports: POSIX shared memory by name (``host_shm``) or an fd (``host_fd``)."""
+"""Host memory imports: shared memory by name (``host_shm``: POSIX, or a Windows section), an fd
+(``host_fd``) or a Windows section handle duplicated from the renderer (``host_shm`` by handle)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
 from fenceline.interop.datatypes import Datatype
-from fenceline.interop.handles import Access
+from fenceline.interop.handles import Access, close_nt_handles
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,14 @@ def import_memory(
     *,
     name: str | None = None,
     fd: int | None = None,
+    nt_handle: int | None = None,
     size_bytes: int = 0,
     offset_bytes: int = 0,
     access: Access = "read_write",
 ) -> MemoryImport:
-    """Maps a renderer's memory. A received ``fd`` is owned by the import from here on, also when
-    this raises."""
+    """Maps a renderer's memory. A received ``fd`` or a section handle duplicated from the
+    renderer (``nt_handle``, Windows) is owned by the import from here on, also when this
+    raises."""
     try:
         if kind not in MEMORY_TYPES:
             raise InvalidArgument(
@@ -87,6 +90,14 @@ def import_memory(
         if size_bytes < 0 or offset_bytes < 0:
             raise InvalidArgument("size_bytes and offset_bytes must not be negative")
         writable = access == "read_write"
+        if kind == "host_shm" and nt_handle is not None:
+            if name:
+                raise InvalidArgument("send exactly one of name or handle, not both")
+            if _native.PLATFORM != "win32":
+                raise Unsupported("section handles exist only on Windows")
+            owned, nt_handle = nt_handle, None
+            handle = _native.HostMemory.from_handle(owned, offset_bytes, size_bytes, writable)
+            return MemoryImport(kind, handle, access, offset_bytes, "")
         if kind == "host_shm":
             if not name:
                 raise InvalidArgument("host_shm needs the shared-memory object's name")
@@ -100,3 +111,4 @@ def import_memory(
     finally:
         if fd is not None:
             os.close(fd)
+        close_nt_handles(nt_handle)

@@ -11,14 +11,17 @@ SO_PEERCRED does on Linux.
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 import logging
 import threading
 from typing import Any
 
 from fenceline import _native
-from fenceline.errors import FencelineError, PermissionDenied, Unavailable
+from fenceline.errors import FencelineError, PermissionDenied
+from fenceline.interop.handles import close_nt_handles
 from fenceline.interop.owners import Caller
+from fenceline.ipc.base import Connection as Served
+from fenceline.ipc.base import ServerBase
 from fenceline.ipc.server import Connection
 from fenceline.protocol import codec
 from fenceline.runtime.service import Runtime
@@ -46,7 +49,8 @@ def pipe_sddl(allowed_sids: frozenset[str]) -> str:
 
 class PipeConnection(Connection):
     """A Connection whose frames travel over one pipe instance. No fds exist on Windows: a
-    request that needs one is answered as on Linux without it."""
+    request that needs one is answered as on Linux without it; handles take their place
+    (docs/windows.md, "Handles")."""
 
     def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
@@ -63,8 +67,21 @@ class PipeConnection(Connection):
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))
 
+    def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
+        """Duplicates each handle from the pipe's client (identified when it connected) and
+        checks its object type; on any failure closes what it already duplicated."""
+        pipe: Any = self.sock
+        taken: list[int] = []
+        try:
+            for value, role in wanted.values():
+                taken.append(int(pipe.duplicate_from_peer(value, role)))
+        except BaseException:
+            close_nt_handles(*taken)
+            raise
+        return dict(zip(wanted, taken, strict=True))
 
-class PipeServer:
+
+class PipeServer(ServerBase):
     """``allowed_sids``: users whose processes may connect; default the service's own."""
 
     def __init__(
@@ -74,17 +91,12 @@ class PipeServer:
         spin_ns: int = 100_000,
         allowed_sids: frozenset[str] | None = None,
     ) -> None:
-        self.runtime = runtime
+        super().__init__(runtime, spin_ns)
         self.path = (name or default_pipe_name()).rstrip("\\")
         if not self.path.lower().startswith(PIPE_PREFIX):
             self.path = PIPE_PREFIX + self.path
-        self.spin_ns = spin_ns
         self.allowed_sids = allowed_sids or frozenset({_win().current_user_sid()})
         self._listener: Any = None
-        self._connections: set[Connection] = set()
-        self._lock = threading.Lock()
-        self._numbers = itertools.count(1)
-        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._listener = _win().PipeListener(self.path, pipe_sddl(self.allowed_sids))
@@ -111,52 +123,26 @@ class PipeServer:
             except FencelineError as e:
                 self._refuse(pipe, PermissionDenied(f"cannot identify the peer: {e}"))
                 continue
-            if sid not in self.allowed_sids:
-                log.warning("refused IPC peer pid %d user %s: not on the allow-list", pid, sid)
-                self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
-                self._refuse(pipe, PermissionDenied(f"user {sid} may not use this service"))
-                continue
-            if self.runtime.closing.is_set():
-                self._refuse(pipe, Unavailable("the service is shutting down"))
-                continue
-            c = PipeConnection(self, pipe, next(self._numbers), sid)
-            with self._lock:
-                self._connections.add(c)
-            self.runtime.metrics.ipc_connections.inc()
-            self.runtime.metrics.ipc_connections_total.inc()
-            c.thread.start()
+            try:
+                self._admit(pipe, f"user {sid}", pid, sid in self.allowed_sids,
+                            functools.partial(PipeConnection, self, pipe, sid=sid))
+            except Exception:  # a thread that cannot start
+                log.exception("could not take an IPC connection")
 
-    @staticmethod
-    def _refuse(pipe: Any, err: FencelineError) -> None:
-        """Answers the peer's first request with `err`, then closes."""
+    def _answer_refusal(self, channel: Any, err: FencelineError) -> None:
+        request_id = 0
+        with contextlib.suppress(FencelineError):
+            data = channel.recv(codec.MAX_FRAME)
+            if data is not None:
+                request_id = codec.decode(bytes(data)).request_id
+        channel.send(codec.encode_error(request_id, err))
+        channel.close()
 
-        def answer() -> None:
-            request_id = 0
-            with contextlib.suppress(FencelineError):
-                data = pipe.recv(codec.MAX_FRAME)
-                if data is not None:
-                    request_id = codec.decode(bytes(data)).request_id
-            pipe.send(codec.encode_error(request_id, err))
-            pipe.close()
-
-        threading.Thread(target=answer, name="fenceline-ipc-refuse", daemon=True).start()
-
-    def forget(self, c: Connection) -> bool:
-        with self._lock:
-            if c in self._connections:
-                self._connections.remove(c)
-                return True
-            return False
+    def _wake(self, c: Served) -> None:
+        pipe: Any = c.sock
+        pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
 
     def stop(self, timeout: float = 5.0) -> None:
         if self._listener is not None:
             self._listener.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        with self._lock:
-            conns = list(self._connections)
-        for c in conns:
-            pipe: Any = c.sock
-            pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
-        for c in conns:
-            c.thread.join(timeout)
+        self._stop_connections(timeout)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import logging
 import os
 import select
@@ -25,13 +24,14 @@ from fenceline.errors import (
     FencelineError,
     InvalidArgument,
     InvalidRequest,
-    PermissionDenied,
     ResourceExhausted,
-    Unavailable,
+    Unsupported,
 )
 from fenceline.interop.owners import Caller
 from fenceline.ipc import access
 from fenceline.ipc.access import socket_error
+from fenceline.ipc.base import Connection as Served
+from fenceline.ipc.base import ServerBase
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -63,7 +63,7 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
 
 class Connection:
     def __init__(
-        self, server: IpcServer, sock: socket.socket, number: int, caller: Caller | None = None
+        self, server: ServerBase, sock: socket.socket, number: int, caller: Caller | None = None
     ) -> None:
         self.server = server
         self.sock = sock
@@ -223,24 +223,46 @@ class Connection:
             "capabilities": self.runtime.capabilities(),
         }
 
+    def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
+        """The handles a request names in the renderer's process, duplicated into this one and
+        owned by the caller: only the Windows pipe can (fenceline.ipc.pipe_server)."""
+        if wanted:
+            raise Unsupported(
+                "handle values are duplicated from the renderer only over the Windows named "
+                "pipe; over this socket send the object as an fd (host_fd) or by name"
+            )
+        return {}
+
+    def _with_handles(
+        self, roles: dict[str, tuple[int, str]], fd: int | None
+    ) -> dict[str, int]:
+        try:
+            return self._take_handles(roles)
+        except BaseException:
+            self._close_fds([] if fd is None else [fd])
+            raise
+
     def _import_memory(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(MemoryImportRequest, body)
+        roles = req.handle_roles()
         fd = self._one_fd(fds, "IMPORT_MEMORY")
         if fd is not None and req.handle_type == "host_shm":
             os.close(fd)
             raise InvalidRequest("host_shm memory is opened by name; send no fd")
+        # From here the runtime owns the fd and the duplicated handles, also when it raises.
         return self.runtime.import_memory(
             self.owner, req.handle_type, name=req.name, fd=fd, size_bytes=req.size_bytes,
             offset_bytes=req.offset_bytes, access=req.access, caller=self.caller,
-            **req.gpu_fields(),
+            **self._with_handles(roles, fd), **req.gpu_fields(),
         )
 
     def _import_fence(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(FenceImportRequest, body)
+        roles = req.handle_roles()
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
             self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
-            adapter_luid=req.adapter_luid, caller=self.caller,
+            adapter_luid=req.adapter_luid, caller=self.caller, **self._with_handles(roles, fd),
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
@@ -323,7 +345,7 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-class IpcServer:
+class IpcServer(ServerBase):
     """``allow_uids``: peers whose uid may connect (SO_PEERCRED) besides the service's own.
 
     The socket file's mode only keeps other users out early; the peer's uid is the real check.
@@ -338,16 +360,11 @@ class IpcServer:
         spin_ns: int = 100_000,
         allow_uids: frozenset[int] | None = None,
     ) -> None:
-        self.runtime = runtime
+        super().__init__(runtime, spin_ns)
         self.path = Path(path) if path is not None else default_socket_path()
-        self.spin_ns = spin_ns
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
         self._sock: socket.socket | None = None
-        self._connections: set[Connection] = set()
-        self._lock = threading.Lock()
-        self._numbers = itertools.count(1)
-        self._thread: threading.Thread | None = None
         self._accepting = False
         self._stopping = False
         self._spare: int | None = None  # an fd held back to shed connections when out of fds
@@ -425,7 +442,7 @@ class IpcServer:
             backoff = ACCEPT_BACKOFF_S[0]
             self._set_accepting(True)
             try:
-                self._admit(conn)
+                self._identify(conn)
             except Exception:  # a thread that cannot start, a peer gone before SO_PEERCRED
                 log.exception("could not take an IPC connection")
                 with contextlib.suppress(OSError):
@@ -456,53 +473,31 @@ class IpcServer:
             log.info("IPC accepts connections again")
         self._accepting = accepting
 
-    def _admit(self, conn: socket.socket) -> None:
+    def _identify(self, conn: socket.socket) -> None:
         pid, uid, _gid = peer_credentials(conn)
         if uid not in self.allow_uids:
             logs.peer.set(f"uid {uid}")
-            log.warning("refused IPC peer pid %d uid %d: not on the allow-list", pid, uid)
-            self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
-            self._refuse(conn, PermissionDenied(f"uid {uid} may not use this service"))
-            return
-        if self.runtime.closing.is_set():
-            self._refuse(conn, Unavailable("the service is shutting down"))
-            return
-        c = Connection(self, conn, next(self._numbers))
-        with self._lock:
-            self._connections.add(c)
-        self.runtime.metrics.ipc_connections.inc()
-        self.runtime.metrics.ipc_connections_total.inc()
-        try:
-            c.thread.start()
-        except BaseException:
-            c.close()
-            raise
+        self._admit(conn, f"uid {uid}", pid, uid in self.allow_uids,
+                    lambda number: Connection(self, conn, number))
 
-    @staticmethod
-    def _refuse(conn: socket.socket, err: FencelineError) -> None:
-        """Answers the peer's first request with `err`, then closes. Closing at once would drop
-        the answer: a Unix socket closed with unread data resets its peer."""
+    def _answer_refusal(self, channel: Any, err: FencelineError) -> None:
+        """Closing at once would drop the answer: a Unix socket closed with unread data resets
+        its peer."""
+        conn: socket.socket = channel
+        with conn:
+            conn.settimeout(1.0)
+            request_id = 0
+            with contextlib.suppress(OSError, FencelineError):
+                request_id = codec.decode(conn.recv(codec.MAX_FRAME)).request_id
+            with contextlib.suppress(OSError):
+                conn.send(codec.encode_error(request_id, err))
+                conn.shutdown(socket.SHUT_WR)
+                while conn.recv(codec.MAX_FRAME):
+                    pass
 
-        def answer() -> None:
-            with conn:
-                conn.settimeout(1.0)
-                request_id = 0
-                with contextlib.suppress(OSError, FencelineError):
-                    request_id = codec.decode(conn.recv(codec.MAX_FRAME)).request_id
-                with contextlib.suppress(OSError):
-                    conn.send(codec.encode_error(request_id, err))
-                    conn.shutdown(socket.SHUT_WR)
-                    while conn.recv(codec.MAX_FRAME):
-                        pass
-
-        threading.Thread(target=answer, name="fenceline-ipc-refuse", daemon=True).start()
-
-    def forget(self, c: Connection) -> bool:
-        with self._lock:
-            if c in self._connections:
-                self._connections.remove(c)
-                return True
-            return False
+    def _wake(self, c: Served) -> None:
+        with contextlib.suppress(OSError):
+            c.sock.shutdown(socket.SHUT_RDWR)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
@@ -517,12 +512,4 @@ class IpcServer:
             self._sock = None
             with contextlib.suppress(OSError):
                 self.path.unlink()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        with self._lock:
-            conns = list(self._connections)
-        for c in conns:
-            with contextlib.suppress(OSError):
-                c.sock.shutdown(socket.SHUT_RDWR)
-        for c in conns:
-            c.thread.join(timeout)
+        self._stop_connections(timeout)

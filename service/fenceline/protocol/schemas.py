@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fenceline.errors import InvalidArgument
 from fenceline.runtime.table import ViewSpec
 
 U64 = Field(ge=0, lt=2**64)
@@ -13,6 +14,24 @@ U64 = Field(ge=0, lt=2**64)
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# Handles travel only over the Windows named pipe (docs/windows.md, "Handles"): the value is the
+# handle in the renderer's process, which the service duplicates from the identified client.
+HANDLE_DOC = (
+    "Windows named pipe only, instead of name: the handle's value in the renderer's process; "
+    "the service duplicates it from the pipe's client and checks its object type"
+)
+# The object type each field's handle must have (native nt_handles.cpp), per kind.
+MEMORY_HANDLE_ROLES = {"host_shm": "section", "d3d12_heap": "d3d12_heap",
+                       "d3d12_resource": "d3d12_resource"}
+FENCE_HANDLE_ROLES = {"host_timeline": "section", "d3d12_fence": "d3d12_fence"}
+
+
+def _no_handle_for(kind: str, roles: dict[str, str]) -> InvalidArgument:
+    return InvalidArgument(
+        f"{kind} takes no handle; handles are for {', '.join(roles)} over the Windows pipe"
+    )
 
 
 class MemoryImportRequest(Strict):
@@ -42,6 +61,18 @@ class MemoryImportRequest(Strict):
         None, ge=0, lt=2**64, description="d3d12_heap, d3d12_resource: the renderer's "
         "ID3D12Device::GetAdapterLuid() as (HighPart << 32) | LowPart"
     )
+    handle: int | None = Field(
+        None, ge=0, lt=2**64, description=f"host_shm (a section), d3d12_heap, d3d12_resource: {HANDLE_DOC}"
+    )
+
+    def handle_roles(self) -> dict[str, tuple[int, str]]:
+        """The handles to duplicate: runtime argument -> (value in the renderer, role)."""
+        if self.handle is None:
+            return {}
+        role = MEMORY_HANDLE_ROLES.get(self.handle_type)
+        if role is None:
+            raise _no_handle_for(self.handle_type, MEMORY_HANDLE_ROLES)
+        return {"nt_handle": (self.handle, role)}
 
     def gpu_fields(self) -> dict[str, Any]:
         """The GPU fields, for the GPU handle types only (interop/cuda_memory.py, d3d12.py)."""
@@ -69,6 +100,33 @@ class FenceImportRequest(Strict):
         None, ge=0, lt=2**64,
         description="d3d12_fence: ID3D12Device::GetAdapterLuid() as (HighPart << 32) | LowPart",
     )
+    handle: int | None = Field(
+        None, ge=0, lt=2**64,
+        description=f"host_timeline (the page's section), d3d12_fence: {HANDLE_DOC}",
+    )
+    wake_handle: int | None = Field(
+        None, ge=0, lt=2**64,
+        description="host_timeline by handle: the page's wake semaphore, as handle",
+    )
+
+    def handle_roles(self) -> dict[str, tuple[int, str]]:
+        """The handles to duplicate: runtime argument -> (value in the renderer, role)."""
+        if self.handle is None and self.wake_handle is None:
+            return {}
+        role = FENCE_HANDLE_ROLES.get(self.fence_type)
+        if role is None:
+            raise _no_handle_for(self.fence_type, FENCE_HANDLE_ROLES)
+        if self.fence_type == "host_timeline":
+            if self.handle is None or self.wake_handle is None:
+                raise InvalidArgument(
+                    "a host_timeline fence by handle needs both handle (its page's section) and "
+                    "wake_handle (its wake semaphore)"
+                )
+            return {"nt_handle": (self.handle, role), "wake_handle": (self.wake_handle, "wake")}
+        if self.wake_handle is not None:
+            raise InvalidArgument(f"{self.fence_type} takes no wake_handle")
+        assert self.handle is not None
+        return {"nt_handle": (self.handle, role)}
 
 
 class ViewRequest(Strict):

@@ -27,7 +27,13 @@ from fenceline.interop.d3d12 import (
 )
 from fenceline.interop.datatypes import datatype
 from fenceline.interop.devices import check_device_quota, device_label
-from fenceline.interop.handles import Access, Binding, FenceHandle, MemoryHandle
+from fenceline.interop.handles import (
+    Access,
+    Binding,
+    FenceHandle,
+    MemoryHandle,
+    close_nt_handles,
+)
 from fenceline.interop.host_fence import FenceImport, import_fence
 from fenceline.interop.host_memory import MemoryImport, import_memory
 from fenceline.interop.owners import SERVICE, Caller, check_import
@@ -82,13 +88,15 @@ class Runtime:
             obj.close()
             raise
 
-    def _check_import_quota(self, owner: str, fd: int | None) -> None:
-        """Refuses an import over the client's limit; a received fd is closed then."""
+    def _check_import_quota(self, owner: str, fd: int | None, *handles: int | None) -> None:
+        """Refuses an import over the client's limit; a received fd and duplicated NT handles
+        are closed then."""
         with self._lock:
             n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
         if n >= self.settings.max_imports_per_owner:
             if fd is not None:
                 os.close(fd)
+            close_nt_handles(*handles)
             raise ResourceExhausted(
                 f"at most {self.settings.max_imports_per_owner} imports per client"
             )
@@ -113,31 +121,33 @@ class Runtime:
         offset_bytes: int = 0,
         access: Access = "read_write",
         caller: Caller = SERVICE,
+        nt_handle: int | None = None,
         **gpu: Any,
     ) -> dict[str, Any]:
         """``gpu``: allocation_size_bytes, dedicated, device_uuid, device_id, ipc_handle for the
         GPU handle types (interop/cuda_memory.py); allocation_size_bytes, dedicated,
-        adapter_luid and nt_handle (a handle the Windows pipe received) for the D3D12 ones
-        (interop/d3d12.py). An import by ``name`` is checked against ``caller``
-        (interop/owners.py)."""
-        self._check_import_quota(owner, fd)
+        adapter_luid for the D3D12 ones (interop/d3d12.py). ``nt_handle``: a section or D3D12
+        handle the Windows pipe duplicated from the renderer, owned from here on. An import by
+        ``name`` is checked against ``caller`` (interop/owners.py)."""
+        self._check_import_quota(owner, fd, nt_handle)
         mem: MemoryHandle
         if handle_type in D3D12_MEMORY_TYPES:
             mem = import_d3d12_memory(
-                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
-                access=access, **gpu,
+                handle_type, name=name, fd=fd, nt_handle=nt_handle, size_bytes=size_bytes,
+                offset_bytes=offset_bytes, access=access, **gpu,
             )
         elif handle_type in CUDA_MEMORY_TYPES:
+            close_nt_handles(nt_handle)  # never set: requests only carry handles for the others
             mem = import_cuda_memory(
                 handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
                 access=access, **gpu,
             )
         else:
             host = import_memory(
-                handle_type, name=name, fd=fd, size_bytes=size_bytes, offset_bytes=offset_bytes,
-                access=access,
+                handle_type, name=name, fd=fd, nt_handle=nt_handle, size_bytes=size_bytes,
+                offset_bytes=offset_bytes, access=access,
             )
-            if fd is None:
+            if fd is None and nt_handle is None:
                 self._check_named(host, caller, "memory")
             mem = host
         with self._lock:
@@ -195,20 +205,26 @@ class Runtime:
         device_uuid: str | None = None,
         adapter_luid: int | None = None,
         nt_handle: int | None = None,
+        wake_handle: int | None = None,
         caller: Caller = SERVICE,
     ) -> dict[str, Any]:
-        """``nt_handle``: a d3d12_fence handle the Windows pipe received (owned from here on)."""
-        self._check_import_quota(owner, fd)
+        """``nt_handle``: a d3d12_fence, or a host_timeline page's section (with its
+        ``wake_handle``), that the Windows pipe duplicated from the renderer; owned from here on."""
+        self._check_import_quota(owner, fd, nt_handle, wake_handle)
         fence: FenceHandle
         if fence_type in D3D12_FENCE_TYPES:
+            close_nt_handles(wake_handle)
             fence = import_d3d12_fence(
                 fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid
             )
         elif fence_type in VK_FENCE_TYPES:
+            close_nt_handles(nt_handle, wake_handle)
             fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
         else:
-            host_fence = import_fence(fence_type, name=name, fd=fd)
-            if fd is None:
+            host_fence = import_fence(
+                fence_type, name=name, fd=fd, nt_handle=nt_handle, wake_handle=wake_handle
+            )
+            if fd is None and nt_handle is None:
                 self._check_named(host_fence, caller, "fence")
             fence = host_fence
         with self._lock:

@@ -30,13 +30,15 @@
 extern "C" {
 #endif
 
-#if defined(_WIN32)
-#define FL_EXPORT
+#if defined(_WIN32) && defined(FL_CLIENT_BUILDING_DLL)
+#define FL_EXPORT __declspec(dllexport)
+#elif defined(_WIN32)
+#define FL_EXPORT /* a DLL import or the static library: plain declarations serve both */
 #else
 #define FL_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FL_API_VERSION 3u /* 2: D3D12 imports; 3: RunAsync and streaming sessions */
+#define FL_API_VERSION 4u /* 2: D3D12 imports; 3: RunAsync and streaming sessions; 4: deadlines */
 /* The ABI major: the shared library's SONAME is libfenceline_client.so.<FL_ABI_VERSION>. It
  * changes only if a table a program was built against stops being served. */
 #define FL_ABI_VERSION 1u
@@ -69,6 +71,9 @@ typedef enum FlFenceStatus {
 #define FL_TIMEOUT_DEFAULT FL_WIRE_TIMEOUT_DEFAULT
 /* WaitFence's timeout_ns that means "no deadline". */
 #define FL_WAIT_FOREVER (-1)
+/* The client-side deadline of every call that waits for the service (CreateClient, SetClientTimeout):
+ * 30 s, and for Run and RunAsync 30 s plus the run's own timeout_ms. */
+#define FL_CLIENT_TIMEOUT_DEFAULT_NS 30000000000LL
 /* Object ids are this many lowercase hex digits. */
 #define FL_ID_LENGTH 32
 
@@ -193,13 +198,15 @@ struct FlApi {
 
   /* Writes the default socket path, as the service computes it: $FENCELINE_SOCKET, else
    * $XDG_RUNTIME_DIR/fenceline/fenceline.sock, else /tmp/fenceline-<uid>/fenceline/
-   * fenceline.sock. Fails with
+   * fenceline.sock; on Windows $FENCELINE_SOCKET (a pipe name), else \\.\pipe\fenceline-<user SID>
+   * (docs/windows.md). Fails with
    * FL_ERROR_INVALID_ARGUMENT when buf_size is too small. Thread-safe. */
   FlStatus *(*GetDefaultSocketPath)(char *buf, size_t buf_size);
   /* Connects (socket_path NULL: the default path) and says hello; client_name (NULL: "c") shows
    * in the service log. A service that refuses the connection answers with its reason
    * (FL_ERROR_PERMISSION_DENIED, FL_ERROR_UNAVAILABLE); one that is not there with
-   * FL_ERROR_TRANSPORT. *out is freed with ReleaseClient. Thread-safe.
+   * FL_ERROR_TRANSPORT; one that accepts but does not answer within FL_CLIENT_TIMEOUT_DEFAULT_NS
+   * with FL_ERROR_TIMED_OUT. *out is freed with ReleaseClient. Thread-safe.
    * Calls on one client are serialized by its lock; for runs in parallel use one client per
    * thread. */
   FlStatus *(*CreateClient)(const char *socket_path, const char *client_name, FlClient **out);
@@ -330,6 +337,23 @@ struct FlApi {
    * receives its final description, with the frame counts. The handle then serves only
    * ReleaseSession, which frees local memory. Thread-safe. */
   FlStatus *(*StopSession)(FlSession *session, char **out_json);
+
+  /* ---- version 4: client-side deadlines ------------------------------------------------------ */
+
+  /* Sets the client-side deadline of every later call on this client that waits for the service:
+   * connecting, sending and the reply must together take at most timeout_ns (Run and RunAsync:
+   * timeout_ns plus the run's timeout_ms, 10 s for FL_TIMEOUT_DEFAULT, which the service may
+   * legitimately spend waiting for the fence). Default FL_CLIENT_TIMEOUT_DEFAULT_NS (30 s);
+   * FL_WAIT_FOREVER waits without deadline. A call whose deadline passes fails with
+   * FL_ERROR_TIMED_OUT and closes the connection (the late reply would answer a request nobody
+   * waits for): the service then releases the client's objects as when it disconnects, and every
+   * later call fails with FL_ERROR_TRANSPORT; create a new client. So a service that hangs, rather
+   * than dies, never hangs the caller. Thread-safe. */
+  void (*SetClientTimeout)(FlClient *client, int64_t timeout_ns);
+  /* CreateClient with the client-side deadline timeout_ns (as for SetClientTimeout) for the
+   * connection and hello, kept for the client's later calls. Thread-safe. */
+  FlStatus *(*CreateClientWithTimeout)(const char *socket_path, const char *client_name,
+                                       int64_t timeout_ns, FlClient **out);
 };
 
 /* The function table for `version` (pass FL_API_VERSION), or NULL when this library cannot serve

@@ -23,6 +23,17 @@ int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
 
 void fl_htl_wake_close(fl_htl_wake *w) { (void)w; }
 
+int fl_htl_wake_adopt(intptr_t handle, fl_htl_wake **out) {
+  (void)handle;
+  *out = NULL;
+  return FL_HTL_E_OS;
+}
+
+intptr_t fl_htl_wake_native(const fl_htl_wake *w) {
+  (void)w;
+  return -1;
+}
+
 /* Shared (not private) futex ops: waiters and wakers live in different processes. */
 void fl_htl_wake_all(fl_htl_page *p, fl_htl_wake *w) {
   (void)w;

@@ -51,6 +51,12 @@ static wchar_t *wake_name(const char *name) {
 
 int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
   *out = NULL;
+  if (name == NULL) {
+    if (!create) return FL_HTL_E_NOT_FOUND;
+    HANDLE anonymous = CreateSemaphoreW(NULL, 0, 0x7fffffff, NULL);
+    if (anonymous == NULL) return FL_HTL_E_OS;
+    return fl_htl_wake_adopt((intptr_t)anonymous, out);
+  }
   wchar_t *wname = wake_name(name);
   if (wname == NULL) return FL_HTL_E_OS;
   HANDLE h;
@@ -81,6 +87,23 @@ int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
   w->semaphore = h;
   *out = w;
   return 0;
+}
+
+int fl_htl_wake_adopt(intptr_t handle, fl_htl_wake **out) {
+  *out = NULL;
+  if (handle == 0 || handle == (intptr_t)INVALID_HANDLE_VALUE) return FL_HTL_E_OS;
+  fl_htl_wake *w = (fl_htl_wake *)malloc(sizeof *w);
+  if (w == NULL) {
+    CloseHandle((HANDLE)handle);
+    return FL_HTL_E_OS;
+  }
+  w->semaphore = (HANDLE)handle;
+  *out = w;
+  return 0;
+}
+
+intptr_t fl_htl_wake_native(const fl_htl_wake *w) {
+  return w == NULL ? -1 : (intptr_t)w->semaphore;
 }
 
 void fl_htl_wake_close(fl_htl_wake *w) {

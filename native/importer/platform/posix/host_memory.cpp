@@ -49,14 +49,7 @@ std::shared_ptr<Mapping> Mapping::from_fd(int fd, std::uint64_t offset, std::uin
   if (!S_ISREG(st.st_mode))
     throw Error(Code::InvalidArgument, "the handle is not a shared-memory object");
   const auto object_size = static_cast<std::uint64_t>(st.st_size);
-  if (size == 0) {
-    if (offset >= object_size)
-      throw Error(Code::InvalidArgument, "offset_bytes " + std::to_string(offset) +
-                                             " is not inside the " +
-                                             std::to_string(object_size) + "-byte object");
-    size = object_size - offset;
-  }
-  check_range(offset, size, object_size, "memory range");
+  size = mapped_range(offset, size, object_size, "object");
   const std::uint64_t aligned = offset - offset % page_size();
   const std::uint64_t delta = offset - aligned;
   const std::uint64_t length = size + delta;  // cannot overflow: offset + size <= object_size

@@ -87,14 +87,7 @@ std::shared_ptr<Mapping> Mapping::from_handle(NativeHandle handle, std::uint64_t
   // The view's size is the section's size rounded up to whole pages.
   const auto object_size = static_cast<std::uint64_t>(info.RegionSize);
   try {
-    if (size == 0) {
-      if (offset >= object_size)
-        throw Error(Code::InvalidArgument, "offset_bytes " + std::to_string(offset) +
-                                               " is not inside the " +
-                                               std::to_string(object_size) + "-byte section");
-      size = object_size - offset;
-    }
-    check_range(offset, size, object_size, "memory range");
+    size = mapped_range(offset, size, object_size, "section");
   } catch (...) {
     ::UnmapViewOfFile(base);
     throw;

@@ -203,22 +203,6 @@ std::string process_user_sid(std::uint32_t pid) {
   }
 }
 
-std::intptr_t PipeConnection::duplicate_from_peer(std::intptr_t handle) const {
-  HANDLE proc = ::OpenProcess(PROCESS_DUP_HANDLE, FALSE, peer_pid());
-  if (!proc) throw_last("OpenProcess (peer, PROCESS_DUP_HANDLE)", ::GetLastError());
-  HANDLE mine = nullptr;
-  const BOOL ok = ::DuplicateHandle(proc, reinterpret_cast<HANDLE>(handle), ::GetCurrentProcess(),
-                                    &mine, 0, FALSE, DUPLICATE_SAME_ACCESS);
-  const DWORD err = ::GetLastError();
-  ::CloseHandle(proc);
-  if (!ok) {
-    if (err == ERROR_INVALID_HANDLE)
-      throw Error(Code::InvalidArgument, "the renderer has no handle " + std::to_string(handle));
-    throw_last("DuplicateHandle", err);
-  }
-  return reinterpret_cast<std::intptr_t>(mine);
-}
-
 // -- listener ---------------------------------------------------------------------------
 
 PipeListener::PipeListener(const std::string &name, const std::string &sddl)

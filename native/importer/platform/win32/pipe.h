@@ -25,6 +25,10 @@ std::string process_user_sid(std::uint32_t pid);
 std::optional<std::string> tcp_client_sid(const std::string &client_ip, std::uint16_t client_port,
                                           std::uint16_t server_port);
 
+// The kernel object type of a handle of this process ("Section", "Semaphore", ...; "" when
+// Windows does not say).
+std::string object_type_name(std::intptr_t handle);
+
 class PipeConnection {
  public:
   // Client side: connects to a listening service; waits up to timeout_ms while every instance
@@ -48,8 +52,10 @@ class PipeConnection {
   // The peer's process id and user SID: the server side's SO_PEERCRED.
   std::uint32_t peer_pid() const;
   std::string peer_user_sid() const;
-  // Duplicates a handle of the peer process into this one, with the same access.
-  std::intptr_t duplicate_from_peer(std::intptr_t handle) const;
+  // Duplicates the peer process's `handle` into this one, with the same access, and checks it
+  // names an object of the type `role` needs (nt_handles.h). The caller owns the result; nothing
+  // is left open when this throws (handles.cpp).
+  std::intptr_t duplicate_from_peer(std::uint64_t handle, const std::string &role) const;
 
  private:
   bool wait_io(OVERLAPPED &ov, DWORD *transferred);

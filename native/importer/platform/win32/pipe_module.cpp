@@ -10,6 +10,8 @@ namespace fl::win32 {
 
 void bind_pipe(py::module_ &mod) {
   mod.def("current_user_sid", &current_user_sid, "This process's user SID (S-1-5-...).");
+  mod.def("object_type_name", &object_type_name, py::arg("handle"),
+          "The kernel object type of a handle of this process ('Section', 'Semaphore', ...).");
   mod.def("tcp_client_sid", &tcp_client_sid, py::arg("client_ip"), py::arg("client_port"),
           py::arg("server_port"),
           "The user SID of the process holding the client end of a loopback IPv4 connection to "
@@ -44,7 +46,10 @@ void bind_pipe(py::module_ &mod) {
       .def_property_readonly("peer_pid", &PipeConnection::peer_pid)
       .def("peer_user_sid", &PipeConnection::peer_user_sid)
       .def("duplicate_from_peer", &PipeConnection::duplicate_from_peer, py::arg("handle"),
-           "A handle of the peer process, duplicated into this one (the caller owns it).");
+           py::arg("role"),
+           "The peer process's handle, duplicated into this one and checked to be of the "
+           "object type `role` needs (section, wake, d3d12_heap, d3d12_resource, d3d12_fence); "
+           "the caller owns it.");
 
   py::class_<PipeListener, std::shared_ptr<PipeListener>>(mod, "PipeListener")
       .def(py::init<const std::string &, const std::string &>(), py::arg("name"),

@@ -1,0 +1,100 @@
+"""What the Unix socket server (ipc/server.py) and the Windows pipe server (ipc/pipe_server.py)
+share: the set of live connections, admission (the allow-list, shutdown), refusing a peer with
+an ERROR frame, forgetting a closed connection and stopping. Each transport only moves bytes:
+it accepts and identifies a peer, answers a refusal over its own kind of channel and wakes a
+connection's blocked receive at stop."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from fenceline.errors import FencelineError, PermissionDenied, Unavailable
+from fenceline.runtime.service import Runtime
+
+log = logging.getLogger("fenceline.ipc")
+
+
+class Connection(Protocol):
+    """What the server needs of a connection (ipc/server.py's Connection): its channel, its
+    thread, and close(), which releases what it owns."""
+
+    sock: Any
+    thread: threading.Thread
+
+    def close(self) -> None: ...
+
+
+class ServerBase:
+    def __init__(self, runtime: Runtime, spin_ns: int) -> None:
+        self.runtime = runtime
+        self.spin_ns = spin_ns
+        self._connections: set[Connection] = set()
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._thread: threading.Thread | None = None
+
+    # -- what a transport provides ----------------------------------------------------------
+
+    def _answer_refusal(self, channel: Any, err: FencelineError) -> None:
+        """Answers the peer's first request on ``channel`` with ``err``, then closes it. Runs on
+        its own thread: a peer that never writes must not hold up accepting."""
+        raise NotImplementedError
+
+    def _wake(self, c: Connection) -> None:
+        """Ends ``c``'s blocked receive, so that its thread closes the connection."""
+        raise NotImplementedError
+
+    # -- shared -----------------------------------------------------------------------------
+
+    def _admit(
+        self, channel: Any, peer: str, pid: int, allowed: bool,
+        connection: Callable[[int], Connection],
+    ) -> None:
+        """Serves an accepted, identified peer (``peer``: "uid 1000", "user S-1-5-..."), or
+        refuses it when it is not ``allowed`` or the service is shutting down."""
+        if not allowed:
+            log.warning("refused IPC peer pid %d %s: not on the allow-list", pid, peer)
+            self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
+            self._refuse(channel, PermissionDenied(f"{peer} may not use this service"))
+            return
+        if self.runtime.closing.is_set():
+            self._refuse(channel, Unavailable("the service is shutting down"))
+            return
+        c = connection(next(self._numbers))
+        with self._lock:
+            self._connections.add(c)
+        self.runtime.metrics.ipc_connections.inc()
+        self.runtime.metrics.ipc_connections_total.inc()
+        try:
+            c.thread.start()
+        except BaseException:
+            c.close()
+            raise
+
+    def _refuse(self, channel: Any, err: FencelineError) -> None:
+        threading.Thread(
+            target=self._answer_refusal, args=(channel, err), name="fenceline-ipc-refuse",
+            daemon=True,
+        ).start()
+
+    def forget(self, c: Connection) -> bool:
+        """True the first time: the caller releases what ``c`` owns, exactly once."""
+        with self._lock:
+            if c in self._connections:
+                self._connections.remove(c)
+                return True
+            return False
+
+    def _stop_connections(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            conns = list(self._connections)
+        for c in conns:
+            self._wake(c)
+        for c in conns:
+            c.thread.join(timeout)
