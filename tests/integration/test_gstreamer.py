@@ -306,13 +306,16 @@ def test_bench_prints_element_fps_beside_the_appsink_onnxruntime_reference(
     out = tmp_path / "gst.json"
     r = subprocess.run(
         [sys.executable, "-m", "fenceline", "bench", "--gst", "--quick", "--sizes", "720p",
-         "--rounds", "2", "--frames", "30", "--json", str(out)],
+         "--rounds", "2", "--frames", "30", "--intra-op-threads", "1", "--json", str(out)],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "fencelinefilter fps" in r.stdout and "appsink->onnxruntime fps" in r.stdout
     assert "round 2/2" in r.stdout and "load average (1 min) before/after" in r.stdout, r.stdout
-    row = json.loads(out.read_text())["sizes"]["720p"]
+    doc = json.loads(out.read_text())
+    assert doc["intra_op_threads"] == 1
+    assert "onnxruntime intra-op threads 1" in r.stdout, r.stdout
+    row = doc["sizes"]["720p"]
     assert row["element_fps"] > 0 and row["appsink_onnxruntime_fps"] > 0
     assert len(row["element_rounds"]) == len(row["reference_rounds"]) == 2
     assert len(row["pair_ratios"]) == 2

@@ -176,10 +176,13 @@ def reference_fps(Gst: Any, src: str, session: Any, width: int, height: int, fra
 
 
 def bench_size(Gst: Any, socket: Path, cpu: CpuClock, model_clock: ModelClock, model_path: Path,
-               width: int, height: int, frames: int, warmup: int, rounds: int) -> dict[str, Any]:
-    from fenceline.runtime.models import Model
+               width: int, height: int, frames: int, warmup: int, rounds: int,
+               intra_op_threads: int | None) -> dict[str, Any]:
+    from fenceline.runtime.models import Model, ModelSettings
 
-    model = Model(MODEL, "1", model_path)
+    settings = ModelSettings() if intra_op_threads is None else ModelSettings(
+        intra_op_threads=intra_op_threads)
+    model = Model(MODEL, "1", model_path, settings)
     model.load()  # the service's session options: the comparison is the path, not the settings
     src = f"{SOURCE} num-buffers={frames} ! {caps('RGBA', width, height)}"
     runs: dict[str, list[Side]] = {"element": [], "reference": []}
@@ -218,8 +221,11 @@ def bench_size(Gst: Any, socket: Path, cpu: CpuClock, model_clock: ModelClock, m
 
 def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
                   sizes: list[str] | None = None, rounds: int | None = None,
-                  frames: int | None = None) -> int:
-    """Starts a service, then for each size alternates the element and the reference."""
+                  frames: int | None = None, intra_op_threads: int | None = None) -> int:
+    """Starts a service, then for each size alternates the element and the reference.
+    ``intra_op_threads``: onnxruntime's intra-op threads on both sides (None: the model's
+    default, a pool sized to the machine)."""
+    from fenceline.bench.scaling import _repository
     from fenceline.cli.process import start_service, stop_service
     from fenceline.models import build_repository
     from fenceline.models.builtin import cache_dir
@@ -242,26 +248,36 @@ def run_gst_bench(*, quick: bool = False, json_path: Path | None = None,
     n, warmup, default_rounds = (60, 10, 1) if quick else (150, 20, 4)
     frames = frames or n
     rounds = rounds or default_rounds
+    if intra_op_threads is not None and not 0 <= intra_op_threads <= 1024:
+        print("fenceline: --intra-op-threads is 0 (one per core) .. 1024", file=sys.stderr)
+        return 2
     if rounds < 1 or frames <= warmup:
         print(f"fenceline: --rounds must be at least 1 and --frames more than the {warmup} of "
               "warmup", file=sys.stderr)
         return 2
     model_path = build_repository(cache_dir(), [MODEL]) / MODEL / "1" / "model.onnx"
     results: dict[str, Any] = {"model": MODEL, "frames": frames, "warmup": warmup,
-                               "rounds": rounds, "cpus": os.cpu_count(),
+                               "rounds": rounds, "intra_op_threads": intra_op_threads,
+                               "cpus": os.cpu_count(),
                                "loadavg_before": os.getloadavg()[0], "sizes": {}}
-    print(f"{rounds} round(s) of {frames} frames ({warmup} of warmup) per side and size; "
+    threads = "default" if intra_op_threads is None else str(intra_op_threads)
+    print(f"{rounds} round(s) of {frames} frames ({warmup} of warmup) per side and size, "
+          f"onnxruntime intra-op threads {threads}; "
           f"load average (1 min) {results['loadavg_before']:.2f} on {os.cpu_count()} CPUs",
           flush=True)
     with tempfile.TemporaryDirectory(prefix="fenceline-gst-bench-") as tmp:
-        proc, url, sock = start_service([MODEL], Path(tmp))
+        if intra_op_threads is None:
+            proc, url, sock = start_service([MODEL], Path(tmp))
+        else:
+            repo = _repository(Path(tmp), MODEL, model_path, intra_op_threads)
+            proc, url, sock = start_service([], Path(tmp), extra=("--model-repository", str(repo)))
         try:
             for name in sizes or list(SIZES):
                 width, height = SIZES[name]
                 print(f"{name}:", flush=True)
                 results["sizes"][name] = bench_size(Gst, sock, CpuClock(proc.pid),
                                                     ModelClock(url), model_path, width, height,
-                                                    frames, warmup, rounds)
+                                                    frames, warmup, rounds, intra_op_threads)
         finally:
             stop_service(proc)
     results["loadavg_after"] = os.getloadavg()[0]
