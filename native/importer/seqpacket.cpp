@@ -77,6 +77,9 @@ struct Buffers {
 
 thread_local Buffers buffers;
 
+// Pause instructions between two tries of a spinning receive: about a microsecond.
+const int kRelaxPerTry = 32;
+
 // What one successful recvmsg of n bytes (n >= 0) received.
 Message finish(int fd, ssize_t n, int msg_flags, std::size_t max_bytes, std::size_t max_fds) {
   Message out;
@@ -155,8 +158,10 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
     for (unsigned i = 0;; ++i) {
       n = buffers.once(fd, &msg_flags);
       if (n >= 0 || !transient()) break;
-      fl_cpu_relax();
-      if ((i & 15u) == 15u && fl_htl_now_ns() >= end) break;
+      // Each try takes the socket's lock, which the peer's send needs too: a spinner that
+      // retried at once would slow the very message it waits for.
+      for (int k = 0; k < kRelaxPerTry; ++k) fl_cpu_relax();
+      if ((i & 3u) == 3u && fl_htl_now_ns() >= end) break;
     }
   } else {
     n = buffers.once(fd, &msg_flags);
