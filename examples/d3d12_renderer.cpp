@@ -276,9 +276,10 @@ int main(int argc, char **argv) {
            "ImportD3D12Fence (ready)");
   check_fl(api->ImportD3D12Fence(client, utf8(done_name).c_str(), adapter_luid, &done_import),
            "ImportD3D12Fence (done)");
-  const FlTensorView in = {"x", memory, 0, "FP32", kShape, 4};
-  const FlTensorView out = {"y", memory, kOutputOffset, "FP32", kShape, 4};
-  const FlSessionDesc sd = {model, &in, 1, &out, 1, ready_import, done_import};
+  const FlTensorView in = {sizeof(FlTensorView), "x", memory, 0, "FP32", kShape, 4};
+  const FlTensorView out = {sizeof(FlTensorView), "y", memory, kOutputOffset, "FP32", kShape, 4};
+  const FlSessionDesc sd = {sizeof(FlSessionDesc), model, &in, 1, &out, 1, ready_import,
+                            done_import};
   FlSession *session = nullptr;
   check_fl(api->CreateSession(client, &sd, &session), "CreateSession");
 
@@ -302,7 +303,8 @@ int main(int argc, char **argv) {
     q.copy(frame, 0, upload, 0);
     check_hr(q.queue->Signal(ready, value), "Signal (ready)");
     // Service: its stream waits for ready >= n, runs the model in the frame, signals done = n.
-    FlRunResult result;
+    FlRunResult result{};
+    result.struct_size = sizeof result;
     check_fl(api->Run(session, value, value, FL_TIMEOUT_DEFAULT, &result), "Run");
     // Renderer: nothing reads the output before done >= n, on the GPU.
     check_hr(q.queue->Wait(done, value), "Wait (done)");

@@ -96,9 +96,10 @@ static FlStatus *slot_for(FencelineFilter *self, GstMemory *mem, guint64 id, FlS
   gchar *model = g_strdup(self->model);
   gchar *in_name = g_strdup(self->input_name), *out_name = g_strdup(self->output_name);
   GST_OBJECT_UNLOCK(self);
-  FlTensorView in = {in_name, memory, 0, "UINT8", self->shape, 4};
-  FlTensorView out_view = {out_name, memory, 0, "UINT8", self->shape, 4};
-  FlSessionDesc desc = {model, &in, 1, &out_view, 1, self->ready_import, self->done_import};
+  FlTensorView in = {sizeof(FlTensorView), in_name, memory, 0, "UINT8", self->shape, 4};
+  FlTensorView out_view = {sizeof(FlTensorView), out_name, memory, 0, "UINT8", self->shape, 4};
+  FlSessionDesc desc = {sizeof(FlSessionDesc), model, &in, 1, &out_view, 1, self->ready_import,
+                        self->done_import};
   FlSession *session = NULL;
   st = api->CreateSession(self->client, &desc, &session);
   g_free(model);
@@ -146,9 +147,10 @@ static FlStatus *check_model(FencelineFilter *self, const char *model) {
   FlStatus *st = api->CreateFrame(NULL, 4096, &frame);
   if (st == NULL) st = api->ImportFrame(self->client, frame, FL_ACCESS_READ_WRITE, &memory);
   if (st == NULL) {
-    FlTensorView in = {self->input_name, memory, 0, "UINT8", one, 4};
-    FlTensorView out = {self->output_name, memory, 0, "UINT8", one, 4};
-    FlSessionDesc desc = {model, &in, 1, &out, 1, self->ready_import, self->done_import};
+    FlTensorView in = {sizeof(FlTensorView), self->input_name, memory, 0, "UINT8", one, 4};
+    FlTensorView out = {sizeof(FlTensorView), self->output_name, memory, 0, "UINT8", one, 4};
+    FlSessionDesc desc = {sizeof(FlSessionDesc), model, &in, 1, &out, 1, self->ready_import,
+                          self->done_import};
     st = api->CreateSession(self->client, &desc, &session);
     if (st != NULL && api->GetErrorCode(st) != FL_ERROR_NOT_FOUND) {
       api->ReleaseStatus(st);

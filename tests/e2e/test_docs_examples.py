@@ -92,6 +92,11 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{HERE}::test_c_api_engine_build_runs_as_written",
         "tests/native/test_c_client_install.py::test_install_holds_headers_config_and_pkg_config",
     ],
+    ("docs/c-api.md", "#include <cstdio>"): [
+        f"{HERE}::test_c_api_cxx_example_runs_as_written",
+        "tests/native/test_c_client_install.py::"
+        "test_find_package_builds_c_and_cxx_programs_that_run_against_a_service",
+    ],
     ("docs/c-api.md", "cmake_minimum_required(VERSION 3.18)"): [
         f"{HERE}::test_c_api_engine_build_runs_as_written",
     ],
@@ -324,6 +329,14 @@ def test_c_api_engine_build_runs_as_written(service: Service, tmp_path: Path) ->
         return r.stdout
 
     sh(install.text, clone)
+    # The document's table of installed files names what the build made (the library's version
+    # follows FL_API_VERSION, so a bump that the table missed fails here).
+    prefix = home / ".local" / "fenceline-client"
+    text = (ROOT / doc).read_text()
+    table = text[text.index("| installed | what |"):].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([^`]+)`", table, re.M)
+    assert any(".so." in p for p in listed)
+    assert [p for p in listed if not (prefix / p).exists()] == []
     with_cmake, with_pc = tmp_path / "with-cmake", tmp_path / "with-pkg-config"
     for d in (with_cmake, with_pc):
         d.mkdir()
@@ -334,6 +347,28 @@ def test_c_api_engine_build_runs_as_written(service: Service, tmp_path: Path) ->
         return
     sh(pkg.text, with_pc)
     assert sh("./renderer", with_pc).count("y = x + 1") == 3
+
+
+def test_c_api_cxx_example_runs_as_written(
+    service: Service, tmp_path: Path, venv_path: dict[str, str]
+) -> None:
+    """docs/c-api.md's C++ wrapper example, verbatim, built as C++11 against the installed
+    library; it finds the service through FENCELINE_SOCKET."""
+    from fenceline.client import c_api
+
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "example.cpp").write_text(find("docs/c-api.md", "#include <cstdio>").text)
+    build = subprocess.run([cxx, "-std=c++11", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                            str(tmp_path / "example.cpp"), *c_api.c_compile_flags(),
+                            *c_api.c_link_flags(), "-o", str(tmp_path / "example")],
+                           capture_output=True, text=True, timeout=180)
+    assert build.returncode == 0, build.stderr
+    r = subprocess.run([str(tmp_path / "example")], env=dict(venv_path, FENCELINE_SOCKET=str(
+        service.socket)), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("y[0] = 42 after "), r.stdout
 
 
 def test_deploy_directly_serves_a_model_repository(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The C client as an engine gets it: native/client built alone with CMake (no Python, no
 pybind11), installed into a prefix, the prefix moved elsewhere, and programs outside this build
-(tests/native/consumer) built against it with find_package and with pkg-config, then run against
-a real service."""
+(tests/native/consumer: C, and C++ through the header-only wrapper) built against it with
+find_package and with pkg-config, then run against a real service."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fenceline.client import c_api
 from fenceline.client.c_api import find_c_compiler
 from tests.support.service import Service
 
@@ -106,6 +107,7 @@ def test_install_has_the_versioned_soname_and_one_export(prefix: Path) -> None:
 
 def test_install_holds_headers_config_and_pkg_config(prefix: Path) -> None:
     for rel in ["include/fenceline/fenceline_client.h", "include/fenceline/fenceline_wire.h",
+                "include/fenceline/fenceline_client.hpp",
                 "lib/libfenceline_client.a", "lib/pkgconfig/fenceline-client.pc",
                 "lib/cmake/fenceline_client/fenceline_clientConfig.cmake",
                 "lib/cmake/fenceline_client/fenceline_clientConfigVersion.cmake",
@@ -117,7 +119,7 @@ def test_install_holds_headers_config_and_pkg_config(prefix: Path) -> None:
             assert "first-prefix" not in path.read_text(), path
 
 
-def consumer_build(prefix: Path, tmp: Path, *defines: str) -> Path:
+def consumer_build(prefix: Path, tmp: Path, *defines: str, include: Path | None = None) -> Path:
     assert CMAKE is not None
     build = tmp / "consumer-build"
     env = no_python_env()
@@ -128,15 +130,15 @@ def consumer_build(prefix: Path, tmp: Path, *defines: str) -> Path:
     for c in commands:
         includes = re.findall(r"-I\s*(\S+)|-isystem\s+(\S+)", c["command"])
         paths = [a or b for a, b in includes]
-        assert paths == [str(prefix / "include")], c["command"]
+        assert paths == [str(include or prefix / "include")], c["command"]
     return build
 
 
-def test_find_package_builds_c_programs_that_run_against_a_service(
+def test_find_package_builds_c_and_cxx_programs_that_run_against_a_service(
     prefix: Path, tmp_path: Path, service: Service
 ) -> None:
     build = consumer_build(prefix, tmp_path)
-    for exe in ["consumer_shared", "consumer_static"]:
+    for exe in ["consumer_shared", "consumer_static", "consumer_cxx"]:
         r = run([build / exe, service.socket], timeout=60, env=no_python_env())
         assert r.stdout.startswith(f"ok {ABI}.{API} "), r.stdout
     ldd = shutil.which("ldd")
@@ -180,4 +182,13 @@ def test_pkg_config_from_the_moved_prefix_builds_a_program_that_runs(
     run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", CONSUMER / "consumer.c", *flags,
          f"-Wl,-rpath,{libdir}", "-o", exe], env=env)
     r = run([exe, service.socket], timeout=60, env=env)
+    assert r.stdout.startswith(f"ok {ABI}.{API} "), r.stdout
+
+
+def test_find_package_finds_the_python_packages_copy(tmp_path: Path, service: Service) -> None:
+    """The wheel carries the same package config inside fenceline/lib: a C++ engine that has
+    the Python package installed points CMake at it and gets the package's own library."""
+    package = c_api.c_library_dir().parent
+    build = consumer_build(package, tmp_path, include=c_api.c_include_dir())
+    r = run([build / "consumer_cxx", service.socket], timeout=60, env=no_python_env())
     assert r.stdout.startswith(f"ok {ABI}.{API} "), r.stdout

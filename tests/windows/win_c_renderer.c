@@ -85,9 +85,9 @@ static int run(const char *pipe, int frames, const char *outdir, int hang_after)
   OK(api->ImportFrame(client, frame, FL_ACCESS_READ_WRITE, &memory)); /* by name */
   OK(api->ImportFence(client, ready, &ready_import));
   OK(api->ImportFence(client, done, &done_import));
-  FlTensorView in = {"x", memory, 0, "FP32", SHAPE, 4};
-  FlTensorView out = {"y", memory, NBYTES, "FP32", SHAPE, 4};
-  FlSessionDesc desc = {"add_64x64", &in, 1, &out, 1, ready_import, done_import};
+  FlTensorView in = {sizeof(FlTensorView), "x", memory, 0, "FP32", SHAPE, 4};
+  FlTensorView out = {sizeof(FlTensorView), "y", memory, NBYTES, "FP32", SHAPE, 4};
+  FlSessionDesc desc = {sizeof(FlSessionDesc), "add_64x64", &in, 1, &out, 1, ready_import, done_import};
   OK(api->CreateSession(client, &desc, &session));
 
   float *image = (float *)api->GetFrameData(frame);
@@ -96,7 +96,7 @@ static int run(const char *pipe, int frames, const char *outdir, int hang_after)
   for (int n = 1; n <= frames; ++n) {
     for (int i = 0; i < ELEMENTS; ++i) image[i] = (float)((i * 7 + n) % 256) / 255.0f; /* render */
     OK(api->SignalFence(ready, (uint64_t)n)); /* inputs ready at value n */
-    FlRunResult r;
+    FlRunResult r = {.struct_size = sizeof(FlRunResult)};
     OK(api->Run(session, (uint64_t)n, 0, FL_TIMEOUT_DEFAULT, &r));
     /* Run returned: the service set `done` to n, which another thread or process would wait on. */
     OK(api->WaitFence(done, (uint64_t)n, 0));

@@ -201,9 +201,10 @@ int main(int argc, char **argv) {
   check(api->ImportFrame(client, frame, FL_ACCESS_READ_WRITE, &memory), "ImportFrame");
   check(api->ImportFence(client, ready, &ready_import), "ImportFence");
   check(api->ImportFence(client, done, &done_import), "ImportFence");
-  FlTensorView in_view = {m->input, memory, 0, "FP32", shape, 4};
-  FlTensorView out_view = {m->output, memory, nbytes, "FP32", shape, 4};
-  FlSessionDesc desc = {m->name, &in_view, 1, &out_view, 1, ready_import, done_import};
+  FlTensorView in_view = {sizeof(FlTensorView), m->input, memory, 0, "FP32", shape, 4};
+  FlTensorView out_view = {sizeof(FlTensorView), m->output, memory, nbytes, "FP32", shape, 4};
+  FlSessionDesc desc = {sizeof(FlSessionDesc), m->name, &in_view, 1, &out_view, 1, ready_import,
+                        done_import};
   check(api->CreateSession(client, &desc, &session), "CreateSession");
   /* The session holds what it uses: these handles are no longer needed. */
   api->ReleaseMemoryImport(memory);
@@ -223,7 +224,7 @@ int main(int argc, char **argv) {
       fill(input, m, 0.25f);
     double t0 = now_us();
     check(api->SignalFence(ready, value), "SignalFence"); /* "input ready at value" */
-    FlRunResult r;
+    FlRunResult r = {.struct_size = sizeof(FlRunResult)};
     check(api->Run(session, value, 0, FL_TIMEOUT_DEFAULT, &r), "Run");
     check(api->WaitFence(done, value, 1000000000), "WaitFence"); /* output written */
     double t1 = now_us();

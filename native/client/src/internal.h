@@ -201,4 +201,81 @@ FlStatus *fl_import_d3d12_memory(FlClient *c, const char *kind, const char *shar
 FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t adapter_luid,
                                 FlFenceImport **out);
 
+/* ---- JSON trees (json_tree.c), for the typed getters ------------------------------------------ */
+
+typedef enum fl_jtype {
+  FL_JSON_NULL,
+  FL_JSON_BOOL,
+  FL_JSON_INT,
+  FL_JSON_STRING,
+  FL_JSON_ARRAY,
+  FL_JSON_OBJECT
+} fl_jtype;
+
+/* One value; an array's or object's members are its children, in order. */
+typedef struct fl_jnode {
+  fl_jtype type;
+  char *key; /* the member name inside an object, else NULL */
+  char *str; /* FL_JSON_STRING, unescaped, NUL-terminated */
+  int64_t integer;
+  int boolean;
+  size_t count; /* members of an array or object */
+  struct fl_jnode *child, *next;
+} fl_jnode;
+
+/* The tree of one JSON value, or NULL when the text is not JSON (or holds a fraction or an
+ * exponent, which no reply the getters read has). Freed with fl_json_free. */
+fl_jnode *fl_json_parse(const char *json, size_t len);
+void fl_json_free(fl_jnode *n);
+const fl_jnode *fl_json_member(const fl_jnode *obj, const char *key);
+const char *fl_json_member_string(const fl_jnode *obj, const char *key);
+
+/* ---- version 5 (sized.c, info.c) ------------------------------------------------------------- */
+
+/* The first size each sized struct had (version 5); later versions only append. */
+#define FL_TENSOR_VIEW_SIZE_V5 (offsetof(FlTensorView, rank) + sizeof(size_t))
+#define FL_SESSION_DESC_SIZE_V5 (offsetof(FlSessionDesc, signal_fence) + sizeof(void *))
+#define FL_RUN_RESULT_SIZE_V5 (offsetof(FlRunResult, reserved) + sizeof(uint32_t))
+#define FL_TENSOR_INFO_SIZE_V5 (offsetof(FlTensorInfo, rank) + sizeof(size_t))
+
+/* Checks a caller's struct_size; NULL when it is at least `minimum`. */
+FlStatus *fl_check_struct_size(const char *what, const char *type, size_t given, size_t minimum,
+                               size_t current);
+
+/* The table's entries that read or write sized structs (sized.c), and the same entries for
+ * programs built against versions 1 to 4, which pass the layouts without struct_size. */
+FlStatus *fl_session_create_sized(FlClient *c, const FlSessionDesc *d, FlSession **out);
+FlStatus *fl_streaming_session_create_sized(FlClient *c, const FlSessionDesc *d,
+                                            const char *policy, int64_t spin_us, int start,
+                                            FlSession **out);
+FlStatus *fl_session_run_sized(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                               uint32_t timeout_ms, FlRunResult *out);
+FlStatus *fl_session_run_async_sized(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                                     uint32_t timeout_ms, FlRunResult *out);
+FlStatus *fl_session_create_v4(FlClient *c, const FlSessionDesc *d, FlSession **out);
+FlStatus *fl_streaming_session_create_v4(FlClient *c, const FlSessionDesc *d, const char *policy,
+                                         int64_t spin_us, int start, FlSession **out);
+FlStatus *fl_session_run_v4(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                            uint32_t timeout_ms, FlRunResult *out);
+FlStatus *fl_session_run_async_v4(FlSession *s, uint64_t wait_value, uint64_t signal_value,
+                                  uint32_t timeout_ms, FlRunResult *out);
+
+/* Server info, model metadata and datatypes (info.c). */
+FlStatus *fl_server_details(const FlClient *c, FlServerInfo **out);
+const char *fl_server_version(const FlServerInfo *info);
+uint32_t fl_server_protocol(const FlServerInfo *info);
+int fl_can_import_memory(const FlServerInfo *info, const char *kind);
+int fl_can_import_fence(const FlServerInfo *info, const char *kind);
+const char *fl_capability_reason(const FlServerInfo *info, const char *kind);
+void fl_server_info_release(FlServerInfo *info);
+FlStatus *fl_model_metadata(FlClient *c, const char *model, const char *version,
+                            FlModelMetadata **out);
+const char *fl_model_name(const FlModelMetadata *m);
+size_t fl_model_input_count(const FlModelMetadata *m);
+size_t fl_model_output_count(const FlModelMetadata *m);
+FlStatus *fl_model_input(const FlModelMetadata *m, size_t index, FlTensorInfo *out);
+FlStatus *fl_model_output(const FlModelMetadata *m, size_t index, FlTensorInfo *out);
+void fl_model_metadata_release(FlModelMetadata *m);
+size_t fl_datatype_size(const char *datatype);
+
 #endif

@@ -39,14 +39,16 @@ int main(int argc, char **argv) {
       failed(api->ImportFence(client, done, &done_import), "ImportFence"))
     goto out;
   {
-    FlTensorView in = {"x", memory, 0, "FP32", shape, 4};
-    FlTensorView out_view = {"y", memory, N * sizeof(float), "FP32", shape, 4};
-    FlSessionDesc desc = {"add_64x64", &in, 1, &out_view, 1, ready_import, done_import};
+    FlTensorView in = {sizeof(FlTensorView), "x", memory, 0, "FP32", shape, 4};
+    FlTensorView out_view = {sizeof(FlTensorView), "y", memory, N * sizeof(float), "FP32", shape,
+                             4};
+    FlSessionDesc desc = {sizeof(FlSessionDesc), "add_64x64", &in, 1, &out_view, 1, ready_import,
+                          done_import};
     if (failed(api->CreateSession(client, &desc, &session), "CreateSession")) goto out;
   }
   float *x = api->GetFrameData(frame), *y = x + N;
   for (int i = 0; i < N; ++i) x[i] = (float)i;
-  FlRunResult r;
+  FlRunResult r = {.struct_size = sizeof(FlRunResult)};
   if (failed(api->SignalFence(ready, 1), "SignalFence") ||
       failed(api->Run(session, 1, 0, FL_TIMEOUT_DEFAULT, &r), "Run"))
     goto out;

@@ -14,6 +14,11 @@
  *   came from and stay valid until it is released.
  * - The library keeps no global state: any number of clients, frames and fences may coexist in a
  *   process, each independent.
+ * - Structs the caller fills and that may grow (FlTensorView, FlSessionDesc, FlRunResult,
+ *   FlTensorInfo) start with struct_size, which the caller sets to sizeof the struct as it was
+ *   compiled ({sizeof(FlTensorView), ...}). The library reads and writes only that many bytes,
+ *   so a program keeps working when later versions append fields, and it refuses a size below
+ *   the struct's first version with FL_ERROR_INVALID_ARGUMENT.
  * - Each function states whether it is thread-safe. "Thread-safe" means any thread may call it at
  *   any time, also on the same object. Release* may be called from any thread, but not while
  *   another call uses the same object (the caller orders them).
@@ -38,7 +43,8 @@ extern "C" {
 #define FL_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FL_API_VERSION 4u /* 2: D3D12 imports; 3: RunAsync and streaming sessions; 4: deadlines */
+#define FL_API_VERSION 5u /* 2: D3D12 imports; 3: RunAsync and streaming sessions; 4: deadlines;
+                            * 5: struct sizes, typed server info and model metadata */
 /* The ABI major: the shared library's SONAME is libfenceline_client.so.<FL_ABI_VERSION>. It
  * changes only if a table a program was built against stops being served. */
 #define FL_ABI_VERSION 1u
@@ -84,11 +90,15 @@ typedef struct FlFence FlFence;               /* a host timeline fence this proc
 typedef struct FlMemoryImport FlMemoryImport; /* memory the service has imported for a client */
 typedef struct FlFenceImport FlFenceImport;   /* a fence the service has imported for a client */
 typedef struct FlSession FlSession;           /* a model bound to views and two fences */
+typedef struct FlServerInfo FlServerInfo;     /* what the service said when the client connected */
+typedef struct FlModelMetadata FlModelMetadata; /* a model's inputs and outputs */
 
 /* Where one model input or output lives: `rank` dimensions in `shape`, `datatype` a KServe name
  * ("FP32", "FP16", "UINT8", ...), at `offset_bytes` inside `memory`. The caller owns every
- * pointer; CreateSession only reads them during the call. */
+ * pointer; CreateSession only reads them during the call. In an array every element has the
+ * same struct_size. */
 typedef struct FlTensorView {
+  size_t struct_size; /* sizeof(FlTensorView) */
   const char *name;
   const FlMemoryImport *memory;
   uint64_t offset_bytes;
@@ -100,6 +110,7 @@ typedef struct FlTensorView {
 /* What CreateSession binds. Every input and output of the model must be bound. The service waits
  * on wait_fence before each run and signals signal_fence after it. */
 typedef struct FlSessionDesc {
+  size_t struct_size; /* sizeof(FlSessionDesc) */
   const char *model;
   const FlTensorView *inputs;
   size_t input_count;
@@ -109,14 +120,27 @@ typedef struct FlSessionDesc {
   const FlFenceImport *signal_fence;
 } FlSessionDesc;
 
-/* What the service reports for one run; times in microseconds measured in the service. */
+/* What the service reports for one run; times in microseconds measured in the service. The
+ * caller sets struct_size; the library fills the rest. */
 typedef struct FlRunResult {
+  size_t struct_size;    /* sizeof(FlRunResult) */
   uint64_t signal_value; /* the value the service set on the signal fence */
   uint32_t wait_us;      /* waiting for the input fence */
   uint32_t infer_us;     /* running the model */
   uint32_t total_us;     /* from receiving RUN to signalling */
   uint32_t reserved;
 } FlRunResult;
+
+/* One input or output of a model (GetModelInput, GetModelOutput). The caller sets struct_size;
+ * the strings and the shape belong to the FlModelMetadata and live until it is released. A
+ * dimension the model leaves free is -1. */
+typedef struct FlTensorInfo {
+  size_t struct_size; /* sizeof(FlTensorInfo) */
+  const char *name;
+  const char *datatype; /* a KServe name, as FlTensorView's */
+  const int64_t *shape;
+  size_t rank;
+} FlTensorInfo;
 
 typedef struct FlApi FlApi;
 
@@ -354,6 +378,49 @@ struct FlApi {
    * connection and hello, kept for the client's later calls. Thread-safe. */
   FlStatus *(*CreateClientWithTimeout)(const char *socket_path, const char *client_name,
                                        int64_t timeout_ns, FlClient **out);
+
+  /* ---- version 5: typed getters (no JSON to parse) --------------------------------------------- */
+  /* Version 5 also put struct_size first in FlTensorView, FlSessionDesc and FlRunResult. A
+   * program built against versions 1 to 4 keeps running: FlGetApi(4) serves the old layout. */
+
+  /* What the service said when the client connected (GetServerInfo's JSON, parsed). *out is
+   * freed with ReleaseServerInfo; it does not need the client afterwards. Thread-safe. */
+  FlStatus *(*GetServerDetails)(const FlClient *client, FlServerInfo **out);
+  /* The service's version ("0.1.0"), owned by the info. Thread-safe. */
+  const char *(*GetServerVersion)(const FlServerInfo *info);
+  /* The IPC protocol version the service speaks. Thread-safe. */
+  uint32_t (*GetServerProtocol)(const FlServerInfo *info);
+  /* 1 when the service imports memory of `kind` ("host_fd", "host_shm", "opaque_fd",
+   * "cuda_ipc", "d3d12_heap", "d3d12_resource"), else 0: an unknown kind is a no. Thread-safe. */
+  int (*CanImportMemory)(const FlServerInfo *info, const char *kind);
+  /* The same for fences ("host_timeline", "vk_timeline_opaque_fd", "d3d12_fence"). */
+  int (*CanImportFence)(const FlServerInfo *info, const char *kind);
+  /* Why the service cannot import `kind` (memory or fence), owned by the info; NULL when it can
+   * or gave no reason. Thread-safe. */
+  const char *(*GetCapabilityReason)(const FlServerInfo *info, const char *kind);
+  /* Accepts NULL. */
+  void (*ReleaseServerInfo)(FlServerInfo *info);
+
+  /* A model's metadata from the service: its name and, for each input and output, the name,
+   * datatype and shape. version NULL: the model's only (or latest) version. Fails with
+   * FL_ERROR_NOT_FOUND for an unknown model. *out is freed with ReleaseModelMetadata.
+   * Thread-safe. */
+  FlStatus *(*GetModelMetadata)(FlClient *client, const char *model, const char *version,
+                                FlModelMetadata **out);
+  /* The model's name, owned by the metadata. Thread-safe. */
+  const char *(*GetModelName)(const FlModelMetadata *metadata);
+  size_t (*GetModelInputCount)(const FlModelMetadata *metadata);
+  size_t (*GetModelOutputCount)(const FlModelMetadata *metadata);
+  /* Fills the caller's *out (struct_size set) for input or output `index`; an index past the
+   * count fails with FL_ERROR_INVALID_ARGUMENT. Thread-safe. */
+  FlStatus *(*GetModelInput)(const FlModelMetadata *metadata, size_t index, FlTensorInfo *out);
+  FlStatus *(*GetModelOutput)(const FlModelMetadata *metadata, size_t index, FlTensorInfo *out);
+  /* Accepts NULL. */
+  void (*ReleaseModelMetadata)(FlModelMetadata *metadata);
+
+  /* Bytes per element of a KServe datatype ("FP32": 4, "UINT8": 1, ...); 0 for an unknown one
+   * or for "BYTES". Thread-safe. */
+  size_t (*GetDatatypeSize)(const char *datatype);
 };
 
 /* The function table for `version` (pass FL_API_VERSION), or NULL when this library cannot serve
