@@ -20,51 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fenceline/fenceline_client.h"
-
-static const FlApi *api;
-static const char *socket_path;
-static char detail[512];
-
-#define FAIL(...)                                                  \
-  do {                                                             \
-    fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__);           \
-    fprintf(stderr, __VA_ARGS__);                                  \
-    fprintf(stderr, "\n");                                         \
-    exit(1);                                                       \
-  } while (0)
-
-/* The call must succeed. */
-#define OK(call)                                                                          \
-  do {                                                                                    \
-    FlStatus *st_ = (call);                                                               \
-    if (st_ != NULL)                                                                      \
-      FAIL("%s: [%s] %s", #call, api->GetErrorCodeName(api->GetErrorCode(st_)),           \
-           api->GetErrorMessage(st_));                                                    \
-  } while (0)
-
-/* The call must fail with `code`; its message goes into `detail`. */
-#define FAILS_WITH(code, call)                                                            \
-  do {                                                                                    \
-    FlStatus *st_ = (call);                                                               \
-    if (st_ == NULL) FAIL("%s succeeded, expected %s", #call, api->GetErrorCodeName(code)); \
-    if (api->GetErrorCode(st_) != (code))                                                 \
-      FAIL("%s: got [%s] %s, expected %s", #call,                                         \
-           api->GetErrorCodeName(api->GetErrorCode(st_)), api->GetErrorMessage(st_),      \
-           api->GetErrorCodeName(code));                                                  \
-    snprintf(detail, sizeof detail, "[%s] %s", api->GetErrorCodeName(code),               \
-             api->GetErrorMessage(st_));                                                  \
-    api->ReleaseStatus(st_);                                                              \
-  } while (0)
-
-#define EXPECT(cond)                         \
-  do {                                       \
-    if (!(cond)) FAIL("expected %s", #cond); \
-  } while (0)
-
-static const int64_t SHAPE[4] = {1, 3, 64, 64};
-#define ELEMENTS (3 * 64 * 64)
-#define NBYTES (ELEMENTS * sizeof(float))
+#include "checks.h"
 
 static void unique_name(char *buf, size_t n, const char *what) {
   static unsigned counter; /* test program only; the library keeps no such state */

@@ -8,49 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fenceline/fenceline_client.h"
-
-static const FlApi *api;
-static const char *socket_path;
-static char detail[512];
-
-#define FAIL(...)                                        \
-  do {                                                   \
-    fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__);                        \
-    fprintf(stderr, "\n");                               \
-    exit(1);                                             \
-  } while (0)
-
-#define OK(call)                                                                     \
-  do {                                                                               \
-    FlStatus *st_ = (call);                                                          \
-    if (st_ != NULL)                                                                 \
-      FAIL("%s: [%s] %s", #call, api->GetErrorCodeName(api->GetErrorCode(st_)),      \
-           api->GetErrorMessage(st_));                                               \
-  } while (0)
-
-/* The call must fail with `code`; its message goes into `detail`. */
-#define FAILS_WITH(code, call)                                                          \
-  do {                                                                                  \
-    FlStatus *st_ = (call);                                                             \
-    if (st_ == NULL) FAIL("%s succeeded", #call);                                       \
-    if (api->GetErrorCode(st_) != (code))                                               \
-      FAIL("%s: got [%s] %s", #call, api->GetErrorCodeName(api->GetErrorCode(st_)),      \
-           api->GetErrorMessage(st_));                                                  \
-    snprintf(detail, sizeof detail, "[%s] %s", api->GetErrorCodeName(code),             \
-             api->GetErrorMessage(st_));                                                \
-    api->ReleaseStatus(st_);                                                            \
-  } while (0)
-
-#define EXPECT(cond)                         \
-  do {                                       \
-    if (!(cond)) FAIL("expected %s", #cond); \
-  } while (0)
-
-static const int64_t SHAPE[4] = {1, 3, 64, 64};
-#define ELEMENTS (3 * 64 * 64)
-#define NBYTES (ELEMENTS * sizeof(float))
+#include "checks.h"
 
 /* add_64x64's memory and fences, imported; the session is the check's. */
 typedef struct setup {
