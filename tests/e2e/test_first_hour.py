@@ -171,6 +171,25 @@ def test_models_write_gives_a_repository_serve_accepts(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no builtin model named no_such_model" in r.stderr
 
 
+# argparse drops a failed write of --help itself and exits 0.
+@pytest.mark.parametrize(("args", "status"), [(("models", "list"), 141), (("serve", "--help"), 0)])
+def test_output_into_a_closed_pipe_stops_without_a_traceback(
+    tmp_path: Path, args: tuple[str, ...], status: int
+) -> None:
+    """`fenceline models list | head -1`: the reader is gone before the first write (its end
+    is closed before the process starts), so every write fails."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([*FENCELINE, *args], env=clean_env(tmp_path), stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+    finally:
+        os.close(write_end)
+    assert r.returncode == status, r.stderr
+    assert r.stderr == ""
+
+
 def test_help_shows_defaults_and_variables(tmp_path: Path) -> None:
     r = cli(clean_env(tmp_path), "serve", "--help")
     text = " ".join(r.stdout.split())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -72,6 +73,16 @@ def _names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`fenceline models list | head`): stop quietly as other tools do.
+        # stdout still holds unwritten bytes, and Python's flush at exit would fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool the pipe stopped
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="fenceline", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
