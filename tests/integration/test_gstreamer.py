@@ -56,13 +56,19 @@ def metric(svc: Service, name: str, **labels: str) -> float:
     return total
 
 
-def held_by_service(svc: Service) -> tuple[float, float]:
-    """(sessions, imported handles) the service holds now, once closed connections settled."""
+NOTHING_HELD = (0.0, 0.0, 0)
+
+
+def held_by_service(svc: Service) -> tuple[float, float, int]:
+    """(sessions, imported handles, shared memory) the service holds now, once closed
+    connections settled: its own counters, and the kernel's view, memfd mappings and fds (the
+    element's frames and fences are all memfds)."""
     deadline = time.monotonic() + 20
     while True:
+        shared = len(svc.maps()) + sum("memfd:" in target for target in svc.fds())
         now = (metric(svc, "fenceline_session_active"),
-               metric(svc, "fenceline_interop_imported_handles"))
-        if now == (0.0, 0.0) or time.monotonic() > deadline:
+               metric(svc, "fenceline_interop_imported_handles"), shared)
+        if now == NOTHING_HELD or time.monotonic() > deadline:
             return now
         time.sleep(0.1)
 
@@ -127,7 +133,7 @@ def test_720p_frames_equal_onnxruntime_and_share_the_pool_without_a_copy(
     after = metric(gst_service, "fenceline_session_runs_total", model="image_filter_rgba8",
                    transport="ipc")
     assert after - runs == 300
-    assert held_by_service(gst_service) == (0.0, 0.0)
+    assert held_by_service(gst_service) == NOTHING_HELD
 
 
 @pytest.mark.parametrize(("fmt", "model"), [("BGRx", "image_filter_rgba8"),
@@ -138,6 +144,7 @@ def test_every_packed_format_runs_through_its_model(
 ) -> None:
     log = run_and_compare(gst_service, gst_repo, tmp_path, model, fmt, 320, 240, 20)
     assert stats(log)["zero-copy"] == 20
+    assert held_by_service(gst_service) == NOTHING_HELD
 
 
 def test_refused_pool_falls_back_to_one_copy_per_frame(
@@ -149,7 +156,7 @@ def test_refused_pool_falls_back_to_one_copy_per_frame(
     s = stats(log)
     assert s["frames"] == 30 and s["copied"] == 30 and s["zero-copy"] == 0, s
     assert log.count("did not write into the proposed pool") == 1
-    assert held_by_service(gst_service) == (0.0, 0.0)
+    assert held_by_service(gst_service) == NOTHING_HELD
 
 
 def failed_pipeline(pipeline: str, tmp: Path) -> str:
@@ -178,7 +185,7 @@ def test_flushing_seek_drops_frames_in_flight_and_the_stream_goes_on(
     assert "flushing seek to 0" in r.stderr
     s = stats(r.stderr)
     assert s["frames"] > 0 and s["zero-copy"] > 0, s
-    assert held_by_service(gst_service) == (0.0, 0.0)
+    assert held_by_service(gst_service) == NOTHING_HELD
 
 
 def test_caps_the_model_does_not_take_fail_negotiation_with_the_services_reason(
@@ -190,7 +197,7 @@ def test_caps_the_model_does_not_take_fail_negotiation_with_the_services_reason(
     assert "fenceline error invalid_argument" in err and "has shape" in err, err
     assert "fenceline-code=(int)2" in err and "fenceline-code-name=(string)invalid_argument" in err
     assert "Traceback" not in err
-    assert held_by_service(gst_service) == (0.0, 0.0)
+    assert held_by_service(gst_service) == NOTHING_HELD
 
 
 def test_missing_model_ends_the_pipeline_with_not_found(
@@ -199,7 +206,7 @@ def test_missing_model_ends_the_pipeline_with_not_found(
     err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
                           f"{filter_line('no_such_model', gst_service)} ! fakesink", tmp_path)
     assert "fenceline error not_found" in err and "no_such_model" in err, err
-    assert held_by_service(gst_service) == (0.0, 0.0)
+    assert held_by_service(gst_service) == NOTHING_HELD
 
 
 def test_no_service_ends_the_pipeline_with_a_transport_error(tmp_path: Path) -> None:
@@ -288,7 +295,7 @@ def test_service_stopped_mid_stream_fails_the_pipeline_with_timed_out(
         err = (tmp_path / "stopped.log").read_text(errors="replace")
         assert rc != 0
         assert "fenceline error timed_out" in err, err
-        assert held_by_service(svc) == (0.0, 0.0)
+        assert held_by_service(svc) == NOTHING_HELD
     finally:
         stop_service(svc)
 
@@ -299,14 +306,22 @@ def test_bench_prints_element_fps_beside_the_appsink_onnxruntime_reference(
     out = tmp_path / "gst.json"
     r = subprocess.run(
         [sys.executable, "-m", "fenceline", "bench", "--gst", "--quick", "--sizes", "720p",
-         "--rounds", "2", "--frames", "30", "--json", str(out)],
+         "--rounds", "2", "--frames", "30", "--intra-op-threads", "1", "--json", str(out)],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "fencelinefilter fps" in r.stdout and "appsink->onnxruntime fps" in r.stdout
     assert "round 2/2" in r.stdout and "load average (1 min) before/after" in r.stdout, r.stdout
-    row = json.loads(out.read_text())["sizes"]["720p"]
+    doc = json.loads(out.read_text())
+    assert doc["intra_op_threads"] == 1
+    assert "onnxruntime intra-op threads 1" in r.stdout, r.stdout
+    row = doc["sizes"]["720p"]
     assert row["element_fps"] > 0 and row["appsink_onnxruntime_fps"] > 0
     assert len(row["element_rounds"]) == len(row["reference_rounds"]) == 2
     assert len(row["pair_ratios"]) == 2
-    assert row["element_cpu_ms_per_frame"] > 0 and row["reference_cpu_ms_per_frame"] > 0
+    for side in ("element", "reference"):
+        assert row[f"{side}_cpu_ms_per_frame"] > 0, row
+        # Each side's frame time splits into the model's and what its path adds.
+        assert row[f"{side}_model_ms_per_frame"] > 0, row
+        assert len(row[f"{side}_path_ms_rounds"]) == 2, row
+    assert "model ms/frame" in r.stdout and "path ms/frame" in r.stdout, r.stdout

@@ -127,8 +127,8 @@ def _main(argv: list[str] | None) -> int:
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
-                       help="with --scaling: onnxruntime's intra-op threads per run on both "
-                       "sides (default: the model's, a pool sized to the machine)")
+                       help="with --scaling or --gst: onnxruntime's intra-op threads per run "
+                       "on both sides (default: the model's, a pool sized to the machine)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
@@ -175,8 +175,8 @@ def _main(argv: list[str] | None) -> int:
                 "and runs its lanes in forkserver processes, none of which Windows has; "
                 "`fenceline demo` runs here (docs/windows.md)"
             )
-        if args.intra_op_threads is not None and not args.scaling:
-            raise InvalidArgument("--intra-op-threads goes with --scaling")
+        if args.intra_op_threads is not None and not (args.scaling or args.gst):
+            raise InvalidArgument("--intra-op-threads goes with --scaling or --gst")
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 
@@ -190,7 +190,8 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.bench.gst_fps import run_gst_bench
 
             return run_gst_bench(quick=args.quick, json_path=args.json, sizes=args.sizes,
-                                 rounds=args.rounds, frames=args.frames)
+                                 rounds=args.rounds, frames=args.frames,
+                                 intra_op_threads=args.intra_op_threads)
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 

@@ -160,6 +160,9 @@ def packed_image_filter_model(channels: int, exposure: float = 2.0) -> bytes:
     ]
     colour_nhwc = "pixels"
     if channels == 4:
+        # Only the 4-channel model slices alpha off (onnxruntime warns of unused initializers).
+        inits += [numpy_helper.from_array(np.array([v], dtype=np.int64), name)
+                  for name, v in (("c0", 0), ("c3", 3), ("c4", 4), ("axis_c", 3))]
         nodes += [
             helper.make_node("Slice", ["pixels", "c0", "c3", "axis_c"], ["rgb"]),
             helper.make_node("Slice", ["pixels", "c3", "c4", "axis_c"], ["alpha"]),
