@@ -149,10 +149,6 @@ def packed_image_filter_model(channels: int, exposure: float = 2.0) -> bytes:
         numpy_helper.from_array(np.array([255.0], dtype=np.float32), "to_byte"),
         numpy_helper.from_array(np.array([0.5], dtype=np.float32), "half"),
     ]
-    if channels == 4:
-        # Only the alpha split reads these; onnxruntime warns at load about unused initializers.
-        inits += [numpy_helper.from_array(np.array([v], dtype=np.int64), name)
-                  for name, v in (("c0", 0), ("c3", 3), ("c4", 4), ("axis_c", 3))]
     # Every node that reads `image` is an ancestor of the single node that writes `display`, so
     # the service may bind both to the same bytes (the GStreamer element runs in place).
     nodes = [
