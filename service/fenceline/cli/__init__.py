@@ -28,7 +28,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=S, help=h("port", "HTTP port (0: any free one)"))
     p.add_argument("--socket", type=Path, default=S, help=h(
         "socket", "IPC socket path; on Windows the named pipe",
-        default="$XDG_RUNTIME_DIR/fenceline/fenceline.sock; on Windows \\\\.\\pipe\\fenceline-<your SID>"))
+        default="$XDG_RUNTIME_DIR/fenceline/fenceline.sock, without XDG_RUNTIME_DIR "
+        "/tmp/fenceline-<uid>/fenceline/fenceline.sock; on Windows \\\\.\\pipe\\fenceline-<your SID>"))
     p.add_argument("--ipc-spin-us", type=int, default=S, help=h(
         "ipc_spin_us", "longest spin on the IPC socket before blocking (0: always block)"))
     p.add_argument("--fence-spin-us", type=int, default=S, help=h(
