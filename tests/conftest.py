@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fenceline.models import build_repository
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running
 
 TEST_MODELS = ["add_64x64", "add_720p", "image_filter", "add_64x64_fp16"]
 
@@ -23,7 +23,5 @@ def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def service(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_service(model_repo, tmp_path_factory.mktemp("service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
+    with running(model_repo, tmp_path_factory.mktemp("service")) as svc:
+        yield svc

@@ -1,5 +1,7 @@
 // fenceline._native: the importer. Owns every OS handle the service maps; Python sees typed
 // objects whose lifetimes are tied to the mappings (docs/ownership.md).
+#include <cerrno>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -231,24 +233,58 @@ PYBIND11_MODULE(_native, mod) {
 #ifndef _WIN32
   mod.def(
       "recv_message",
-      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns)
-          -> py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
-                               py::typing::Optional<py::str>> {
+      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns,
+         std::int64_t nap_ns, bool block)
+          -> py::typing::Optional<
+              py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
+                                py::typing::Optional<py::str>, py::int_>> {
         fl::Message m;
-        {
+        // A message already there is taken with the GIL held: releasing and taking it back
+        // costs more than the receive when other threads want it.
+        if (!fl::try_recv_message(fd, max_bytes, max_fds, m)) {
           py::gil_scoped_release release;
-          m = fl::recv_message(fd, max_bytes, max_fds, spin_ns);
+          m = fl::recv_message(fd, max_bytes, max_fds, nap_ns, spin_ns, block);
         }
+        if (m.pending) return py::none();
         py::object problem = py::none();
         if (!m.problem.empty()) problem = py::str(m.problem);
-        if (m.eof) return py::make_tuple(py::none(), py::list(), problem);
-        return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem);
+        if (m.eof) return py::make_tuple(py::none(), py::list(), problem, m.nap_late_ns);
+        return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem, m.nap_late_ns);
       },
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
-      "Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; "
-      "(None, [], None) at EOF. A message over max_bytes or max_fds has its fds closed, data "
-      "holds its first bytes and problem says what was wrong. Spins up to spin_ns with the GIL "
-      "released, then blocks.");
+      py::arg("nap_ns") = 0, py::arg("block") = true,
+      "Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns "
+      "the fds; (None, [], None, _) at EOF. A message over max_bytes or max_fds has its fds "
+      "closed, data holds its first bytes and problem says what was wrong. A message already "
+      "there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up "
+      "to spin_ns, then blocks; without block it returns None instead of blocking. "
+      "nap_late_ns: how much later than planned a nap that ran its whole length ended, -1 when "
+      "none did.");
+  mod.def(
+      "send_message",
+      [](int fd, const py::bytes &data) {
+        char *p = nullptr;
+        Py_ssize_t n = 0;
+        if (PyBytes_AsStringAndSize(data.ptr(), &p, &n) != 0) throw py::error_already_set();
+        // A send that does not wait keeps the GIL (the common case); a full socket waits
+        // without it.
+        int err = fl::try_send_message(fd, p, static_cast<std::size_t>(n));
+        while (err == EAGAIN) {
+          {
+            py::gil_scoped_release release;
+            fl::wait_writable(fd);
+          }
+          err = fl::try_send_message(fd, p, static_cast<std::size_t>(n));
+        }
+        if (err != 0) {
+          errno = err;
+          PyErr_SetFromErrno(PyExc_OSError);
+          throw py::error_already_set();
+        }
+      },
+      py::arg("fd"), py::arg("data"),
+      "Sends one SOCK_SEQPACKET message; raises OSError when the socket failed (the peer is "
+      "gone). Waits with the GIL released only while the socket is full.");
 #endif
 
   mod.def(

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "../common/host_timeline.h"
 #include "errors.h"
@@ -53,53 +54,36 @@ std::vector<int> take_fds(const std::vector<char> &control) {
   return fds;
 }
 
-}  // namespace
+bool transient() { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
 
-Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns) {
-  // One extra byte tells a message of exactly max_bytes from a longer, truncated one even where
-  // MSG_TRUNC is not reported.
-  // Reused per thread: a fresh 64 KiB buffer per frame would cost more than the receive.
-  thread_local std::string buf;
-  thread_local std::vector<char> control;
-  buf.resize(max_bytes + 1);
-  const std::size_t control_size = CMSG_SPACE(sizeof(int) * (max_fds > 0 ? max_fds : 1));
-  control.resize(control_size);
-  int msg_flags = 0;
-  auto transient = [] { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; };
-  ssize_t n = -1;
-  bool hard_error = false;
-  if (spin_ns > 0) {
-    const std::int64_t end = fl_htl_now_ns() + spin_ns;
-    for (unsigned i = 0;; ++i) {
-      control.resize(control_size);
-      n = recv_once(fd, buf, control, MSG_DONTWAIT, &msg_flags);
-      if (n >= 0) break;
-      if (!transient()) {
-        hard_error = true;
-        break;
-      }
-      fl_cpu_relax();
-      if ((i & 15u) == 15u && fl_htl_now_ns() >= end) break;
-    }
-  }
-  while (n < 0 && !hard_error) {
-    struct pollfd p {
-      fd, POLLIN, 0
-    };
-    if (::poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+// The per-thread receive buffers: a fresh 64 KiB buffer per frame would cost more than the
+// receive. One extra byte tells a message of exactly max_bytes from a longer, truncated one even
+// where MSG_TRUNC is not reported.
+struct Buffers {
+  std::string buf;
+  std::vector<char> control;
+  std::size_t control_size = 0;
+
+  void prepare(std::size_t max_bytes, std::size_t max_fds) {
+    buf.resize(max_bytes + 1);
+    control_size = CMSG_SPACE(sizeof(int) * (max_fds > 0 ? max_fds : 1));
     control.resize(control_size);
-    n = recv_once(fd, buf, control, MSG_DONTWAIT, &msg_flags);
-    if (n < 0 && !transient()) hard_error = true;
   }
+  ssize_t once(int fd, int *msg_flags) {
+    control.resize(control_size);
+    return recv_once(fd, buf, control, MSG_DONTWAIT, msg_flags);
+  }
+};
+
+thread_local Buffers buffers;
+
+// Pause instructions between two tries of a spinning receive: about a microsecond.
+const int kRelaxPerTry = 32;
+
+// What one successful recvmsg of n bytes (n >= 0) received.
+Message finish(int fd, ssize_t n, int msg_flags, std::size_t max_bytes, std::size_t max_fds) {
   Message out;
-  if (n < 0) {
-    if (errno == ECONNRESET || errno == EBADF || errno == ENOTCONN) {
-      out.eof = true;
-      return out;
-    }
-    throw Error(Code::OsError, errno_message("recvmsg", errno));
-  }
-  out.fds = take_fds(control);
+  out.fds = take_fds(buffers.control);
   if (n == 0 && out.fds.empty()) {
     // recvmsg returns 0 both at end-of-file and for an empty message; only the first leaves
     // the socket hung up.
@@ -122,8 +106,98 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
     out.problem = too_long ? "frame longer than " + std::to_string(max_bytes) + " bytes"
                            : "frame carries more than " + std::to_string(max_fds) + " fds";
   }
-  out.data.assign(buf.data(), std::min(static_cast<std::size_t>(n), max_bytes));
+  out.data.assign(buffers.buf.data(), std::min(static_cast<std::size_t>(n), max_bytes));
   return out;
+}
+
+// A failed recvmsg that is not transient: the peer's end, or an error to raise.
+Message failed(int err) {
+  if (err == ECONNRESET || err == EBADF || err == ENOTCONN) {
+    Message out;
+    out.eof = true;
+    return out;
+  }
+  throw Error(Code::OsError, errno_message("recvmsg", err));
+}
+
+}  // namespace
+
+bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Message &out) {
+  buffers.prepare(max_bytes, max_fds);
+  int msg_flags = 0;
+  const ssize_t n = buffers.once(fd, &msg_flags);
+  if (n >= 0) {
+    out = finish(fd, n, msg_flags, max_bytes, max_fds);
+    return true;
+  }
+  if (transient()) return false;
+  out = failed(errno);
+  return true;
+}
+
+Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t nap_ns,
+                     std::int64_t spin_ns, bool block) {
+  buffers.prepare(max_bytes, max_fds);
+  int msg_flags = 0;
+  ssize_t n = -1;
+  std::int64_t nap_late_ns = -1;
+  if (nap_ns > 0) {
+    // ppoll takes nanoseconds (poll only milliseconds) and any fd (select only those below
+    // FD_SETSIZE).
+    const std::int64_t start = fl_htl_now_ns();
+    struct timespec nap {
+      static_cast<time_t>(nap_ns / 1000000000), static_cast<long>(nap_ns % 1000000000)
+    };
+    struct pollfd p {
+      fd, POLLIN, 0
+    };
+    if (::ppoll(&p, 1, &nap, nullptr) == 0) nap_late_ns = fl_htl_now_ns() - start - nap_ns;
+  }
+  if (spin_ns > 0) {
+    const std::int64_t end = fl_htl_now_ns() + spin_ns;
+    for (unsigned i = 0;; ++i) {
+      n = buffers.once(fd, &msg_flags);
+      if (n >= 0 || !transient()) break;
+      // Each try takes the socket's lock, which the peer's send needs too: a spinner that
+      // retried at once would slow the very message it waits for.
+      for (int k = 0; k < kRelaxPerTry; ++k) fl_cpu_relax();
+      if ((i & 3u) == 3u && fl_htl_now_ns() >= end) break;
+    }
+  } else {
+    n = buffers.once(fd, &msg_flags);
+  }
+  if (n < 0 && transient() && !block) {
+    Message out;
+    out.pending = true;
+    out.nap_late_ns = nap_late_ns;
+    return out;
+  }
+  while (n < 0 && transient()) {
+    struct pollfd p {
+      fd, POLLIN, 0
+    };
+    if (::poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+    n = buffers.once(fd, &msg_flags);
+  }
+  Message out = n < 0 ? failed(errno) : finish(fd, n, msg_flags, max_bytes, max_fds);
+  out.nap_late_ns = nap_late_ns;
+  return out;
+}
+
+int try_send_message(int fd, const char *data, std::size_t size) {
+  for (;;) {
+    if (::send(fd, data, size, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
+    if (errno == EINTR) continue;
+    return errno == EWOULDBLOCK ? EAGAIN : errno;
+  }
+}
+
+void wait_writable(int fd) {
+  struct pollfd p {
+    fd, POLLOUT, 0
+  };
+  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
 }
 
 }  // namespace fl

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -322,9 +322,13 @@ def nt_object_type(role: str) -> str:
     """
     The kernel object type a handle passed in `role` (section, wake, d3d12_heap, d3d12_resource, d3d12_fence) must have. Pure.
     """
-def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[bytes | None, list[int], str | None]:
+def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0, nap_ns: typing.SupportsInt | typing.SupportsIndex = 0, block: bool = True) -> tuple[bytes | None, list[int], str | None, int] | None:
     """
-    Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; (None, [], None) at EOF. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. Spins up to spin_ns with the GIL released, then blocks.
+    Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns the fds; (None, [], None, _) at EOF. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. A message already there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up to spin_ns, then blocks; without block it returns None instead of blocking. nap_late_ns: how much later than planned a nap that ran its whole length ended, -1 when none did.
+    """
+def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes) -> None:
+    """
+    Sends one SOCK_SEQPACKET message; raises OSError when the socket failed (the peer is gone). Waits with the GIL released only while the socket is full.
     """
 def wire_kinds() -> dict[str, int]:
     """

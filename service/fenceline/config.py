@@ -110,7 +110,7 @@ class ServeSettings(BaseSettings):
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
         if self.max_spinners is not None and self.max_spinners < 0:
-            raise InvalidArgument("--max-spinners is 0 or more (0: fence waits never spin)")
+            raise InvalidArgument("--max-spinners is 0 or more (0: the service never spins)")
         if self.token_file is not None:
             if not self.token_file.is_file():
                 raise InvalidArgument(f"--token-file {self.token_file}: no such file")

@@ -20,8 +20,14 @@ class FencelineError(Exception):
     """Base of every error the service raises on purpose. ``details`` are extra fields of the
     error body beside ``error`` and ``code`` (JSON values), on every transport."""
 
-    code = "internal"
+    code: ClassVar[str] = "internal"
     ipc_code: ClassVar[int] = IPC_CODES["internal"]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The IPC number follows from the code, so a class cannot name one code and send
+        # another's number; a code the header lacks fails at import, not on the wire.
+        super().__init_subclass__(**kwargs)
+        cls.ipc_code = IPC_CODES[cls.code]
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -33,28 +39,24 @@ class InvalidArgument(FencelineError):
     """Fix the request: a value is out of range, malformed or does not match the model."""
 
     code = "invalid_argument"
-    ipc_code = IPC_CODES["invalid_argument"]
 
 
 class NotFound(FencelineError):
     """The named model, memory, fence or session does not exist (for this client)."""
 
     code = "not_found"
-    ipc_code = IPC_CODES["not_found"]
 
 
 class Conflict(FencelineError):
     """The object is in a state that forbids this: in use, already exists, value not above."""
 
     code = "conflict"
-    ipc_code = IPC_CODES["conflict"]
 
 
 class Unsupported(FencelineError):
     """This build or machine cannot do it (a handle type, an execution provider)."""
 
     code = "unsupported"
-    ipc_code = IPC_CODES["unsupported"]
 
 
 class TimedOut(FencelineError):
@@ -62,56 +64,48 @@ class TimedOut(FencelineError):
     frame is still ``queued`` (docs/ipc.md, "When a run times out")."""
 
     code = "timed_out"
-    ipc_code = IPC_CODES["timed_out"]
 
 
 class ResourceExhausted(FencelineError):
     """A limit was reached; release something or retry later."""
 
     code = "resource_exhausted"
-    ipc_code = IPC_CODES["resource_exhausted"]
 
 
 class DeviceLost(FencelineError):
     """The device or the peer behind a fence is gone (fence abandoned, GPU fault)."""
 
     code = "device_lost"
-    ipc_code = IPC_CODES["device_lost"]
 
 
 class InvalidRequest(FencelineError):
     """The request does not parse or lacks required fields (schema validation)."""
 
     code = "invalid_request"
-    ipc_code = IPC_CODES["invalid_request"]
 
 
 class ModelError(FencelineError):
     """The model failed while running this input."""
 
     code = "model_error"
-    ipc_code = IPC_CODES["model_error"]
 
 
 class PermissionDenied(FencelineError):
     """This peer or token may not use the service (IPC peer uid not allowed)."""
 
     code = "permission_denied"
-    ipc_code = IPC_CODES["permission_denied"]
 
 
 class Unauthenticated(FencelineError):
     """Send the service's bearer token (``Authorization: Bearer ...``)."""
 
     code = "unauthenticated"
-    ipc_code = IPC_CODES["unauthenticated"]
 
 
 class Unavailable(FencelineError):
     """The service is shutting down; reconnect once it is back."""
 
     code = "unavailable"
-    ipc_code = IPC_CODES["unavailable"]
 
 
 ALL: tuple[type[FencelineError], ...] = (

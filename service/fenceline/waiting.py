@@ -9,7 +9,14 @@ spin budget (a 60 fps renderer). A budget of zero always blocks.
 
 Spinning is rationed per process by a :class:`SpinGate`: at most ``slots`` waiters spin at
 once (by default half the CPUs this process may run on, at least one); the others block at
-once instead of taking the cores that the producers they wait for need.
+once instead of taking the cores that the producers they wait for need. A slot is held through
+a nap and a spin, never through a block.
+
+A waiter for socket replies (``AdaptiveSpin(..., nap=True)``: the IPC client) also naps: a reply
+that takes a model's run to come (720p: a few hundred microseconds) is too long to spin through,
+and a waiter that blocks is woken after it came, tens of microseconds late on a VM; one that
+sleeps on a timer until just before the reply is due, then spins, pays that wakeup while the
+model still runs.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
 WINDOW_SHIFT = 21  # exploration windows of 2.1 ms ...
 WINDOWS_PER_PERIOD = 16  # ... one in every 16 (every 34 ms, 6% of the time)
 SPIN_SLACK_NS = 10_000
+NAP_MIN_NS = 150_000  # shorter waits: no nap (a spin of the budget pays there)
+NAP_MAX_NS = 5_000_000  # longer waits: one wakeup is a small share of them; just block
+NAP_GUARD_NS = 30_000  # wake this much earlier than the estimate says, beside its spread
+NAP_SPIN_MAX_NS = 400_000  # the longest spin after a nap, before the wait blocks after all
 
 
 class Cancel:
@@ -51,7 +62,11 @@ class _Waitable(Protocol):
 
 
 def default_spinners() -> int:
-    """Half the CPUs this process may run on (sched affinity), at least one."""
+    """``$FENCELINE_MAX_SPINNERS`` (renderers and the service alike; 0: never spin), else half
+    the CPUs this process may run on (sched affinity), at least one."""
+    explicit = os.environ.get("FENCELINE_MAX_SPINNERS", "").strip()
+    if explicit.isdigit():
+        return int(explicit)
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -112,14 +127,23 @@ class AdaptiveSpin:
     which two waiters exploring at different times would never see. Spinning is chosen only
     while spun waits average within the budget, and the budget follows them:
     ``min(max_spin_ns, 4 * average + 10 us)``.
+
+    With ``nap``, it also keeps a moving average of all its waits and of their spread, and of
+    how late its naps end (timer slack and the wakeup), and plans a nap of
+    ``average - 2 * spread - lateness - NAP_GUARD_NS`` for waits averaging between
+    ``NAP_MIN_NS`` and ``NAP_MAX_NS``, then a spin over the rest of the expected wait. Napping
+    is a way like spinning: it keeps the average of the waits that napped, and blocks instead
+    while blocked waits have been faster (where the spin after a nap takes a core that the
+    model's threads need, the run it waits for gets longer), exploring the same windows.
     """
 
-    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "_spin_avg", "_block_avg",
-                 "_spinning", "_exploring")
+    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "nap", "_spin_avg", "_block_avg",
+                 "_spinning", "_exploring", "_wait_avg", "_wait_dev", "_late_avg", "_nap_avg",
+                 "_napping")
 
     def __init__(
         self, max_spin_ns: int, spin_gate: SpinGate | None = None,
-        clock: Callable[[], int] = time.monotonic_ns,
+        clock: Callable[[], int] = time.monotonic_ns, *, nap: bool = False,
     ) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
@@ -131,6 +155,12 @@ class AdaptiveSpin:
         self._block_avg: float | None = None
         self._spinning = True
         self._exploring = False
+        self.nap = nap and max_spin_ns > 0
+        self._wait_avg: float | None = None
+        self._wait_dev = 0.0
+        self._late_avg = 80_000.0  # timer slack (50 us) and a wakeup: re-measured by each nap
+        self._nap_avg: float | None = None
+        self._napping = True
 
     @property
     def average_wait_ns(self) -> float:
@@ -142,15 +172,21 @@ class AdaptiveSpin:
         """Whether spinning is preferred now."""
         return self._spinning and self.max_spin_ns > 0
 
+    def _window(self) -> bool:
+        """Whether the next wait falls in an exploration window (deciding again at the end of
+        one: both averages are fresh then)."""
+        explore = (self.clock() >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD == 0
+        if self._exploring and not explore:
+            self._decide()
+        self._exploring = explore
+        return explore
+
     def budget_ns(self) -> int:
         """How long the next wait should spin before it sleeps."""
         m = self.max_spin_ns
         if m == 0:
             return 0
-        explore = (self.clock() >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD == 0
-        if self._exploring and not explore:
-            self._decide()  # a window ended: both averages are fresh
-        self._exploring = explore
+        explore = self._window()  # first: the end of a window may change the choice
         if self._spinning == explore:
             return 0
         avg = self._spin_avg
@@ -177,6 +213,9 @@ class AdaptiveSpin:
         elif s is not None and b is not None:
             # 10% hysteresis, so two close averages do not flip the choice every wait
             self._spinning = s < b * (1.1 if self._spinning else 0.9)
+        n = self._nap_avg
+        if n is not None and b is not None:
+            self._napping = n < b * (1.1 if self._napping else 0.9)
 
     def wait_fence(
         self, fence: _Waitable, value: int, timeout_ns: int = -1,
@@ -212,54 +251,72 @@ class AdaptiveSpin:
             self.observe(time.perf_counter_ns() - t0, budget)
         return r
 
+    # -- naps (socket replies) ----------------------------------------------------------
 
-NAP_MIN_NS = 150_000  # shorter waits: AdaptiveSpin alone (a spin of its budget pays there)
-NAP_MAX_NS = 5_000_000  # longer waits: one wakeup is a small share of them; just block
-NAP_GUARD_NS = 30_000  # wake this much earlier than the estimate says, beside its spread
-NAP_SPIN_MAX_NS = 400_000  # the longest spin after a nap, before the wait blocks after all
+    def plan(self) -> tuple[int, int]:
+        """(nap_ns, spin_ns) of the next wait: a nap on a timer, then a spin, then a block."""
+        nap = self._nap_ns() if self.nap else 0
+        if not nap:
+            return 0, self.budget_ns()
+        explore = self._window()  # first: the end of a window may change the choice
+        if self._napping == explore:
+            return 0, 0  # blocking has been faster (or is explored now)
+        rest = (self._wait_avg or 0.0) + 2 * self._wait_dev + NAP_GUARD_NS - nap - self._late_avg
+        return nap, int(min(NAP_SPIN_MAX_NS, max(NAP_GUARD_NS, rest)))
 
-
-class Nap:
-    """Hides the wakeup of a wait that is too long to spin through but repeats its length,
-    such as a reply to a run of a 720p model: a blocked waiter is woken after its event, and on
-    a VM that costs tens of microseconds on top of the wait; a waiter that sleeps on a timer
-    until just before the event, then spins, pays that wakeup while the event is still coming.
-
-    It keeps a moving average of the waits and of their spread, and of how late its naps end
-    (timer slack and the wakeup itself), and plans a nap of
-    ``average - 2 * spread - lateness - NAP_GUARD_NS`` for waits averaging between
-    ``NAP_MIN_NS`` and ``NAP_MAX_NS`` (else none). Not thread-safe: one per waiting thread."""
-
-    __slots__ = ("_wait_avg", "_wait_dev", "_late_avg")
-
-    def __init__(self) -> None:
-        self._wait_avg: float | None = None
-        self._wait_dev = 0.0
-        self._late_avg = 80_000.0  # timer slack (50 us) and a wakeup: re-measured by each nap
-
-    def plan_ns(self) -> int:
-        """How long the next wait should sleep on a timer before it spins (0: no nap)."""
+    def _nap_ns(self) -> int:
         avg = self._wait_avg
         if avg is None or not NAP_MIN_NS <= avg <= NAP_MAX_NS:
             return 0
         nap = avg - 2 * self._wait_dev - self._late_avg - NAP_GUARD_NS
         return int(nap) if nap >= NAP_GUARD_NS else 0
 
-    def spin_after_ns(self, elapsed_ns: int) -> int:
-        """The spin budget once a nap ended ``elapsed_ns`` into the wait."""
-        avg = self._wait_avg or 0.0
-        rest = avg + 2 * self._wait_dev + NAP_GUARD_NS - elapsed_ns
-        return int(min(NAP_SPIN_MAX_NS, max(NAP_GUARD_NS, rest)))
-
-    def observe_wait(self, waited_ns: int) -> None:
-        w = float(waited_ns)
-        a = self._wait_avg
-        if a is None:
-            self._wait_avg = w
+    def observe_planned(self, waited_ns: int, plan: tuple[int, int], nap_late_ns: int) -> None:
+        """Feeds back a wait done as :meth:`plan` said; ``nap_late_ns``: how much later than
+        planned a nap that ran its whole length ended (-1: none did)."""
+        nap, spin = plan
+        if self.nap:
+            w = float(waited_ns)
+            a = self._wait_avg
+            if a is None:
+                self._wait_avg = w
+            else:
+                self._wait_dev += (abs(w - a) - self._wait_dev) * 0.125
+                self._wait_avg = a + (w - a) * 0.125
+            if nap and nap_late_ns >= 0:
+                self._late_avg += (float(nap_late_ns) - self._late_avg) * 0.25
+        if not nap:
+            self.observe(waited_ns, spin)
             return
-        self._wait_dev += (abs(w - a) - self._wait_dev) * 0.125
-        self._wait_avg = a + (w - a) * 0.125
+        # A nap's spin says nothing about spinning from the start: naps have their own average.
+        a = self._nap_avg
+        self._nap_avg = float(waited_ns) if a is None else a + (waited_ns - a) * 0.125
+        if not self._exploring:
+            self._decide()
 
-    def observe_late(self, late_ns: int) -> None:
-        """How much later than planned a nap that ran its full length ended."""
-        self._late_avg += (max(0.0, float(late_ns)) - self._late_avg) * 0.25
+    # -- sockets --------------------------------------------------------------------------
+
+    def receive(self, fd: int, max_bytes: int, max_fds: int
+                ) -> tuple[bytes | None, list[int], str | None]:
+        """One SOCK_SEQPACKET message from ``fd`` as ``_native.recv_message`` returns it, waited
+        for as :meth:`plan` says: the nap and the spin while this waiter holds a spinner slot
+        (without one it blocks at once), then a block."""
+        nap, spin = planned = self.plan()
+        t0 = time.perf_counter_ns()
+        if nap or spin:
+            slot = (self.gate or _gate).try_enter()
+            if slot is None:
+                self.denied += 1
+                nap, spin = planned = 0, 0
+            else:
+                try:
+                    got = _native.recv_message(fd, max_bytes, max_fds, spin, nap, False)
+                finally:
+                    slot.release()
+                if got is not None:
+                    self.observe_planned(time.perf_counter_ns() - t0, planned, got[3])
+                    return got[0], got[1], got[2]
+        got = _native.recv_message(fd, max_bytes, max_fds, 0, 0, True)
+        self.observe_planned(time.perf_counter_ns() - t0, planned, -1)
+        # A blocking receive returns a message or the peer's end, never None.
+        return (None, [], None) if got is None else (got[0], got[1], got[2])

@@ -4,6 +4,7 @@ they show runs as shown."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from fenceline.models import build_repository
 from tests.support.cdp import Browser, find_chromium
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running
 
 CHROMIUM = find_chromium()
 needs_chromium = pytest.mark.skipif(
@@ -29,9 +30,23 @@ RESOURCES = "performance.getEntriesByType('resource').map(e => e.name)"
 @pytest.fixture(scope="module")
 def docs_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     repo = build_repository(tmp_path_factory.mktemp("docs-models"), ["add_dynamic"])
-    svc = start_service(repo, tmp_path_factory.mktemp("docs-service"))
-    yield svc
-    stop_service(svc)
+    with running(repo, tmp_path_factory.mktemp("docs-service")) as svc:
+        yield svc
+
+
+SWAGGER_TITLE = "document.querySelector('.swagger-ui .info .title')?.textContent"
+REDOC_TITLE = "document.querySelector('.api-info h1')?.textContent"
+
+
+@contextlib.contextmanager
+def opened(svc: Service, path: str, title: str, profile: Path) -> Iterator[Browser]:
+    """A browser on the service's page ``path``, once the page shows the service's title (the
+    JavaScript expression ``title``): the page rendered, from whatever it loaded."""
+    assert CHROMIUM is not None
+    with Browser(CHROMIUM, profile) as browser:
+        browser.goto(svc.url + path)
+        assert "fenceline" in browser.wait_for(title, timeout=120)
+        yield browser
 
 
 def only_from(svc: Service, urls: list[str]) -> None:
@@ -42,12 +57,7 @@ def only_from(svc: Service, urls: list[str]) -> None:
 
 @needs_chromium
 def test_swagger_ui_renders_offline(docs_service: Service, tmp_path: Path) -> None:
-    assert CHROMIUM is not None
-    with Browser(CHROMIUM, tmp_path / "profile") as browser:
-        browser.goto(docs_service.url + "/docs")
-        title = browser.wait_for("document.querySelector('.swagger-ui .info .title')?.textContent",
-                                 timeout=120)
-        assert "fenceline" in title
+    with opened(docs_service, "/docs", SWAGGER_TITLE, tmp_path / "profile") as browser:
         # The KServe route is listed with its request body.
         browser.wait_for("[...document.querySelectorAll('.opblock-summary-path')]"
                          ".some(e => e.textContent.includes('/v2/models/{name}/infer'))")
@@ -56,12 +66,7 @@ def test_swagger_ui_renders_offline(docs_service: Service, tmp_path: Path) -> No
 
 @needs_chromium
 def test_redoc_renders_offline(docs_service: Service, tmp_path: Path) -> None:
-    assert CHROMIUM is not None
-    with Browser(CHROMIUM, tmp_path / "profile") as browser:
-        browser.goto(docs_service.url + "/redoc")
-        heading = browser.wait_for("document.querySelector('.api-info h1')?.textContent",
-                                   timeout=120)
-        assert "fenceline" in heading
+    with opened(docs_service, "/redoc", REDOC_TITLE, tmp_path / "profile") as browser:
         # ReDoc always asks its vendor's CDN for a logo; the page's Content-Security-Policy
         # stops that request in the browser, and ReDoc then drops the image.
         csp = httpx.get(docs_service.url + "/redoc").headers["content-security-policy"]
@@ -88,9 +93,8 @@ def token_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]
     repo = build_repository(tmp_path_factory.mktemp("token-models"), ["add_dynamic"])
     work = tmp_path_factory.mktemp("token-service")
     (work / "token").write_text(TOKEN + "\n")
-    svc = start_service(repo, work, "--token-file", str(work / "token"))
-    yield svc
-    stop_service(svc)
+    with running(repo, work, "--token-file", str(work / "token")) as svc:
+        yield svc
 
 
 TOKEN = "docs-page-token"
@@ -117,10 +121,7 @@ def test_swagger_ui_try_it_out_sends_the_token_given_to_authorize(
 ) -> None:
     """The page loads without the token; a call made from it is refused until the token is
     given to Authorize, then answers."""
-    assert CHROMIUM is not None
-    with Browser(CHROMIUM, tmp_path / "profile") as browser:
-        browser.goto(token_service.url + "/docs")
-        browser.wait_for("document.querySelector('.swagger-ui .info .title')?.textContent", timeout=120)
+    with opened(token_service, "/docs", SWAGGER_TITLE, tmp_path / "profile") as browser:
         assert browser.evaluate("document.querySelector('.btn.authorize') !== null")
 
         def execute(expected: str) -> None:

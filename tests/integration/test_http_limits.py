@@ -18,7 +18,7 @@ from fenceline import logs
 from fenceline.client import IpcClient, ServiceError
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running, start_service, stop_service
 
 DEEP = b"[" * 5000 + b"]" * 5000
 
@@ -40,6 +40,17 @@ def test_deeply_nested_kserve_json_is_an_invalid_argument(svc: Service) -> None:
             assert r.status_code == 400, (path, r.text)
             assert r.json()["code"] == "invalid_argument"
             assert "nested too deeply" in r.json()["error"]
+
+
+def test_shm_registration_bodies_that_are_not_json_objects_are_invalid_arguments(
+    svc: Service,
+) -> None:
+    for body, text in ((b"{not json", "failed to parse the request JSON buffer"),
+                       (b"[1, 2]", "the request body must be a JSON object")):
+        r = httpx.post(svc.url + "/v2/systemsharedmemory/region/r/register", content=body,
+                       timeout=30)
+        assert r.status_code == 400, r.text
+        assert r.json()["code"] == "invalid_argument" and text in r.json()["error"], r.text
 
 
 def test_control_route_bodies_are_held_to_one_mib(svc: Service) -> None:
@@ -183,10 +194,8 @@ def _peak_rss_mb(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def small_json(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    s = start_service(model_repo, tmp_path_factory.mktemp("json"), "--max-json-mb", "1")
-    yield s
-    stop_service(s)
-    assert "Traceback" not in s.log_text(), s.log_text()
+    with running(model_repo, tmp_path_factory.mktemp("json"), "--max-json-mb", "1") as s:
+        yield s
 
 
 def test_json_over_its_limit_is_refused_before_it_is_parsed(small_json: Service) -> None:

@@ -179,6 +179,14 @@ def test_unknown_output_is_400(client: httpclient.InferenceServerClient) -> None
     assert "unexpected inference output 'nope'" in e.value.message()
 
 
+def test_output_requested_twice_is_400(client: httpclient.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("add_64x64", [infer_input("x", frame(SHAPE), "FP32", True)],
+                     outputs=[httpclient.InferRequestedOutput("y")] * 2)
+    assert e.value.status() == "400"
+    assert "output 'y' is requested twice" in e.value.message()
+
+
 def test_infer_of_unknown_model_is_404(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as e:
         client.infer("no_such_model", [infer_input("x", frame(SHAPE), "FP32", True)])

@@ -22,7 +22,7 @@ import pytest
 
 from fenceline.client import IpcClient
 from tests.support.helpers import ensure_user, shared_dir
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running, start_service, stop_service
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -83,10 +83,8 @@ def shared() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def svc(model_repo: Path, shared: Path, users: tuple[User, User]) -> Iterator[Service]:
     a, _ = users
-    s = start_service(model_repo, shared, "--allow-uid", str(a.uid))
-    yield s
-    stop_service(s)
-    assert "Traceback" not in s.log_text(), s.log_text()
+    with running(model_repo, shared, "--allow-uid", str(a.uid)) as s:
+        yield s
 
 
 def test_an_allowed_user_connects_and_the_service_keeps_its_own_uid(

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from fenceline.models import build_repository
 from tests.integration.test_kserve import reference
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = 3 * 64 * 64 * 4
@@ -443,11 +443,8 @@ def test_regions_are_reported_in_metrics(
 def service_without_shm(
     model_repo: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
-    svc = start_service(model_repo, tmp_path_factory.mktemp("no-shm"),
-                        "--no-client-shared-memory")
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
+    with running(model_repo, tmp_path_factory.mktemp("no-shm"), "--no-client-shared-memory") as svc:
+        yield svc
 
 
 def test_client_shared_memory_can_be_switched_off(service_without_shm: Service) -> None:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,3 +142,15 @@ def stop_service(svc: Service) -> None:
         except subprocess.TimeoutExpired:
             svc.proc.kill()
             svc.proc.wait()
+
+
+@contextlib.contextmanager
+def running(model_repo: Path, tmp: Path, *extra: str) -> Iterator[Service]:
+    """:func:`start_service` for a block, or for a fixture that yields inside it: the service
+    stops when the block ends, and a block that ended normally finds no traceback in its log."""
+    svc = start_service(model_repo, tmp, *extra)
+    try:
+        yield svc
+    finally:
+        stop_service(svc)
+    assert "Traceback" not in svc.log_text(), svc.log_text()

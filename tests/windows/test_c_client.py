@@ -9,7 +9,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -49,9 +48,7 @@ def test_c_renderer_runs_200_frames_by_name_over_the_pipe_with_outputs_equal_to_
     assert x.std() > 0.1
     np.testing.assert_array_equal(y, direct.run(None, {"x": x})[0])
     # The renderer is gone: the service holds nothing of it.
-    assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.metric("fenceline_session_active") == 0
-    assert service.metric("fenceline_ipc_open_connections") == 0
+    service.assert_released()
     # Not the kernel handle count here: the first C client a fresh service meets leaves it 2-3
     # handles higher under Wine 8, once (an open finding, docs/windows.md); the tests below
     # count handles around later C renderers, whole and killed, and find nothing left.
@@ -62,9 +59,7 @@ def test_docs_c_renderer_runs_as_written(service: WinService) -> None:
     before = service.settled_handles()
     out = finish_lines(c_renderer(service.pipe, program="docs_renderer.exe"))
     assert "200 frames, 0 wrong outputs" in out, out
-    assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.metric("fenceline_session_active") == 0
-    assert service.settled_handles() <= before
+    service.assert_released(before)
 
 
 def test_c_renderer_killed_mid_run_leaks_nothing_in_the_service(
@@ -79,13 +74,7 @@ def test_c_renderer_killed_mid_run_leaks_nothing_in_the_service(
     finally:
         p.kill()
         p.communicate(timeout=60)
-    deadline = time.monotonic() + 60
-    while service.metric("fenceline_ipc_open_connections") != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.metric("fenceline_session_active") == 0
-    assert service.settled_handles() <= before
+    service.assert_released(before)
 
 
 def test_c_client_rejects_bad_names_with_stable_codes(service: WinService) -> None:

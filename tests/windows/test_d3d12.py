@@ -15,6 +15,7 @@ from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop import d3d12
 from fenceline.interop.capabilities import capabilities
 from tests.unit.test_d3d12_rules import *  # noqa: F403  (the same rules, in this process)
+from tests.windows.kernel import event_handle, handle_is_open
 
 
 def nvidia_driver_present() -> bool:
@@ -29,21 +30,6 @@ needs_no_driver = pytest.mark.skipif(
     sys.platform != "win32" or nvidia_driver_present(),
     reason="checks the answer of a Windows machine without the NVIDIA driver (the Wine lane)",
 )
-
-
-def event_handle() -> int:
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    kernel32.CreateEventW.restype = ctypes.c_void_p
-    handle = kernel32.CreateEventW(None, False, False, None)
-    assert handle
-    return int(handle)
-
-
-def handle_is_open(handle: int) -> bool:
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    kernel32.GetHandleInformation.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulong)]
-    flags = ctypes.c_ulong()
-    return bool(kernel32.GetHandleInformation(ctypes.c_void_p(handle), ctypes.byref(flags)))
 
 
 @needs_no_driver

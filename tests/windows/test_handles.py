@@ -6,7 +6,6 @@ are refused with invalid_argument, and the service's handle count shows nothing 
 
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,19 +16,8 @@ from fenceline import _native
 from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame
 from fenceline.protocol.codec import Kind
 from tests.unit.test_nt_handle_rules import *  # noqa: F403  (the same rules, in this process)
+from tests.windows.kernel import close_handle, event_handle
 from tests.windows.test_service import FRAMES, HERE, WinService, finish, renderer
-
-
-def event_handle() -> int:
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    kernel32.CreateEventW.restype = ctypes.c_void_p
-    handle = kernel32.CreateEventW(None, False, False, None)
-    assert handle
-    return int(handle)
-
-
-def close_handle(handle: int) -> None:
-    ctypes.WinDLL("kernel32").CloseHandle(ctypes.c_void_p(handle))
 
 
 def test_the_kernel_types_the_rules_expect_are_what_windows_reports() -> None:

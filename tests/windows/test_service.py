@@ -61,6 +61,19 @@ class WinService:
             k32.CloseHandle(ctypes.c_void_p(h))
         return n.value or system_handle_count(self.proc.pid)
 
+    def assert_released(self, handles_before: int | None = None) -> None:
+        """The renderers are gone and the service holds nothing of theirs: once their pipe
+        connections closed (a killed renderer's closes a moment later), no import and no
+        session, and with ``handles_before`` no more kernel handles than then."""
+        deadline = time.monotonic() + 60
+        while self.metric("fenceline_ipc_open_connections") != 0:
+            assert time.monotonic() < deadline, "a renderer's pipe connection stayed open"
+            time.sleep(0.2)
+        assert self.metric("fenceline_interop_imported_handles") == 0
+        assert self.metric("fenceline_session_active") == 0
+        if handles_before is not None:
+            assert self.settled_handles() <= handles_before
+
     def settled_handles(self, timeout_s: float = 30.0) -> int:
         """The handle count once it stopped changing for a moment."""
         last, since = self.handle_count(), time.monotonic()
@@ -175,11 +188,7 @@ def test_renderer_runs_200_frames_by_name_with_outputs_equal_to_onnxruntime(
     before = service.settled_handles()
     result = finish(renderer(service, transport))
     assert result == {"frames": FRAMES, "mismatches": 0, "seconds": result["seconds"]}
-    # The renderer is gone: the service holds nothing of it.
-    assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.metric("fenceline_session_active") == 0
-    assert service.metric("fenceline_ipc_open_connections") == 0
-    assert service.settled_handles() <= before
+    service.assert_released(before)
 
 
 def test_renderer_killed_mid_run_leaks_nothing_in_the_service(service: WinService) -> None:
@@ -197,13 +206,7 @@ def test_renderer_killed_mid_run_leaks_nothing_in_the_service(service: WinServic
     finally:
         p.kill()
         p.communicate(timeout=60)
-    deadline = time.monotonic() + 60
-    while service.metric("fenceline_ipc_open_connections") != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.metric("fenceline_session_active") == 0
-    assert service.settled_handles() <= before
+    service.assert_released(before)
 
 
 def test_bad_names_over_http_are_rejected_with_stable_codes(service: WinService) -> None:
@@ -238,9 +241,7 @@ def test_docs_renderer_examples_run_as_written(service: WinService, index: int) 
     p = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.metric("fenceline_session_active") == 0
-    assert service.settled_handles() <= before
+    service.assert_released(before)
 
 
 def test_streaming_session_over_the_pipe_runs_every_frame_without_a_message(service: WinService) -> None:

@@ -7,40 +7,41 @@ from __future__ import annotations
 
 from typing import Any
 
-_TENSOR = {
-    "type": "object",
-    "required": ["name", "shape", "datatype"],
-    "properties": {
-        "name": {"type": "string"},
-        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        "datatype": {"type": "string", "examples": ["FP32", "FP16", "UINT8", "INT64"]},
-        "data": {"type": "array", "description": "row-major values; absent with binary data or "
-                 "the shared_memory_region parameter"},
-        "parameters": {"type": "object", "description": "binary_data_size, shared_memory_region, "
-                       "shared_memory_offset, shared_memory_byte_size"},
-    },
-}
 
-_OUTPUT = {
-    "type": "object",
-    "required": ["name"],
-    "properties": {
-        "name": {"type": "string"},
-        "parameters": {"type": "object", "description": "binary_data, shared_memory_region, "
-                       "shared_memory_offset, shared_memory_byte_size"},
-    },
-}
+def _object(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
 
-INFER = {
-    "type": "object",
-    "required": ["inputs"],
-    "properties": {
-        "id": {"type": "string"},
-        "parameters": {"type": "object", "description": "binary_data_output"},
-        "inputs": {"type": "array", "items": _TENSOR},
-        "outputs": {"type": "array", "items": _OUTPUT},
-    },
-}
+
+def _described(type_: str, description: str, **more: Any) -> dict[str, Any]:
+    return {"type": type_, "description": description, **more}
+
+
+_STRING: dict[str, Any] = {"type": "string"}
+_SHM_PARAMETERS = "shared_memory_region, shared_memory_offset, shared_memory_byte_size"
+
+_TENSOR = _object(
+    ["name", "shape", "datatype"],
+    name=_STRING,
+    shape={"type": "array", "items": {"type": "integer", "minimum": 0}},
+    datatype={"type": "string", "examples": ["FP32", "FP16", "UINT8", "INT64"]},
+    data=_described("array", "row-major values; absent with binary data or the "
+                    "shared_memory_region parameter"),
+    parameters=_described("object", f"binary_data_size, {_SHM_PARAMETERS}"),
+)
+
+_OUTPUT = _object(
+    ["name"],
+    name=_STRING,
+    parameters=_described("object", f"binary_data, {_SHM_PARAMETERS}"),
+)
+
+INFER = _object(
+    ["inputs"],
+    id=_STRING,
+    parameters=_described("object", "binary_data_output"),
+    inputs={"type": "array", "items": _TENSOR},
+    outputs={"type": "array", "items": _OUTPUT},
+)
 
 INFER_EXAMPLE = {
     "inputs": [{"name": "x", "shape": [1, 3, 2, 2], "datatype": "FP32",
@@ -48,27 +49,22 @@ INFER_EXAMPLE = {
     "outputs": [{"name": "y"}],
 }
 
-SYSTEM_SHM_REGISTER = {
-    "type": "object",
-    "required": ["key", "byte_size"],
-    "properties": {
-        "key": {"type": "string", "description": "the POSIX shared-memory name, e.g. /frame0"},
-        "offset": {"type": "integer", "minimum": 0, "default": 0},
-        "byte_size": {"type": "integer", "minimum": 1},
-    },
-}
+_BYTE_SIZE: dict[str, Any] = {"type": "integer", "minimum": 1}
 
-CUDA_SHM_REGISTER = {
-    "type": "object",
-    "required": ["raw_handle", "device_id", "byte_size"],
-    "properties": {
-        "raw_handle": {"type": "object", "properties": {"b64": {"type": "string"}},
-                       "description": "the cudaIpcMemHandle_t, base64"},
-        "device_id": {"type": "integer", "minimum": 0},
-        "byte_size": {"type": "integer", "minimum": 1},
-    },
-}
+SYSTEM_SHM_REGISTER = _object(
+    ["key", "byte_size"],
+    key=_described("string", "the POSIX shared-memory name, e.g. /frame0"),
+    offset={"type": "integer", "minimum": 0, "default": 0},
+    byte_size=_BYTE_SIZE,
+)
 
+CUDA_SHM_REGISTER = _object(
+    ["raw_handle", "device_id", "byte_size"],
+    raw_handle=_described("object", "the cudaIpcMemHandle_t, base64",
+                          properties={"b64": _STRING}),
+    device_id={"type": "integer", "minimum": 0},
+    byte_size=_BYTE_SIZE,
+)
 
 def body(schema: dict[str, Any], example: dict[str, Any] | None = None,
          binary: bool = False) -> dict[str, Any]:

@@ -36,24 +36,22 @@ def install(app: FastAPI, *, token_required: bool = False) -> None:
     if token_required:
         _declare_bearer(app)
 
+    title = f"{app.title} - API"
+    favicon = f"{ASSETS}/favicon.png"
+
     @app.get("/docs", include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
         return _offline(get_swagger_ui_html(
-            openapi_url=openapi_url,
-            title=f"{app.title} - API",
+            openapi_url=openapi_url, title=title, swagger_favicon_url=favicon,
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS}/favicon.png",
         ))
 
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
         return _offline(get_redoc_html(
-            openapi_url=openapi_url,
-            title=f"{app.title} - API",
-            redoc_js_url=f"{ASSETS}/redoc.standalone.js",
-            redoc_favicon_url=f"{ASSETS}/favicon.png",
-            with_google_fonts=False,
+            openapi_url=openapi_url, title=title, redoc_favicon_url=favicon,
+            redoc_js_url=f"{ASSETS}/redoc.standalone.js", with_google_fonts=False,
         ))
 
 

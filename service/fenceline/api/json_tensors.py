@@ -43,6 +43,14 @@ def loads(raw: bytes) -> Any:
         raise InvalidArgument("failed to parse the request JSON buffer: nested too deeply") from None
 
 
+def loads_object(raw: bytes, what: str) -> dict[str, Any]:
+    """:func:`loads` of a body that must be a JSON object; ``what`` names it in the error."""
+    obj = loads(raw)
+    if not isinstance(obj, dict):
+        raise InvalidArgument(f"{what} must be a JSON object")
+    return obj
+
+
 def to_array(data: Any, dtype: np.dtype[Any], shape: list[int], what: str) -> np.ndarray:
     """``data`` (flat or nested lists) as a C-contiguous array of ``shape``."""
     want = math.prod(shape)  # Python ints: a product past 2^63 must not wrap to a small count

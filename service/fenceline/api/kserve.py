@@ -288,10 +288,7 @@ def _decompress(raw: bytes, encoding: str, limit: int, too_large: str) -> bytes:
 
 
 def parse_header(raw: memoryview) -> dict[str, Any]:
-    header = json_tensors.loads(bytes(raw))
-    if not isinstance(header, dict):
-        raise InvalidArgument("the inference request must be a JSON object")
-    return header
+    return json_tensors.loads_object(bytes(raw), "the inference request")
 
 
 def _params(obj: dict[str, Any], what: str) -> dict[str, Any]:

@@ -11,13 +11,12 @@ ask first.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from fenceline.api import bodies
+from fenceline.api import bodies, json_tensors
 from fenceline.api.peers import http_caller
 from fenceline.errors import InvalidArgument
 from fenceline.triton.cuda_shm import CudaSharedMemory, cuda_backend_works
@@ -56,15 +55,7 @@ def system_region_status(name: str, request: Request) -> list[dict[str, Any]]:
 
 async def _json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
-    try:
-        body = json.loads(raw) if raw else {}
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
-    except RecursionError:
-        raise InvalidArgument("failed to parse the request JSON buffer: nested too deeply") from None
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object")
-    return body
+    return json_tensors.loads_object(raw, "the request body") if raw else {}
 
 
 @router.post("/systemsharedmemory/region/{name}/register",

@@ -4,10 +4,13 @@ document."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from fenceline.bench.stats import Row, fmt_us
@@ -216,6 +219,21 @@ def document(rows: list[Row], goal_results: list[dict[str, Any]], **extra: Any
         "rows": out_rows,
         "goals": goal_results,
     }
+
+
+def write_outputs(doc: dict[str, Any], json_path: Path | None, plot_path: Path | None,
+                  draw: Callable[[Path], object], markdown_path: Path | None = None) -> None:
+    """Writes what the command line asked for (JSON, Markdown tables, the plot ``draw`` makes),
+    each into a folder made for it, and says where."""
+    for path, what, write in (
+        (json_path, "results", lambda p: p.write_text(json.dumps(doc, indent=2))),
+        (markdown_path, "tables", lambda p: p.write_text(markdown(doc))),
+        (plot_path, "plot", draw),
+    ):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path)
+            print(f"{what} written to {path}")
 
 
 def _x(v: float | None) -> str:

@@ -38,6 +38,7 @@ class Point:
     p50_us: float
     cpu_per_frame_us: float | None
     equal: bool
+    server_cpu_per_frame_us: float | None = None  # the service's share of cpu_per_frame_us
 
     @property
     def fps(self) -> float:
@@ -48,11 +49,14 @@ def _merge(a: Point | None, b: Point) -> Point:
     if a is None:
         return b
     n = a.frames + b.frames
-    cpu = None
-    if a.cpu_per_frame_us is not None and b.cpu_per_frame_us is not None:
-        cpu = (a.cpu_per_frame_us * a.frames + b.cpu_per_frame_us * b.frames) / n
-    p50 = (a.p50_us * a.frames + b.p50_us * b.frames) / n  # frame-weighted median of rounds
-    return Point(a.renderers, a.transport, n, a.wall_s + b.wall_s, p50, cpu, a.equal and b.equal)
+
+    def weighted(x: float | None, y: float | None) -> float | None:
+        return None if x is None or y is None else (x * a.frames + y * b.frames) / n
+
+    return Point(a.renderers, a.transport, n, a.wall_s + b.wall_s,
+                 weighted(a.p50_us, b.p50_us) or 0.0,  # frame-weighted median of rounds
+                 weighted(a.cpu_per_frame_us, b.cpu_per_frame_us), a.equal and b.equal,
+                 weighted(a.server_cpu_per_frame_us, b.server_cpu_per_frame_us))
 
 
 def parse_counts(text: str) -> list[int]:
@@ -132,9 +136,13 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
                         failures.append(f"{n} {name}: {str(e).splitlines()[0][:200]}")
                         continue
                     samples = sorted(m.samples_s)
+                    server_cpu = None
+                    if pids and samples and m.server_cpu_s is not None:
+                        server_cpu = m.server_cpu_s / len(samples) * 1e6
                     point = Point(n, name, len(samples), m.wall_s,
                                   samples[len(samples) // 2] * 1e6 if samples else 0.0,
-                                  m.cpu_per_frame_us(), all(d == want for d in m.digests))
+                                  m.cpu_per_frame_us(), all(d == want for d in m.digests),
+                                  server_cpu)
                     got[(n, name)] = _merge(got.get((n, name)), point)
     points = [got[k] for k in sorted(got)]
     doc = _document(points, size, counts, loadavg, round(time.monotonic() - t_start, 1),
@@ -144,13 +152,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     for f in failures:
         print(f"FAILED {f}")
     print(f"scaling took {doc['duration_s']:.0f} s")
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=2))
-        print(f"results written to {json_path}")
-    if plot_path is not None:
-        plot(doc, plot_path)
-        print(f"plot written to {plot_path}")
+    report.write_outputs(doc, json_path, plot_path, lambda path: plot(doc, path))
     differs = [f"{p.renderers} {p.transport}" for p in points if not p.equal]
     if differs:
         print("OUTPUTS DIFFER from a direct onnxruntime run: " + ", ".join(differs))
@@ -173,6 +175,7 @@ def _document(points: list[Point], size: str, counts: list[int], loadavg: list[f
             "ipc_p50_us": round(ipc.p50_us, 1) if ipc else None,
             "floor_cpu_per_frame_us": _r(floor.cpu_per_frame_us if floor else None),
             "ipc_cpu_per_frame_us": _r(ipc.cpu_per_frame_us if ipc else None),
+            "ipc_service_cpu_per_frame_us": _r(ipc.server_cpu_per_frame_us if ipc else None),
             "outputs_equal": bool((floor is None or floor.equal) and (ipc is None or ipc.equal)),
         })
     at_goal = next((r for r in rows if r["renderers"] == GOAL_RENDERERS), None)
@@ -199,18 +202,21 @@ def table(doc: dict[str, Any]) -> str:
              f"({doc['machine']['cpus']} CPUs, intra-op threads "
              f"{'default' if threads is None else threads})",
              f"  {'renderers':>9} {'floor fps':>10} {'ipc fps':>10} {'ipc/floor':>9} "
-             f"{'floor p50':>10} {'ipc p50':>10} {'cpu/frame floor':>15} {'ipc':>8}"]
+             f"{'floor p50':>10} {'ipc p50':>10} {'cpu/frame floor':>15} {'ipc':>8} "
+             f"{'(service)':>10}"]
     for r in doc["rows"]:
         lines.append(
             f"  {r['renderers']:>9} {f(r['floor_fps'], '10.0f')} {f(r['ipc_fps'], '10.0f')} "
             f"{f(r['ipc_share_of_floor'], '9.2f')} {f(r['floor_p50_us'], '8.0f')} us "
             f"{f(r['ipc_p50_us'], '8.0f')} us {f(r['floor_cpu_per_frame_us'], '12.0f')} us "
-            f"{f(r['ipc_cpu_per_frame_us'], '5.0f')} us"
+            f"{f(r['ipc_cpu_per_frame_us'], '5.0f')} us "
+            f"{f(r.get('ipc_service_cpu_per_frame_us'), '7.0f')} us"
             + ("" if r["outputs_equal"] else "  OUTPUTS DIFFER"))
     g = doc["goal"]
     met = "-" if g["met"] is None else ("met" if g["met"] else "MISSED")
     lines += ["", "floor: N threads running the model in one process; ipc: N renderer processes, "
-              "one connection each. cpu/frame: user+sys of every process involved per frame.",
+              "one connection each. cpu/frame: user+sys of every process involved per frame "
+              "(service: the service's part of it).",
               f"{met:>6}  {g['goal']}: {g['value'] if g['value'] is not None else 'not measured'}"]
     return "\n".join(lines)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import tempfile
 import time
@@ -225,22 +224,16 @@ def _output(run: _Run, doc: dict[str, Any], json_path: Path | None, plot_path: P
     for f in run.failures:
         print(f"FAILED {f['scenario']}: {f['transport']}: {f['error'].splitlines()[0][:300]}")
     print(f"bench took {doc['duration_s']:.0f} s")
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=2))
-        print(f"results written to {json_path}")
-    if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(report.markdown(doc))
-        print(f"tables written to {markdown_path}")
-    if plot_path is not None:
+
+    def draw(path: Path) -> None:
         from fenceline.bench.plot import plot
 
         m = doc["machine"]
         title = (f"fenceline bench, {doc['date'][:16].replace('T', ' ')} UTC, {m['cpu']} "
                  f"({m['cpus']} CPUs, load {doc['loadavg_start'][0]} at the start)")
-        plot(run.rows, plot_path, title)
-        print(f"plot written to {plot_path}")
+        plot(run.rows, path, title)
+
+    report.write_outputs(doc, json_path, plot_path, draw, markdown_path)
 
 
 def run_bench(*, quick: bool = False, json_path: Path | None = None,

@@ -35,7 +35,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fence-spin-us", type=int, default=S, help=h(
         "fence_spin_us", "longest spin on an input fence before sleeping on its futex"))
     p.add_argument("--max-spinners", type=int, default=S, metavar="N", help=h(
-        "max_spinners", "most fence waiters of the service that spin at once (0: never spin); "
+        "max_spinners", "most waiters of the service (fence waits, socket receives) that spin at "
+        "once (0: never spin); "
         "docs/streaming.md", default="half the CPUs it may use, at least 1"))
     p.add_argument("--log-level", default=S, choices=LOG_LEVELS, help=h("log_level"))
     p.add_argument("--log-format", default=S, choices=LOG_FORMATS, help=h(

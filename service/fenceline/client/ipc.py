@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
 import socket
 import struct
 import time
@@ -24,7 +23,7 @@ from fenceline.client.views import View, session_body, timeout_ms_of
 from fenceline.errors import FencelineError
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
-from fenceline.waiting import AdaptiveSpin, Nap
+from fenceline.waiting import AdaptiveSpin
 
 if TYPE_CHECKING:
     from fenceline.client.session import Session
@@ -64,10 +63,8 @@ class IpcClient:
                 self._sock.close()
                 raise ClientError(f"cannot connect to the fenceline socket {self.path}: {e}") from None
         self._ids = itertools.count(1)
-        self._spin = AdaptiveSpin(max_spin_ns)
-        # Replies that take a model's run to come (too long to spin through): sleep on a timer
-        # until just before one is due, then spin, so the wakeup is paid before it comes.
-        self._nap = Nap() if max_spin_ns > 0 else None
+        # Replies that take a model's run to come are napped through (fenceline.waiting).
+        self._spin = AdaptiveSpin(max_spin_ns, nap=True)
         self._closed = False
         try:
             self.server = self._call(Kind.HELLO, {"client": name})
@@ -95,42 +92,23 @@ class IpcClient:
             if fds:
                 socket.send_fds(self._sock, [frame], fds)
             else:
-                self._sock.send(frame)
+                _native.send_message(self._sock.fileno(), frame)
         except OSError as e:
             self._raise_refusal()
             raise ClientError(f"IPC transport failed: {e}") from None
 
     def _receive(self, request_id: int) -> codec.Frame:
         try:
-            budget = self._spin.budget_ns()
-            t0 = time.perf_counter_ns()
             got_fds: list[int]
             if self._pipe is not None:
+                budget = self._spin.budget_ns()
+                t0 = time.perf_counter_ns()
                 data, got_fds, problem = self._pipe.recv(codec.MAX_FRAME), [], None
                 self._spin.observe(time.perf_counter_ns() - t0, budget)
             else:
-                fd = self._sock.fileno()
-                nap = self._nap.plan_ns() if self._nap is not None else 0
-                napped = False
-                # select() takes a timeout in microseconds (poll only milliseconds) and fds
-                # below FD_SETSIZE only.
-                if nap and 0 <= fd < 1024:
-                    napped = True
-                    if not select.select((fd,), (), (), nap / 1e9)[0]:
-                        slept = time.perf_counter_ns() - t0
-                        assert self._nap is not None
-                        self._nap.observe_late(slept - nap)
-                        budget = self._nap.spin_after_ns(slept)
-                    else:
-                        budget = 0  # the reply is there: the receive will not wait
-                data, got_fds, problem = _native.recv_message(
-                    fd, codec.MAX_FRAME, codec.MAX_FDS, budget
+                data, got_fds, problem = self._spin.receive(
+                    self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS
                 )
-                waited = time.perf_counter_ns() - t0
-                if self._nap is not None:
-                    self._nap.observe_wait(waited)
-                if not napped:  # a nap's spin says nothing about spinning from the start
-                    self._spin.observe(waited, budget)
         except (OSError, FencelineError) as e:
             raise ClientError(f"IPC transport failed: {e}") from None
         for f in got_fds:

@@ -55,7 +55,7 @@ class PipeConnection(Connection):
     def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
 
-    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int], str | None]:
+    def _receive(self) -> tuple[bytes | None, list[int], str | None]:
         try:
             data = self.sock.recv(codec.MAX_FRAME)
         except FencelineError as e:  # an oversized message, read to its end: refuse it

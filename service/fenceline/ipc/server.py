@@ -100,13 +100,10 @@ class Connection:
         metrics = self.runtime.metrics
         try:
             while True:
-                budget = self._spin.budget_ns()
-                t0 = time.perf_counter_ns()
                 try:
-                    data, fds, problem = self._receive(budget)
-                except OSError:
+                    data, fds, problem = self._receive()
+                except (OSError, FencelineError):
                     break
-                self._spin.observe(time.perf_counter_ns() - t0, budget)
                 if data is None:
                     break
                 request_id = 0
@@ -147,14 +144,14 @@ class Connection:
         finally:
             self.close()
 
-    def _receive(self, spin_ns: int) -> tuple[bytes | None, list[int], str | None]:
+    def _receive(self) -> tuple[bytes | None, list[int], str | None]:
         """One frame, its fds and why it is refused (None: it is not); (None, [], None) once the
         peer is gone. The Windows pipe overrides this (fenceline.ipc.pipe_server)."""
-        return _native.recv_message(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS, spin_ns)
+        return self._spin.receive(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS)
 
     def _send(self, data: bytes) -> bool:
         try:
-            self.sock.send(data)
+            _native.send_message(self.sock.fileno(), data)
             return True
         except OSError:
             return False

@@ -20,7 +20,6 @@ from fenceline import _native
 from fenceline.errors import (
     FencelineError,
     InvalidArgument,
-    NotFound,
     ResourceExhausted,
     Unsupported,
 )
@@ -34,8 +33,8 @@ from fenceline.triton.regions import (
     RegionTable,
     ShmRef,
     check_tensor_size,
-    check_u64,
     check_window,
+    import_as,
 )
 
 log = logging.getLogger("fenceline.kserve")
@@ -118,25 +117,16 @@ class CudaSharedMemory(RegionTable[CudaRegion]):
     def check_enabled(self) -> None:
         if not self.available:
             raise no_cuda()
-        if not self.settings.client_shared_memory:
-            raise Unsupported(
-                "client shared-memory registration is switched off on this service "
-                "(fenceline serve --no-client-shared-memory)"
-            )
+        self._check_switched_on()
 
     def register(
         self, name: str, raw_handle: Any, device_id: Any, byte_size: Any,
         caller: Caller = SERVICE,
     ) -> None:
         self.check_enabled()
-        if not name:
-            raise InvalidArgument("'region name' is necessary to register CUDA shared memory")
+        byte_size, invalid = self._check_registration(name, byte_size)
         raw = parse_raw_handle(raw_handle)
         device_id = check_device_id(device_id)
-        byte_size = check_u64(byte_size, "byte_size")
-        invalid = f"failed to register shared memory region '{name}': invalid args"
-        if byte_size == 0:
-            raise InvalidArgument(f"{invalid}: byte_size must be positive")
 
         def import_memory() -> dict[str, Any]:
             try:
@@ -152,7 +142,7 @@ class CudaSharedMemory(RegionTable[CudaRegion]):
         self._register(
             name, import_memory,
             lambda memory_id, memory: CudaRegion(
-                name, byte_size, memory_id, device_id, _cuda(memory)
+                name, byte_size, memory_id, device_id, import_as(memory, CudaMemoryImport)
             ),
             caller,
         )
@@ -163,9 +153,7 @@ class CudaSharedMemory(RegionTable[CudaRegion]):
     ) -> CudaTensorBinding:
         """A typed device view at ``ref`` for one tensor of ``model``; it keeps the region
         open. Call with the shared lock held."""
-        region = self.get(ref.region)
-        if region is None:
-            raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
+        region = self.lookup(ref)
         if model.settings.execution_provider != "cuda":
             raise InvalidArgument(
                 f"{role} '{tensor}' is in CUDA shared memory region '{ref.region}', but model "
@@ -187,8 +175,3 @@ class CudaSharedMemory(RegionTable[CudaRegion]):
             )
         return region.memory.view(ref.offset, dt, shape, need_write=role == "output")
 
-
-def _cuda(memory: Any) -> CudaMemoryImport:
-    if not isinstance(memory, CudaMemoryImport):  # the cuda_ipc importer makes nothing else
-        raise TypeError(f"expected a CUDA memory import, got {type(memory).__name__}")
-    return memory

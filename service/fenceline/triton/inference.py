@@ -9,6 +9,7 @@ request ends.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -142,18 +143,9 @@ class KServeInference:
         return InferResult(model.name, model.version, req.id, plan.outputs, path)
 
     def _check_inputs(self, model: Model, req: InferRequest) -> None:
-        seen: set[str] = set()
+        seen = _each_once(model, "input", [t.name for t in req.inputs], model.inputs, "given")
         for t in req.inputs:
-            spec = model.inputs.get(t.name)
-            if spec is None:
-                raise InvalidArgument(
-                    f"unexpected inference input '{t.name}' for model '{model.name}'; its "
-                    f"inputs are {sorted(model.inputs)}"
-                )
-            if t.name in seen:
-                raise InvalidArgument(f"input '{t.name}' is given twice")
-            seen.add(t.name)
-            spec.check(t.datatype, t.shape, "input")
+            model.inputs[t.name].check(t.datatype, t.shape, "input")
         missing = sorted(set(model.inputs) - seen)
         if missing:
             raise InvalidArgument(
@@ -164,16 +156,7 @@ class KServeInference:
     def _outputs_of(self, model: Model, req: InferRequest) -> list[OutputRequest]:
         if not req.outputs:  # none listed (or an empty list): every output
             return [OutputRequest(n, req.binary_output) for n in model.outputs]
-        seen: set[str] = set()
-        for o in req.outputs:
-            if o.name not in model.outputs:
-                raise InvalidArgument(
-                    f"unexpected inference output '{o.name}' for model '{model.name}'; its "
-                    f"outputs are {sorted(model.outputs)}"
-                )
-            if o.name in seen:
-                raise InvalidArgument(f"output '{o.name}' is requested twice")
-            seen.add(o.name)
+        _each_once(model, "output", [o.name for o in req.outputs], model.outputs, "requested")
         return list(req.outputs)
 
     def _bind_inputs(self, model: Model, req: InferRequest, binding: Any, plan: _Plan) -> None:
@@ -291,3 +274,20 @@ def _path_of(req: InferRequest, outputs: list[OutputTensor]) -> Path:
     kinds = {"shm" if t.shm else "binary" if t.binary else "json" for t in req.inputs}
     kinds |= {"shm" if o.shm else "binary" if o.binary else "json" for o in outputs}
     return kinds.pop() if len(kinds) == 1 else "mixed"  # type: ignore[return-value]
+
+
+def _each_once(
+    model: Model, role: str, names: list[str], known: Collection[str], verb: str
+) -> set[str]:
+    """``names`` (of a request's inputs or outputs), each one of the model's and named once."""
+    seen: set[str] = set()
+    for name in names:
+        if name not in known:
+            raise InvalidArgument(
+                f"unexpected inference {role} '{name}' for model '{model.name}'; its {role}s "
+                f"are {sorted(known)}"
+            )
+        if name in seen:
+            raise InvalidArgument(f"{role} '{name}' is {verb} twice")
+        seen.add(name)
+    return seen

@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from fenceline.errors import Conflict, FencelineError, InvalidArgument, NotFound, PermissionDenied
+from fenceline.errors import (
+    Conflict,
+    FencelineError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unsupported,
+)
 from fenceline.interop.datatypes import Datatype
 from fenceline.interop.handles import MemoryHandle
 from fenceline.interop.owners import SERVICE, Caller
@@ -101,6 +108,16 @@ def check_use(caller: Caller, region: Region) -> None:
         )
 
 
+T = TypeVar("T")
+
+
+def import_as(memory: Any, kind: type[T]) -> T:
+    """``memory`` as the import class its importer makes; anything else is a bug here."""
+    if not isinstance(memory, kind):
+        raise TypeError(f"expected {kind.__name__}, got {type(memory).__name__}")
+    return memory
+
+
 @dataclass
 class Region:
     """What every region has; each kind adds its own fields (system: key and offset; CUDA:
@@ -159,6 +176,33 @@ class RegionTable(Generic[R]):
 
     def check_enabled(self) -> None:
         raise NotImplementedError
+
+    def _check_switched_on(self) -> None:
+        if not self.settings.client_shared_memory:
+            raise Unsupported(
+                "client shared-memory registration is switched off on this service "
+                "(fenceline serve --no-client-shared-memory)"
+            )
+
+    def _check_registration(self, name: str, byte_size: Any) -> tuple[int, str]:
+        """The checks every kind makes on a registration: the byte size as an unsigned 64-bit
+        integer, and the prefix of the kind's later "invalid args" errors."""
+        if not name:
+            raise InvalidArgument(
+                f"'region name' is necessary to register {self.region_type.title} shared memory"
+            )
+        size = check_u64(byte_size, "byte_size")
+        invalid = f"failed to register shared memory region '{name}': invalid args"
+        if size == 0:
+            raise InvalidArgument(f"{invalid}: byte_size must be positive")
+        return size, invalid
+
+    def lookup(self, ref: ShmRef) -> R:
+        """The region ``ref`` names, or NotFound; call with :attr:`locked` held."""
+        region = self.get(ref.region)
+        if region is None:
+            raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
+        return region
 
     def _mine(self) -> dict[str, R]:
         return {n: r for n, r in self.namespace.regions.items() if isinstance(r, self.region_type)}

@@ -21,6 +21,7 @@ from fenceline.triton.regions import (
     check_tensor_size,
     check_u64,
     check_window,
+    import_as,
 )
 
 log = logging.getLogger("fenceline.kserve")
@@ -62,11 +63,7 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
         return self.settings.client_shared_memory and can_import_memory("host_shm")
 
     def check_enabled(self) -> None:
-        if not self.settings.client_shared_memory:
-            raise Unsupported(
-                "client shared-memory registration is switched off on this service "
-                "(fenceline serve --no-client-shared-memory)"
-            )
+        self._check_switched_on()
         if not can_import_memory("host_shm"):
             raise Unsupported("this build cannot import host shared memory")
 
@@ -75,15 +72,10 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
     ) -> None:
         """Imports the key's object for ``caller``: it must own it (interop/owners.py)."""
         self.check_enabled()
-        if not name:
-            raise InvalidArgument("'region name' is necessary to register system shared memory")
+        byte_size, invalid = self._check_registration(name, byte_size)
         if not isinstance(key, str):
             raise InvalidArgument("Shared memory register request needs a string 'key' field")
         offset = check_u64(offset, "offset")
-        byte_size = check_u64(byte_size, "byte_size")
-        invalid = f"failed to register shared memory region '{name}': invalid args"
-        if byte_size == 0:
-            raise InvalidArgument(f"{invalid}: byte_size must be positive")
         if offset > U64_MAX - byte_size:
             raise InvalidArgument(f"{invalid}: offset + byte_size overflows 64 bits")
         shm_key = normalize_key(key)
@@ -105,7 +97,7 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
         self._register(
             name, import_memory,
             lambda memory_id, memory: SystemRegion(
-                name, byte_size, memory_id, key, offset, _host(memory)
+                name, byte_size, memory_id, key, offset, import_as(memory, MemoryImport)
             ),
             caller,
         )
@@ -116,9 +108,7 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
         """The mapping ``ref`` names and the offset in it, checked the way Triton checks it;
         call with :attr:`locked` held so no unregistration lands between the lookup and the
         view."""
-        region = self.get(ref.region)
-        if region is None:
-            raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
+        region = self.lookup(ref)
         check_window(ref, region.byte_size)
         # A region whose object shrank is lost for good (docs/reliability.md, "Shrunk memory").
         region.memory.handle.check()
@@ -141,8 +131,3 @@ class SystemSharedMemory(RegionTable[SystemRegion]):
         memory, offset = self.window(ref)
         return memory.view(offset, BYTE, [ref.byte_size], need_write=True)
 
-
-def _host(memory: Any) -> MemoryImport:
-    if not isinstance(memory, MemoryImport):  # the host_shm importer makes nothing else
-        raise TypeError(f"expected a host memory import, got {type(memory).__name__}")
-    return memory

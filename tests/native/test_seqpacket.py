@@ -1,0 +1,138 @@
+"""The importer's SOCK_SEQPACKET receive and send, on real socket pairs: a message already
+there, a nap that ends before the message and one that it cuts short, the end of the peer, a
+message too long or with too many fds, a send to a peer that is gone, a send that must wait for
+room (without the GIL), and the spinner slot a socket wait takes (fenceline.waiting)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from fenceline import _native
+from fenceline.waiting import AdaptiveSpin, SpinGate
+
+pytestmark = pytest.mark.skipif(_native.PLATFORM != "posix", reason="SOCK_SEQPACKET is POSIX")
+MAX, MAX_FDS = 1024, 4
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        yield a, b
+
+
+def test_a_waiting_message_and_its_fds_are_taken_at_once(pair: tuple[socket.socket, socket.socket]
+                                                         ) -> None:
+    a, b = pair
+    r, w = os.pipe()
+    try:
+        socket.send_fds(a, [b"hello"], [r])
+        data, fds, problem, late = _native.recv_message(b.fileno(), MAX, MAX_FDS, 0, 10**9)
+        assert (data, problem, late, len(fds)) == (b"hello", None, -1, 1)
+        os.write(w, b"x")
+        assert os.read(fds[0], 1) == b"x"  # the fd is the pipe's read end, now ours
+        os.close(fds[0])
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_wait_that_may_not_block_naps_spins_and_returns_none(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    _, b = pair
+    t0 = time.perf_counter_ns()
+    got = _native.recv_message(b.fileno(), MAX, MAX_FDS, 20_000, 2_000_000, False)
+    assert got is None
+    assert time.perf_counter_ns() - t0 >= 2_000_000  # the nap ran its whole length
+
+
+def test_a_message_that_comes_during_the_nap_ends_it(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    threading.Timer(0.05, lambda: a.send(b"late")).start()
+    t0 = time.monotonic()
+    data, _, _, late = _native.recv_message(b.fileno(), MAX, MAX_FDS, 0, 10 * 10**9)
+    assert data == b"late" and late == -1
+    assert time.monotonic() - t0 < 5  # not the nap's ten seconds
+
+
+def test_the_peers_end_too_long_and_too_many_fds(pair: tuple[socket.socket, socket.socket]
+                                                ) -> None:
+    a, b = pair
+    a.send(b"x" * (MAX + 10))
+    data, fds, problem, _ = _native.recv_message(b.fileno(), MAX, MAX_FDS)
+    assert problem == f"frame longer than {MAX} bytes" and len(data or b"") == MAX and fds == []
+    pipes = [os.pipe() for _ in range(MAX_FDS + 1)]
+    try:
+        socket.send_fds(a, [b"fds"], [r for r, _ in pipes])
+        _, fds, problem, _ = _native.recv_message(b.fileno(), MAX, MAX_FDS)
+        assert problem == f"frame carries more than {MAX_FDS} fds" and fds == []
+    finally:
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+    a.close()
+    assert _native.recv_message(b.fileno(), MAX, MAX_FDS, 50_000)[:3] == (None, [], None)
+
+
+def test_send_to_a_peer_that_is_gone_raises_without_a_signal(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    b.close()
+    with pytest.raises(OSError):
+        _native.send_message(a.fileno(), b"nobody")
+
+
+def test_a_send_into_a_full_socket_waits_without_the_gil(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    a.setblocking(False)
+    sent = 0
+    with pytest.raises(BlockingIOError):
+        while True:
+            a.send(b"x" * 512)
+            sent += 1
+    a.setblocking(True)
+    ticks = []
+    stop = threading.Event()
+
+    def python_work() -> None:  # needs the GIL while the send waits
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    def drain() -> None:
+        time.sleep(0.2)
+        for _ in range(sent + 1):
+            b.recv(1024)
+
+    threads = [threading.Thread(target=python_work), threading.Thread(target=drain)]
+    for t in threads:
+        t.start()
+    try:
+        _native.send_message(a.fileno(), b"one more")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert len(ticks) >= 10
+
+
+def test_a_socket_wait_spins_only_with_a_spinner_slot(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    waiter = AdaptiveSpin(1_000_000, SpinGate(0))
+    threading.Timer(0.02, lambda: a.send(b"ok")).start()
+    assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"ok", [], None)
+    assert waiter.denied == 1  # no slot: it blocked at once
+    gate = SpinGate(1)
+    waiter = AdaptiveSpin(1_000_000, gate)
+    a.send(b"there")
+    assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"there", [], None)
+    assert waiter.denied == 0 and gate.spinning() == 0  # the slot is given back
