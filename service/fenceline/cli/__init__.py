@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a tool the pipe stopped
 
 
-def _main(argv: list[str] | None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and flag (the docs' commands are checked against it)."""
     parser = argparse.ArgumentParser(prog="fenceline", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -153,7 +154,11 @@ def _main(argv: list[str] | None) -> int:
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "serve":
             from fenceline.cli.serve import serve_from_args
