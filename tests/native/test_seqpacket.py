@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from fenceline import _native
-from fenceline.waiting import AdaptiveSpin, SpinGate
+from fenceline.waiting import WINDOW_SHIFT, AdaptiveSpin, SpinGate
 
 pytestmark = pytest.mark.skipif(_native.PLATFORM != "posix", reason="SOCK_SEQPACKET is POSIX")
 MAX, MAX_FDS = 1024, 4
@@ -127,12 +127,13 @@ def test_a_send_into_a_full_socket_waits_without_the_gil(
 def test_a_socket_wait_spins_only_with_a_spinner_slot(
         pair: tuple[socket.socket, socket.socket]) -> None:
     a, b = pair
-    waiter = AdaptiveSpin(1_000_000, SpinGate(0))
+    outside_windows = 1 << WINDOW_SHIFT  # a wait in an exploration window may block at once
+    waiter = AdaptiveSpin(1_000_000, SpinGate(0), clock=lambda: outside_windows)
     threading.Timer(0.02, lambda: a.send(b"ok")).start()
     assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"ok", [], None)
     assert waiter.denied == 1  # no slot: it blocked at once
     gate = SpinGate(1)
-    waiter = AdaptiveSpin(1_000_000, gate)
+    waiter = AdaptiveSpin(1_000_000, gate, clock=lambda: outside_windows)
     a.send(b"there")
     assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"there", [], None)
     assert waiter.denied == 0 and gate.spinning() == 0  # the slot is given back

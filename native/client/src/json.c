@@ -30,25 +30,31 @@ static void before_value(fl_json_writer *w) {
   if (w->need_comma) putc_(w, ',');
 }
 
-void fl_jw_begin_object(fl_json_writer *w) {
+/* Brackets: a container opens like a value (a comma before it when one is due) and, closed,
+ * is a value after which a comma is due. */
+static void open_(fl_json_writer *w, char bracket) {
   before_value(w);
-  putc_(w, '{');
+  putc_(w, bracket);
   w->need_comma = 0;
 }
 
-void fl_jw_end_object(fl_json_writer *w) {
-  putc_(w, '}');
+static void close_(fl_json_writer *w, char bracket) {
+  putc_(w, bracket);
   w->need_comma = 1;
 }
 
-void fl_jw_begin_array(fl_json_writer *w) {
-  before_value(w);
-  putc_(w, '[');
-  w->need_comma = 0;
-}
+void fl_jw_begin_object(fl_json_writer *w) { open_(w, '{'); }
 
-void fl_jw_end_array(fl_json_writer *w) {
-  putc_(w, ']');
+void fl_jw_end_object(fl_json_writer *w) { close_(w, '}'); }
+
+void fl_jw_begin_array(fl_json_writer *w) { open_(w, '['); }
+
+void fl_jw_end_array(fl_json_writer *w) { close_(w, ']'); }
+
+/* A scalar's text, written whole. */
+static void put_value(fl_json_writer *w, const char *text, size_t n) {
+  before_value(w);
+  put(w, text, n);
   w->need_comma = 1;
 }
 
@@ -86,26 +92,20 @@ void fl_jw_string(fl_json_writer *w, const char *s) {
 void fl_jw_uint(fl_json_writer *w, uint64_t v) {
   char num[24];
   int n = snprintf(num, sizeof num, "%llu", (unsigned long long)v);
-  before_value(w);
-  put(w, num, (size_t)n);
-  w->need_comma = 1;
+  put_value(w, num, (size_t)n);
 }
 
 void fl_jw_bool(fl_json_writer *w, int v) {
-  before_value(w);
   if (v)
-    put(w, "true", 4);
+    put_value(w, "true", 4);
   else
-    put(w, "false", 5);
-  w->need_comma = 1;
+    put_value(w, "false", 5);
 }
 
 void fl_jw_int(fl_json_writer *w, int64_t v) {
   char num[24];
   int n = snprintf(num, sizeof num, "%lld", (long long)v);
-  before_value(w);
-  put(w, num, (size_t)n);
-  w->need_comma = 1;
+  put_value(w, num, (size_t)n);
 }
 
 /* ---- reader ------------------------------------------------------------------------------- */

@@ -33,6 +33,17 @@ struct FlSession {
   remote **holds;
 };
 
+/* The body {"id": id} of the messages that name one object (release, start, pause, stop). */
+#define ID_BODY_CAPACITY (ID_CAPACITY + 16)
+
+static void write_id_body(fl_json_writer *w, char body[ID_BODY_CAPACITY], const char *id) {
+  fl_jw_init(w, body, ID_BODY_CAPACITY);
+  fl_jw_begin_object(w);
+  fl_jw_key(w, "id");
+  fl_jw_string(w, id);
+  fl_jw_end_object(w);
+}
+
 static void remote_init(remote *r, FlClient *c, uint16_t release_kind, const char *id) {
   fl_ref_init(&r->refs);
   r->client = c;
@@ -45,13 +56,9 @@ static void remote_init(remote *r, FlClient *c, uint16_t release_kind, const cha
  * failure is not reported: it means the connection is gone, and with it the service object. */
 static void remote_finish(remote *r) {
   if (r->release_kind != 0) {
-    char body[ID_CAPACITY + 16];
+    char body[ID_BODY_CAPACITY];
     fl_json_writer w;
-    fl_jw_init(&w, body, sizeof body);
-    fl_jw_begin_object(&w);
-    fl_jw_key(&w, "id");
-    fl_jw_string(&w, r->id);
-    fl_jw_end_object(&w);
+    write_id_body(&w, body, r->id);
     char *reply = NULL;
     fl_status_release(fl_client_call(r->client, r->release_kind, body, w.len, -1, &reply, NULL));
     free(reply);
@@ -81,6 +88,20 @@ static FlStatus *call_for_id(FlClient *c, uint16_t kind, const fl_json_writer *w
     st = fl_status(FL_ERROR_PROTOCOL, "the service's reply has no \"id\": %.200s", reply);
   free(reply);
   return st;
+}
+
+/* Calls `kind` for a new object in the service and makes its handle, a struct of `size` bytes
+ * whose first member is its remote (remote_unref frees it through that member). */
+static FlStatus *import_remote(FlClient *c, uint16_t kind, uint16_t release_kind,
+                               const fl_json_writer *w, int fd, size_t size, remote **out) {
+  char id[ID_CAPACITY];
+  FlStatus *st = call_for_id(c, kind, w, fd, id);
+  if (st != NULL) return st;
+  remote *r = malloc(size);
+  if (r == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
+  remote_init(r, c, release_kind, id);
+  *out = r;
+  return NULL;
 }
 
 static const char *access_name(FlAccess a) {
@@ -118,14 +139,11 @@ static FlStatus *import_memory(FlClient *c, const char *handle_type, const char 
 
 FlStatus *fl_import_memory_body(FlClient *c, const fl_json_writer *w, int fd,
                                 FlMemoryImport **out) {
-  char id[ID_CAPACITY];
-  FlStatus *st = call_for_id(c, FL_KIND_IMPORT_MEMORY, w, fd, id);
-  if (st != NULL) return st;
-  FlMemoryImport *m = malloc(sizeof *m);
-  if (m == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
-  remote_init(&m->r, c, FL_KIND_RELEASE_MEMORY, id);
-  *out = m;
-  return NULL;
+  remote *r = NULL;
+  FlStatus *st = import_remote(c, FL_KIND_IMPORT_MEMORY, FL_KIND_RELEASE_MEMORY, w, fd,
+                               sizeof(FlMemoryImport), &r);
+  if (st == NULL) *out = (FlMemoryImport *)r;
+  return st;
 }
 
 FlStatus *fl_import_memory_fd(FlClient *c, int fd, uint64_t offset, uint64_t size,
@@ -175,14 +193,11 @@ static FlStatus *import_fence(FlClient *c, const char *name, int fd, FlFenceImpo
 
 FlStatus *fl_import_fence_body(FlClient *c, const fl_json_writer *w, int fd,
                                FlFenceImport **out) {
-  char id[ID_CAPACITY];
-  FlStatus *st = call_for_id(c, FL_KIND_IMPORT_FENCE, w, fd, id);
-  if (st != NULL) return st;
-  FlFenceImport *f = malloc(sizeof *f);
-  if (f == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
-  remote_init(&f->r, c, FL_KIND_RELEASE_FENCE, id);
-  *out = f;
-  return NULL;
+  remote *r = NULL;
+  FlStatus *st = import_remote(c, FL_KIND_IMPORT_FENCE, FL_KIND_RELEASE_FENCE, w, fd,
+                               sizeof(FlFenceImport), &r);
+  if (st == NULL) *out = (FlFenceImport *)r;
+  return st;
 }
 
 FlStatus *fl_import_fence_fd(FlClient *c, int fd, FlFenceImport **out) {
@@ -402,13 +417,9 @@ FlStatus *fl_session_run_async(FlSession *s, uint64_t wait_value, uint64_t signa
  * when the caller wants it. */
 static FlStatus *stream_control(FlSession *s, uint16_t kind, const char *what, char **out_json) {
   if (s == NULL) return fl_status(FL_ERROR_INVALID_ARGUMENT, "%s: session is NULL", what);
-  char body[ID_CAPACITY + 16];
+  char body[ID_BODY_CAPACITY];
   fl_json_writer w;
-  fl_jw_init(&w, body, sizeof body);
-  fl_jw_begin_object(&w);
-  fl_jw_key(&w, "id");
-  fl_jw_string(&w, s->r.id);
-  fl_jw_end_object(&w);
+  write_id_body(&w, body, s->r.id);
   char *reply = NULL;
   FlStatus *st = fl_client_call(s->r.client, kind, body, w.len, -1, &reply, NULL);
   if (st == NULL && out_json != NULL)

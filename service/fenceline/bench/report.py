@@ -233,7 +233,7 @@ def write_outputs(doc: dict[str, Any], json_path: Path | None, plot_path: Path |
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             write(path)
-            print(f"{what} written to {path}")
+            print(f"{what} written to {path}", flush=True)
 
 
 def _x(v: float | None) -> str:

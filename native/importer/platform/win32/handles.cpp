@@ -71,6 +71,7 @@ std::intptr_t PipeConnection::duplicate_from_peer(std::uint64_t handle,
                                                   const std::string &role) const {
   nt::expected_object_type(role);  // an unknown role is our bug: before touching the peer
   const std::uint64_t value = d3d12::nt_handle(handle);
+  pinned_peer();  // the identified process keeps its id while it is held (pipe.h)
   HANDLE proc = ::OpenProcess(PROCESS_DUP_HANDLE, FALSE, peer_pid());
   if (!proc) throw_last("OpenProcess (peer, PROCESS_DUP_HANDLE)", ::GetLastError());
   HANDLE mine = nullptr;

@@ -173,6 +173,9 @@ void PipeConnection::close() {
   if (server_) ::DisconnectNamedPipe(pipe_);
   ::CloseHandle(pipe_);
   pipe_ = INVALID_HANDLE_VALUE;
+  std::lock_guard<std::mutex> peer_lock(peer_mutex_);
+  if (peer_process_) ::CloseHandle(peer_process_);
+  peer_process_ = nullptr;
 }
 
 std::uint32_t PipeConnection::peer_pid() const {
@@ -183,15 +186,36 @@ std::uint32_t PipeConnection::peer_pid() const {
   return pid;
 }
 
-std::string PipeConnection::peer_user_sid() const { return process_user_sid(peer_pid()); }
+HANDLE PipeConnection::pinned_peer() const {
+  std::lock_guard<std::mutex> lock(peer_mutex_);
+  if (!peer_process_) {
+    peer_process_ = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, peer_pid());
+    if (!peer_process_) throw_last("OpenProcess (peer)", ::GetLastError());
+  }
+  return peer_process_;
+}
+
+std::string PipeConnection::peer_user_sid() const {
+  return process_handle_user_sid(pinned_peer());
+}
 
 std::string process_user_sid(std::uint32_t pid) {
   HANDLE proc = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid);
   if (!proc) throw_last("OpenProcess (peer)", ::GetLastError());
+  try {
+    std::string s = process_handle_user_sid(proc);
+    ::CloseHandle(proc);
+    return s;
+  } catch (...) {
+    ::CloseHandle(proc);
+    throw;
+  }
+}
+
+std::string process_handle_user_sid(HANDLE proc) {
   HANDLE token = nullptr;
   const BOOL ok = ::OpenProcessToken(proc, TOKEN_QUERY, &token);
   const DWORD err = ::GetLastError();
-  ::CloseHandle(proc);
   if (!ok) throw_last("OpenProcessToken (peer)", err);
   try {
     std::string s = token_user_sid(token);

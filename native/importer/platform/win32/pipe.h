@@ -20,6 +20,8 @@ namespace fl::win32 {
 std::string current_user_sid();
 // The user SID of another process (throws when it cannot be opened).
 std::string process_user_sid(std::uint32_t pid);
+// The user SID of a process handle with PROCESS_QUERY_LIMITED_INFORMATION.
+std::string process_handle_user_sid(HANDLE process);
 // The user SID behind the client end of a loopback TCP connection to server_port; nullopt when
 // no such live connection exists here.
 std::optional<std::string> tcp_client_sid(const std::string &client_ip, std::uint16_t client_port,
@@ -49,7 +51,10 @@ class PipeConnection {
   void shutdown();
   void close();
 
-  // The peer's process id and user SID: the server side's SO_PEERCRED.
+  // The peer's process id and user SID: the server side's SO_PEERCRED. The first call that
+  // identifies the peer opens its process and holds it until close(): a process id is not
+  // reused while a handle to the process is open, so later duplications come from the process
+  // that was identified, even after it exited.
   std::uint32_t peer_pid() const;
   std::string peer_user_sid() const;
   // Duplicates the peer process's `handle` into this one, with the same access, and checks it
@@ -59,7 +64,10 @@ class PipeConnection {
 
  private:
   bool wait_io(OVERLAPPED &ov, DWORD *transferred);
+  HANDLE pinned_peer() const;  // the held peer process (PROCESS_QUERY_LIMITED_INFORMATION)
   HANDLE pipe_;
+  mutable HANDLE peer_process_ = nullptr;
+  mutable std::mutex peer_mutex_;
   HANDLE cancel_;  // manual-reset: set by shutdown()
   bool server_;
   std::mutex send_mutex_;
