@@ -445,3 +445,36 @@ def test_gstreamer_run_it_block_runs_as_written(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Got EOS" in r.stdout, r.stdout[-3000:]
     assert (tmp_path / "models" / "image_filter_rgba8" / "1" / "model.onnx").is_file()
+
+
+def test_inline_fenceline_commands_name_real_commands_and_flags() -> None:
+    """The `fenceline ...` commands written inline in README.md and docs/ (not in blocks) use
+    subcommands and flags the CLI has, so a renamed flag cannot outlive its mention."""
+    import argparse
+    import shlex
+
+    from fenceline.cli import build_parser
+
+    # argparse keeps its flags and subcommands in private tables; there is no public reader.
+    def subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next((dict(a.choices) for a in p._actions
+                     if isinstance(a, argparse._SubParsersAction)), {})
+
+    checked, wrong = 0, []
+    for path in DOCS:
+        text = re.sub(r"^```.*?^```$", "", path.read_text(), flags=re.S | re.M)
+        for command in re.findall(r"`(fenceline [a-z][^`]*)`", text):
+            if command.startswith("fenceline error"):  # an error message, not a command
+                continue
+            parser, words = build_parser(), shlex.split(command)[1:]
+            for word in words:
+                if word.startswith("--"):
+                    if word.split("=")[0] not in parser._option_string_actions:
+                        wrong.append(f"{path.name}: `{command}`: no flag {word}")
+                elif word in subcommands(parser):
+                    parser = subcommands(parser)[word]
+            if not words or words[0] not in subcommands(build_parser()):
+                wrong.append(f"{path.name}: `{command}`: no such command")
+            checked += 1
+    assert checked > 10
+    assert wrong == []

@@ -3,6 +3,8 @@ objects, a layout computed from the model's metadata, one error tree, seconds fo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,8 @@ from fenceline.client import (
     UsageError,
     View,
 )
-from tests.support.service import Service
+from fenceline.models import build_repository
+from tests.support.service import Service, start_service, stop_service
 
 
 def test_view_takes_numpy_types_and_reads_back_the_name() -> None:
@@ -98,3 +101,38 @@ def test_use_after_close_is_a_usage_error(service: Service) -> None:
     http.close()
     with pytest.raises(UsageError):
         http.model_metadata("add_64x64")
+
+
+def test_http_client_finds_the_service_and_its_token_from_the_serve_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variables that configured ``fenceline serve`` (a wildcard host, a port, a token
+    file) point ``HttpClient()`` at it, as FENCELINE_SOCKET does for ``IpcClient()``."""
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    svc = start_service(build_repository(tmp_path / "models", ["add_64x64"]), tmp_path,
+                        "--token-file", str(token))
+    try:
+        port = svc.url.rsplit(":", 1)[1]
+        monkeypatch.delenv("FENCELINE_URL", raising=False)
+        monkeypatch.setenv("FENCELINE_HOST", "0.0.0.0")
+        monkeypatch.setenv("FENCELINE_PORT", port)
+        monkeypatch.setenv("FENCELINE_TOKEN_FILE", str(token))
+        with HttpClient() as client:
+            assert client.url == f"http://127.0.0.1:{port}"
+            assert "memory" in client.capabilities()
+        monkeypatch.delenv("FENCELINE_TOKEN_FILE")
+        with HttpClient() as client, pytest.raises(ServiceError) as err:
+            client.capabilities()
+        assert err.value.status == 401
+        with HttpClient(token="s3cret") as client:
+            assert "memory" in client.capabilities()
+        monkeypatch.setenv("FENCELINE_URL", svc.url)
+        monkeypatch.setenv("FENCELINE_PORT", "1")  # FENCELINE_URL wins
+        with HttpClient(token="s3cret") as client:
+            assert client.url == svc.url and "memory" in client.capabilities()
+        monkeypatch.setenv("FENCELINE_TOKEN_FILE", str(tmp_path / "missing"))
+        with pytest.raises(UsageError, match="FENCELINE_TOKEN_FILE="):
+            HttpClient()
+    finally:
+        stop_service(svc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=S, help=h("port", "HTTP port (0: any free one)"))
     p.add_argument("--socket", type=Path, default=S, help=h(
         "socket", "IPC socket path; on Windows the named pipe",
-        default="$XDG_RUNTIME_DIR/fenceline/fenceline.sock; on Windows \\\\.\\pipe\\fenceline-<your SID>"))
+        default="$XDG_RUNTIME_DIR/fenceline/fenceline.sock, without XDG_RUNTIME_DIR "
+        "/tmp/fenceline-<uid>/fenceline/fenceline.sock; on Windows \\\\.\\pipe\\fenceline-<your SID>"))
     p.add_argument("--ipc-spin-us", type=int, default=S, help=h(
         "ipc_spin_us", "longest spin on the IPC socket before blocking (0: always block)"))
     p.add_argument("--fence-spin-us", type=int, default=S, help=h(
@@ -73,6 +75,17 @@ def _names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`fenceline models list | head`): stop quietly as other tools do.
+        # stdout still holds unwritten bytes, and Python's flush at exit would fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool the pipe stopped
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and flag (the docs' commands are checked against it)."""
     parser = argparse.ArgumentParser(prog="fenceline", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "serve":
             from fenceline.cli.serve import serve_from_args

@@ -11,7 +11,7 @@ class ClientError(Exception):
 
 
 class ServiceError(ClientError):
-    """The service answered with an error. ``code`` is the stable code (docs/errors.md);
+    """The service answered with an error. ``code`` is the stable code (docs/ipc.md, "Error codes");
     ``status`` the HTTP status where the answer came over HTTP; ``details`` the error body's
     other fields (a timed-out run's ``queued``, ``wait_value`` and ``signal_value``)."""
 

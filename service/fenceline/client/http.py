@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,13 +14,43 @@ from fenceline.client.session import Session
 from fenceline.client.views import View, session_body, timeout_ms_of
 
 
+def default_url() -> str:
+    """$FENCELINE_URL, else the address ``fenceline serve`` takes from the same environment:
+    $FENCELINE_HOST (a wildcard bind address means this host) and $FENCELINE_PORT."""
+    url = os.environ.get("FENCELINE_URL")
+    if url:
+        return url
+    host = os.environ.get("FENCELINE_HOST") or "127.0.0.1"
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}.get(host, host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{os.environ.get('FENCELINE_PORT') or '8000'}"
+
+
+def default_token() -> str | None:
+    """The token of $FENCELINE_TOKEN_FILE, the file ``fenceline serve --token-file`` reads."""
+    path = os.environ.get("FENCELINE_TOKEN_FILE")
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise UsageError(f"FENCELINE_TOKEN_FILE={path}: {e.strerror}") from None
+    if not token:
+        raise UsageError(f"FENCELINE_TOKEN_FILE={path} is empty")
+    return token
+
+
 class HttpClient:
-    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0) -> None:
-        """``url`` None: $FENCELINE_URL, else http://127.0.0.1:8000."""
-        if url is None:
-            url = os.environ.get("FENCELINE_URL") or "http://127.0.0.1:8000"
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0,
+                 token: str | None = None) -> None:
+        """``url`` None: :func:`default_url`. ``token`` (sent as ``Authorization: Bearer``) None:
+        the contents of $FENCELINE_TOKEN_FILE, if set; a service without --token-file ignores
+        it."""
+        self.url = (url or default_url()).rstrip("/")
+        token = token if token is not None else default_token()
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers)
         self._closed = False
 
     @property
