@@ -33,6 +33,7 @@ _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
 WINDOW_SHIFT = 21  # exploration windows of 2.1 ms ...
 WINDOWS_PER_PERIOD = 16  # ... one in every 16 (every 34 ms, 6% of the time)
 SPIN_SLACK_NS = 10_000
+OUTLIER = 4.0  # a wait counts for at most this many times its average (see _ema)
 NAP_MIN_NS = 150_000  # shorter waits: no nap (a spin of the budget pays there)
 NAP_MAX_NS = 5_000_000  # longer waits: one wakeup is a small share of them; just block
 NAP_GUARD_NS = 30_000  # wake this much earlier than the estimate says, beside its spread
@@ -112,6 +113,17 @@ def set_spinners(slots: int | None) -> SpinGate:
     global _gate
     _gate = SpinGate(default_spinners() if slots is None else slots)
     return _gate
+
+
+def _ema(avg: float | None, sample: int) -> float:
+    """The moving average (weight 1/8) of a way's waits, each counted as at most OUTLIER times
+    the average: a waiter or its peer preempted by another task makes a rare wait hundreds of
+    microseconds long, and a plain average of such waits would say that the spin does not pay
+    when nearly every spun wait ends within it. Waits that are long every time still move the
+    average, by up to three eighths of it per wait."""
+    if avg is None:
+        return float(sample)
+    return avg + (min(float(sample), OUTLIER * avg) - avg) * 0.125
 
 
 class AdaptiveSpin:
@@ -196,13 +208,10 @@ class AdaptiveSpin:
 
     def observe(self, waited_ns: int, budget_ns: int = 0) -> None:
         """Feeds back how long the last wait took and the budget it was given."""
-        w = float(waited_ns)
         if budget_ns:
-            a = self._spin_avg
-            self._spin_avg = w if a is None else a + (w - a) * 0.125
+            self._spin_avg = _ema(self._spin_avg, waited_ns)
         else:
-            a = self._block_avg
-            self._block_avg = w if a is None else a + (w - a) * 0.125
+            self._block_avg = _ema(self._block_avg, waited_ns)
         if not self._exploring:
             self._decide()
 
@@ -289,8 +298,7 @@ class AdaptiveSpin:
             self.observe(waited_ns, spin)
             return
         # A nap's spin says nothing about spinning from the start: naps have their own average.
-        a = self._nap_avg
-        self._nap_avg = float(waited_ns) if a is None else a + (waited_ns - a) * 0.125
+        self._nap_avg = _ema(self._nap_avg, waited_ns)
         if not self._exploring:
             self._decide()
 

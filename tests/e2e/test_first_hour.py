@@ -224,8 +224,9 @@ def test_port_in_use_fails_before_the_socket_goes_live(tmp_path: Path) -> None:
     [
         ("/etc/hostname/fl.sock", "not a directory"),
         ("/tmp/" + "a" * 120 + ".sock", "longer than a Unix socket path"),
+        ("/proc/fl.sock", "/proc cannot hold a socket"),
     ],
-    ids=["under-a-file", "too-long"],
+    ids=["under-a-file", "too-long", "a-directory-that-takes-no-socket"],
 )
 def test_socket_path_mistakes_are_one_line(tmp_path: Path, path: str, phrase: str) -> None:
     r = cli(clean_env(tmp_path), "serve", "--port", "0", "--socket", path)

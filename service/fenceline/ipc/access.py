@@ -80,8 +80,10 @@ def socket_error(socket_path: Path, err: OSError) -> str:
         return f"IPC socket {socket_path}: {parent} is on a read-only file system; {fix}"
     if err.errno in (errno.EEXIST, errno.ENOTDIR):
         return f"IPC socket {socket_path}: a part of {parent} is not a directory; {fix}"
-    if err.errno == errno.ENOENT:
+    if err.errno == errno.ENOENT and not parent.is_dir():
         return f"IPC socket {socket_path}: {parent} does not exist and cannot be created; {fix}"
+    if err.errno == errno.ENOENT:  # e.g. /proc: a directory that cannot hold a socket
+        return f"IPC socket {socket_path}: {parent} cannot hold a socket; {fix}"
     if err.errno == errno.ENAMETOOLONG or "too long" in str(err):
         return f"IPC socket {socket_path}: the path is too long for a Unix socket; {fix}"
     return f"IPC socket {socket_path}: {err.strerror or err}; {fix}"
