@@ -54,7 +54,7 @@ std::vector<int> take_fds(const std::vector<char> &control) {
   return fds;
 }
 
-bool transient() { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
+bool transient(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
 
 // The per-thread receive buffers: a fresh 64 KiB buffer per frame would cost more than the
 // receive. One extra byte tells a message of exactly max_bytes from a longer, truncated one even
@@ -130,17 +130,26 @@ bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Messag
     out = finish(fd, n, msg_flags, max_bytes, max_fds);
     return true;
   }
-  if (transient()) return false;
+  if (transient(errno)) return false;
   out = failed(errno);
   return true;
 }
 
 Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t nap_ns,
                      std::int64_t spin_ns, bool block) {
+  // Called after try_recv_message found the socket empty: only a nap, a spin or a wakeup
+  // gives a reason to try again.
   buffers.prepare(max_bytes, max_fds);
   int msg_flags = 0;
   ssize_t n = -1;
+  int err = EAGAIN;
+  auto attempt = [&] {
+    n = buffers.once(fd, &msg_flags);
+    err = n < 0 ? errno : 0;
+    return n >= 0 || !transient(err);
+  };
   std::int64_t nap_late_ns = -1;
+  bool done = false;
   if (nap_ns > 0) {
     // ppoll takes nanoseconds (poll only milliseconds) and any fd (select only those below
     // FD_SETSIZE).
@@ -151,35 +160,34 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
     struct pollfd p {
       fd, POLLIN, 0
     };
-    if (::ppoll(&p, 1, &nap, nullptr) == 0) nap_late_ns = fl_htl_now_ns() - start - nap_ns;
+    if (::ppoll(&p, 1, &nap, nullptr) == 0)
+      nap_late_ns = fl_htl_now_ns() - start - nap_ns;
+    else
+      done = attempt();
   }
-  if (spin_ns > 0) {
+  if (!done && spin_ns > 0) {
     const std::int64_t end = fl_htl_now_ns() + spin_ns;
-    for (unsigned i = 0;; ++i) {
-      n = buffers.once(fd, &msg_flags);
-      if (n >= 0 || !transient()) break;
+    for (unsigned i = 0; !(done = attempt()); ++i) {
       // Each try takes the socket's lock, which the peer's send needs too: a spinner that
       // retried at once would slow the very message it waits for.
       for (int k = 0; k < kRelaxPerTry; ++k) fl_cpu_relax();
       if ((i & 3u) == 3u && fl_htl_now_ns() >= end) break;
     }
-  } else {
-    n = buffers.once(fd, &msg_flags);
   }
-  if (n < 0 && transient() && !block) {
+  if (!done && !block) {
     Message out;
     out.pending = true;
     out.nap_late_ns = nap_late_ns;
     return out;
   }
-  while (n < 0 && transient()) {
+  while (!done) {
     struct pollfd p {
       fd, POLLIN, 0
     };
     if (::poll(&p, 1, -1) < 0 && errno == EINTR) continue;
-    n = buffers.once(fd, &msg_flags);
+    done = attempt();
   }
-  Message out = n < 0 ? failed(errno) : finish(fd, n, msg_flags, max_bytes, max_fds);
+  Message out = n < 0 ? failed(err) : finish(fd, n, msg_flags, max_bytes, max_fds);
   out.nap_late_ns = nap_late_ns;
   return out;
 }

@@ -28,7 +28,8 @@ struct Message {
 // there, false when the socket is empty. Throws OsError for failures of the socket itself.
 bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Message &out);
 
-// Receives one message: a nap of nap_ns on a timer, a spin of spin_ns, then (with `block`) a
+// Receives one message once try_recv_message found the socket empty (so it does not try again
+// before it waits): a nap of nap_ns on a timer, a spin of spin_ns, then (with `block`) a
 // block; each part is skipped when 0. Without `block` a wait that got nothing returns with
 // `pending` set. A malformed message is consumed and described in `problem`. Throws OsError
 // for failures of the socket itself.

@@ -226,6 +226,14 @@ class AdaptiveSpin:
         if n is not None and b is not None:
             self._napping = n < b * (1.1 if self._napping else 0.9)
 
+    def _slot(self) -> threading.Lock | None:
+        """A spinner slot to hold while this wait spins or naps (release it before blocking), or
+        None, counted in ``denied``: every slot is taken, so this wait blocks at once."""
+        slot = (self.gate or _gate).try_enter()
+        if slot is None:
+            self.denied += 1
+        return slot
+
     def wait_fence(
         self, fence: _Waitable, value: int, timeout_ns: int = -1,
         sleep: Callable[[int, int], int] | None = None,
@@ -238,9 +246,8 @@ class AdaptiveSpin:
         budget = self.budget_ns()
         t0 = time.perf_counter_ns()
         if budget:
-            slot = (self.gate or _gate).try_enter()
+            slot = self._slot()
             if slot is None:
-                self.denied += 1
                 budget = 0
             else:
                 spin = budget if timeout_ns < 0 else min(budget, timeout_ns)
@@ -312,9 +319,8 @@ class AdaptiveSpin:
         nap, spin = planned = self.plan()
         t0 = time.perf_counter_ns()
         if nap or spin:
-            slot = (self.gate or _gate).try_enter()
+            slot = self._slot()
             if slot is None:
-                self.denied += 1
                 nap, spin = planned = 0, 0
             else:
                 try:

@@ -216,20 +216,27 @@ def test_no_service_ends_the_pipeline_with_a_transport_error(tmp_path: Path) -> 
     assert "fenceline error transport" in err, err
 
 
+def running_pipeline(svc: Service, element: str, log: Path) -> subprocess.Popen[bytes]:
+    """An endless 320x240 pipeline through ``element``, returned once the service has run 20 of
+    its frames."""
+    proc = gst.launch(f"{gst.SOURCE} ! {gst.caps('RGBA', 320, 240)} ! {element} ! fakesink", log,
+                      stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while metric(svc, "fenceline_session_runs_total") < 20:
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "no frames ran"
+        time.sleep(0.1)
+    return proc
+
+
 def test_service_killed_mid_stream_fails_the_pipeline_instead_of_hanging(
     gst_repo: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "svc").mkdir()
     svc = start_service(gst_repo, tmp_path / "svc")
     try:
-        proc = gst.launch(f"{gst.SOURCE} ! {gst.caps('RGBA', 320, 240)} ! "
-                          f"{filter_line('image_filter_rgba8', svc)} ! fakesink",
-                          tmp_path / "killed.log", stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while metric(svc, "fenceline_session_runs_total") < 20:
-            assert proc.poll() is None, (tmp_path / "killed.log").read_text()
-            assert time.monotonic() < deadline, "no frames ran"
-            time.sleep(0.1)
+        proc = running_pipeline(svc, filter_line('image_filter_rgba8', svc),
+                                tmp_path / "killed.log")
         svc.proc.send_signal(signal.SIGKILL)
         svc.proc.wait()
         try:
@@ -275,15 +282,9 @@ def test_service_stopped_mid_stream_fails_the_pipeline_with_timed_out(
     (tmp_path / "svc").mkdir()
     svc = start_service(gst_repo, tmp_path / "svc")
     try:
-        proc = gst.launch(f"{gst.SOURCE} ! {gst.caps('RGBA', 320, 240)} ! "
-                          f"{filter_line('image_filter_rgba8', svc, timeout=1000, service_timeout=1000)}"
-                          " ! fakesink",
-                          tmp_path / "stopped.log", stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while metric(svc, "fenceline_session_runs_total") < 20:
-            assert proc.poll() is None, (tmp_path / "stopped.log").read_text()
-            assert time.monotonic() < deadline, "no frames ran"
-            time.sleep(0.1)
+        proc = running_pipeline(
+            svc, filter_line('image_filter_rgba8', svc, timeout=1000, service_timeout=1000),
+            tmp_path / "stopped.log")
         svc.proc.send_signal(signal.SIGSTOP)
         try:
             rc = proc.wait(60)
