@@ -17,6 +17,7 @@ enum class Code : std::uint32_t {
   Unsupported = FL_WIRE_ERROR_UNSUPPORTED,
   ResourceExhausted = FL_WIRE_ERROR_RESOURCE_EXHAUSTED,
   DeviceLost = FL_WIRE_ERROR_DEVICE_LOST,
+  Model = FL_WIRE_ERROR_MODEL,
   OsError = FL_WIRE_ERROR_INTERNAL  // an OS failure nobody can act on: "internal"
 };
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'RUN_ANSWERED', 'RUN_NOT_MINE', 'RUN_PEER_GONE', 'RunMetrics', 'RunSeries', 'RunTable', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -260,6 +260,58 @@ class CudaStream:
     @property
     def handle(self) -> int:
         ...
+class RunSeries:
+    def observe(self, run_s: typing.SupportsFloat | typing.SupportsIndex, wait_s: typing.SupportsFloat | typing.SupportsIndex, infer_s: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        Records one run: the counter and the three histograms.
+        """
+    @property
+    def runs(self) -> int:
+        ...
+class RunMetrics:
+    def __init__(self, bounds: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        ...
+    def histograms(self, which: typing.SupportsInt | typing.SupportsIndex) -> list[tuple[str, list[int], float]]:
+        """
+        (model, counts per bucket with +Inf last, not cumulative, sum) of one histogram (0 run, 1 wait, 2 infer) of every model that has run.
+        """
+    def last_run_ms(self) -> dict[str, int]:
+        """
+        The wall-clock time of each model's last run, in ms since the epoch.
+        """
+    def runs(self) -> list[tuple[str, str, int]]:
+        """
+        (model, transport, runs) of every series that has run.
+        """
+    def series(self, model: str, transport: str) -> RunSeries:
+        """
+        The recorder of one (model, transport), made on first use.
+        """
+    @property
+    def bounds(self) -> list[float]:
+        ...
+class HostRunner:
+    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, result_type: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries, failed: str, shrank: str) -> None:
+        ...
+class RunTable:
+    def __init__(self, max_timeout_ms: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def add(self, key: bytes, runner: HostRunner) -> None:
+        ...
+    def close(self) -> None:
+        """
+        From now on every frame goes back to Python.
+        """
+    def remove(self, key: bytes) -> None:
+        """
+        Forgets a session, after its run in flight (the GIL is released while it waits).
+        """
+    def serve(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, frame: bytes) -> int:
+        """
+        Serves one frame when it is a RUN this table answers as the Python path would: 1 answered, 2 answered but the reply could not be sent (the peer is gone), 0 not served (nothing was done: serve it in Python). Raises the FencelineError the Python path raises for a run that failed.
+        """
 def can_import_fence(kind: str) -> bool:
     ...
 def can_import_memory(kind: str) -> bool:
@@ -337,6 +389,9 @@ def wire_kinds() -> dict[str, int]:
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
 PLATFORM: str = 'posix'
+RUN_ANSWERED: int = 1
+RUN_NOT_MINE: int = 0
+RUN_PEER_GONE: int = 2
 WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0

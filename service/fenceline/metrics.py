@@ -7,7 +7,6 @@ each service gets its own.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from prometheus_client import (
@@ -18,8 +17,13 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from fenceline import _native
 
@@ -40,26 +44,10 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ...
-        self.last_run_ms: dict[str, int] = {}  # per model, for Triton's statistics extension
-        self.runs = Counter(
-            "fenceline_session_runs_total", "Session runs that completed.", ["model", "transport"],
-            registry=r,
-        )
-        self.run_seconds = Histogram(
-            "fenceline_session_run_duration_seconds",
-            "Wait + infer + signal time of a run, inside the service.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )
-        self.wait_seconds = Histogram(
-            "fenceline_session_wait_duration_seconds",
-            "Time a run waited for its input fence.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )
-        self.infer_seconds = Histogram(
-            "fenceline_session_infer_duration_seconds",
-            "onnxruntime run time of a run.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
-        )
+        # Runs are recorded natively, so that the native run path (docs/ipc.md, "The run path")
+        # records without the interpreter: one store, read at scrape time.
+        self.run_store = _native.RunMetrics(list(LATENCY_BUCKETS))
+        r.register(_RunMetrics(self.run_store))
         self.sessions = Gauge(
             "fenceline_session_active", "Sessions that exist now.", ["model"], registry=r
         )
@@ -100,7 +88,7 @@ class Metrics:
             "fenceline_kserve_shm_regions", "Registered Triton system shared-memory regions.",
             registry=r,
         )
-        self._run_series: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+        self._run_series: dict[tuple[str, str], Any] = {}
         self.stream_frames = Counter(
             "fenceline_stream_frames_total",
             "Frames a streaming session ran and signalled, without a request.", ["model"],
@@ -150,23 +138,55 @@ class Metrics:
             child = self._gpu_run_series[device] = self.gpu_runs.labels(device)
         child.inc()
 
-    def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
-        # On the per-frame path: labelled children are looked up once per (model, transport).
+    def run_series(self, model: str, transport: str) -> Any:
+        """The native recorder of (model, transport): ``observe(run_s, wait_s, infer_s)``."""
         series = self._run_series.get((model, transport))
         if series is None:
-            series = (
-                self.runs.labels(model, transport),
-                self.run_seconds.labels(model),
-                self.wait_seconds.labels(model),
-                self.infer_seconds.labels(model),
-            )
-            self._run_series[(model, transport)] = series
-        runs, run, wait, infer = series
-        self.last_run_ms[model] = time.time_ns() // 1_000_000
-        runs.inc()
-        run.observe(run_s)
-        wait.observe(wait_s)
-        infer.observe(infer_s)
+            series = self._run_series[(model, transport)] = self.run_store.series(model, transport)
+        return series
+
+    def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
+        self.run_series(model, transport).observe(run_s, wait_s, infer_s)
+
+    @property
+    def last_run_ms(self) -> dict[str, int]:
+        """Per model, the wall-clock time of its last run (Triton's statistics extension)."""
+        return dict(self.run_store.last_run_ms())
+
+
+# (name, help) of the run histograms, in RunMetrics.histograms' order.
+_RUN_HISTOGRAMS = (
+    ("fenceline_session_run_duration_seconds",
+     "Wait + infer + signal time of a run, inside the service."),
+    ("fenceline_session_wait_duration_seconds", "Time a run waited for its input fence."),
+    ("fenceline_session_infer_duration_seconds", "onnxruntime run time of a run."),
+)
+
+
+class _RunMetrics(Collector):
+    """The run counter and histograms from the native store, in the exposition a Counter and
+    three Histograms labelled the same way would give."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.bounds = [floatToGoString(b) for b in store.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Any:
+        runs = CounterMetricFamily(
+            "fenceline_session_runs", "Session runs that completed.", labels=["model", "transport"]
+        )
+        for model, transport, n in self.store.runs():
+            runs.add_metric([model, transport], float(n))
+        yield runs
+        for which, (name, doc) in enumerate(_RUN_HISTOGRAMS):
+            family = HistogramMetricFamily(name, doc, labels=["model"])
+            for model, counts, total in self.store.histograms(which):
+                cumulative, buckets = 0, []
+                for le, c in zip(self.bounds, counts, strict=True):
+                    cumulative += c
+                    buckets.append((le, float(cumulative)))
+                family.add_metric([model], buckets, total)
+            yield family
 
 
 class _NativeMappings(Collector):

@@ -35,7 +35,7 @@ from fenceline.ipc.base import ServerBase
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
-from fenceline.runtime.service import Runtime
+from fenceline.runtime.service import IPC_OWNER, Runtime
 from fenceline.runtime.session import RunResult
 from fenceline.waiting import AdaptiveSpin, Cancel
 
@@ -67,7 +67,7 @@ class Connection:
     ) -> None:
         self.server = server
         self.sock = sock
-        self.owner = f"ipc:{number}"
+        self.owner = f"{IPC_OWNER}{number}"
         # The Windows pipe identifies its peer itself (fenceline.ipc.pipe_server).
         self.caller = caller or Caller(peer_credentials(sock)[1], transport="ipc")
         self.peer = f"uid {self.caller.uid}" if self.caller.sid is None else f"user {self.caller.sid}"
@@ -98,6 +98,11 @@ class Connection:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
         logs.peer.set(self.peer)
         metrics = self.runtime.metrics
+        # A RUN of a host session is served natively when it can be (docs/ipc.md, "The run
+        # path"); the Windows pipe serves every frame here.
+        table = self.runtime.run_table if isinstance(self.sock, socket.socket) else None
+        serve_run = None if table is None else table.serve
+        fd = self.sock.fileno() if serve_run is not None else -1
         try:
             while True:
                 try:
@@ -106,6 +111,18 @@ class Connection:
                     break
                 if data is None:
                     break
+                if serve_run is not None and problem is None and not fds:
+                    try:
+                        served = serve_run(fd, self.owner, data)
+                    except FencelineError as e:  # the run failed as the Python path's would
+                        metrics.errors.labels("ipc", e.code).inc()
+                        if not self._send(codec.encode_error(codec.peek_request_id(data), e)):
+                            break
+                        continue
+                    if served == _native.RUN_ANSWERED:
+                        continue
+                    if served == _native.RUN_PEER_GONE:
+                        break
                 request_id = 0
                 reply: bytes | None
                 try:

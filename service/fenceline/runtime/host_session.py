@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from fenceline import _native
 from fenceline._native import WAIT_REACHED
 from fenceline.errors import Conflict, DeviceLost, ModelError, TimedOut
 from fenceline.interop.host_fence import FenceImport
@@ -37,6 +38,24 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
         self._bind(self._binding, "cpu", 0)
+        self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
+
+    def run_natively(self, table: Any, key: bytes, owner: str, series: Any) -> None:
+        """Lets ``table`` (a ``_native.RunTable``) serve this session's RUN frames from
+        ``owner``'s socket without the interpreter, as :meth:`run` would (docs/ipc.md, "The run
+        path"); ``series`` records them (Metrics.run_series). Until :meth:`close`."""
+        assert self.model.session is not None
+        name = self.model.name
+        runner = _native.HostRunner(
+            owner, self.model.session._sess.run_with_iobinding, self._binding._iobinding, self,
+            RunResult, self._wait_handle, self._signal_handle, self._unsealed, series,
+            f"model {name!r} failed: ", _shrank(name),
+        )
+        with self._lock:
+            if self._closed:
+                return
+            table.add(key, runner)
+            self._native = (table, key)
 
     @property
     def output_devices(self) -> dict[str, str]:
@@ -127,14 +146,15 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         rather than signal it."""
         for handle in self._unsealed:
             if handle.lost:
-                raise DeviceLost(
-                    f"a buffer of this session shrank while model {self.model.name!r} ran; "
-                    "release the session and its memory"
-                )
+                raise DeviceLost(_shrank(self.model.name))
 
     def close(self) -> None:
         """Waits for a run in flight, then unbinds and lets go of the views, so the mappings
         are released now even if something still holds this object. Safe to call twice."""
+        native, self._native = self._native, None
+        if native is not None:
+            table, key = native
+            table.remove(key)  # waits for a native run in flight
         with self._lock:
             if self._closed:
                 return
@@ -142,6 +162,11 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             self._unbind(self._binding)
             self.inputs, self.outputs = {}, {}
             self._unsealed = []
+
+
+def _shrank(model: str) -> str:
+    return (f"a buffer of this session shrank while model {model!r} ran; release the session "
+            "and its memory")
 
 
 def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:

@@ -1,0 +1,191 @@
+"""The native run path (docs/ipc.md, "The run path"): a host session's RUN frames are served
+without the interpreter when they can be, and exactly as the Python path serves them when they
+cannot. The service runs in this process (so the test sees which path served a frame); every
+renderer is a real client in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fenceline import _native
+from fenceline.client import Fence, SharedFrame
+from fenceline.ipc.server import IpcServer
+from fenceline.models import build_repository
+from fenceline.runtime.models import ModelRepository
+from fenceline.protocol import codec
+from fenceline.runtime.service import Runtime
+from fenceline.runtime.table import ViewSpec
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(_native, "RunTable"), reason="the native run path is built on POSIX only"
+)
+
+# A renderer: a session on MODEL over one frame; then what argv[3] says. Prints JSON lines.
+RENDERER = textwrap.dedent("""
+    import json, sys, threading, time
+    import numpy as np
+    sys.path.insert(0, sys.argv[4])
+    from tests.support.helpers import open_session
+    from fenceline.client import IpcClient
+    from fenceline.client.errors import ServiceError
+    socket_path, model, plan = sys.argv[1], sys.argv[2], sys.argv[3]
+    client = IpcClient(socket_path, name="native-runs-test")
+    s = open_session(client, model, [1, 3, 64, 64])
+    out = {}
+    if plan == "frames":
+        for v in range(1, 201):
+            s.x[:] = v % 5
+            s.wait.signal(v)
+            r = client.run(s.session_id, v)
+            assert r.signal_value == v and s.signal.value == v, (r, s.signal.value)
+            assert np.all(s.y == v % 5 + 1), v
+        d = client.describe("session", s.session_id)
+        out = {"runs": d["runs"], "last": d["last_signal_value"]}
+    elif plan == "late_fence":
+        s.x[:] = 2
+        threading.Timer(0.2, s.wait.signal, args=(1,)).start()
+        r = client.run(s.session_id, 1)
+        out = {"signal": r.signal_value, "y": float(s.y.flat[0])}
+    elif plan == "errors":
+        s.x[:] = 1
+        s.wait.signal(1)
+        client.run(s.session_id, 1)
+        codes = []
+        for wait, signal in ((1, 1), (2, 1)):  # not above the output fence's value 1
+            s.wait.signal(2) if wait == 2 and s.wait.value < 2 else None
+            try:
+                client.run(s.session_id, wait, signal_value=signal)
+                codes.append("ok")
+            except ServiceError as e:
+                codes.append(e.code)
+        s.x[:] = float("nan")  # nan_guard fails on NaN: a model error from the native path
+        s.wait.signal(3)
+        try:
+            client.run(s.session_id, 3)
+            codes.append("ok")
+        except ServiceError as e:
+            codes.append(e.code)
+            out["message"] = e.message
+        s.x[:] = 4  # and the session still runs
+        s.wait.signal(4)
+        client.run(s.session_id, 4)
+        codes.append(float(s.y.flat[0]))
+        out["codes"] = codes
+    print(json.dumps(out), flush=True)
+    s.close()
+    client.close()
+""")
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("models"), ["add_64x64", "nan_guard_64x64"])
+
+
+@pytest.fixture
+def served(repo: Path, tmp_path: Path) -> Iterator[tuple[Runtime, IpcServer, list[str]]]:
+    """A runtime and its IPC server in this process; the list names each RUN the Python path
+    served (Runtime.run is the Python path's one entry)."""
+    runtime = Runtime(ModelRepository.from_sources(repo, {}))
+    python_runs: list[str] = []
+    run = runtime.run
+
+    def counted(owner: str, session_id: str, *args: Any, **kwargs: Any) -> Any:
+        python_runs.append(session_id)
+        return run(owner, session_id, *args, **kwargs)
+
+    runtime.run = counted  # type: ignore[method-assign]
+    server = IpcServer(runtime, tmp_path / "fl.sock")
+    server.start()
+    try:
+        yield runtime, server, python_runs
+    finally:
+        server.stop()
+        runtime.close()
+
+
+def _renderer(server: IpcServer, model: str, plan: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", RENDERER, str(server.path), model, plan, str(ROOT)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout.splitlines()[-1]))
+
+
+def test_frames_are_served_natively_and_counted(
+    served: tuple[Runtime, IpcServer, list[str]],
+) -> None:
+    runtime, server, python_runs = served
+    got = _renderer(server, "add_64x64", "frames")
+    assert got == {"runs": 200, "last": 200}  # the session's counters, read over DESCRIBE
+    assert python_runs == []  # not one frame went through the interpreter's run path
+    assert ("add_64x64", "ipc", 200) in runtime.metrics.run_store.runs()
+    assert len(runtime.run_table) == 0  # the renderer left: its session is gone here too
+
+
+def test_a_fence_not_yet_reached_is_waited_for_by_the_python_path(
+    served: tuple[Runtime, IpcServer, list[str]],
+) -> None:
+    _, server, python_runs = served
+    got = _renderer(server, "add_64x64", "late_fence")
+    assert got == {"signal": 1, "y": 3.0}
+    assert len(python_runs) == 1
+
+
+def test_failed_runs_answer_as_the_python_path_does(
+    served: tuple[Runtime, IpcServer, list[str]],
+) -> None:
+    runtime, server, python_runs = served
+    got = _renderer(server, "nan_guard_64x64", "errors")
+    assert len(python_runs) == 2  # the two conflicts; the model error came from the native path
+    assert got["codes"] == ["conflict", "conflict", "model_error", 5.0]
+    assert got["message"].startswith("model 'nan_guard_64x64' failed: ")
+    errors = {s.labels["code"]: s.value for m in runtime.metrics.registry.collect()
+              if m.name == "fenceline_api_errors" for s in m.samples if s.name.endswith("_total")}
+    assert errors.get("model_error") == 1.0 and errors.get("conflict") == 2.0
+
+
+def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> None:
+    runtime = Runtime(ModelRepository.from_sources(repo, {}))
+    table = runtime.run_table
+    nbytes = 3 * 64 * 64 * 4
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        with ours, theirs, SharedFrame(2 * nbytes) as f, Fence() as a, Fence() as b:
+            owner = "ipc:7"
+            mem = runtime.import_memory(owner, "host_fd", fd=os.dup(f.fd))["id"]
+            fa = runtime.import_fence(owner, "host_timeline", fd=os.dup(a.fd))["id"]
+            fb = runtime.import_fence(owner, "host_timeline", fd=os.dup(b.fd))["id"]
+            sid = runtime.create_session(
+                owner, "add_64x64", {"x": ViewSpec(mem, 0, "FP32", [1, 3, 64, 64])},
+                {"y": ViewSpec(mem, nbytes, "FP32", [1, 3, 64, 64])}, fa, fb)["id"]
+            assert len(table) == 1
+
+            def run(value: int, who: str = owner) -> int:
+                a.signal(value)
+                frame = codec.encode_run(value, codec.Run(bytes.fromhex(sid), value, None, None, 0))
+                return int(table.serve(ours.fileno(), who, frame))
+
+            assert run(1, "ipc:8") == _native.RUN_NOT_MINE  # another connection's session
+            assert run(2) == _native.RUN_ANSWERED
+            reply = codec.decode(theirs.recv(codec.MAX_FRAME))
+            assert reply.request_id == 2 and codec.decode_run_reply(reply.body).signal_value == 2
+            assert b.value == 2
+            table.close()  # as Runtime.close does first
+            assert run(3) == _native.RUN_NOT_MINE and b.value == 2
+    finally:
+        runtime.close()
+    assert len(table) == 0
