@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fenceline.bench import goals
+from fenceline.bench.report import floor_goals
 from fenceline.bench.stats import Row
 
 TIMEOUT_S = 300
@@ -67,6 +68,14 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
         assert ("720p", "FP32", 1, "sync", "ipc-written") in seen
     pipelined = next(r for r in rows if r["mode"] == "pipelined" and r["transport"] == "ipc")
     assert pipelined["note"] == "2 in flight on one connection"
+    fl = doc["floors"]
+    assert fl["uds_round_trip_free_placement"]["p50_us"] > 0
+    assert len(fl["uds_round_trip_one_cpu"]["cpus"]) == 1
+    if len(os.sched_getaffinity(0)) >= 2:
+        a, b = fl["uds_round_trip"]["cpus"]
+        assert a != b and fl["uds_round_trip"]["p50_us"] > 0
+    else:
+        assert "needs two CPUs" in fl["skipped"]["uds_round_trip"]
     names = {g["goal"] for g in doc["goals"]}
     assert "IPC 64x64 within 40 us of the in-process floor" in names
     assert "IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time" in names
@@ -87,6 +96,8 @@ def test_quick_bench_prints_table_and_goals(quick_run: tuple[dict[str, Any], str
     assert "64x64 FP32, 1 renderer, sync" in out
     assert "64x64 FP32, 4 renderers, sync" in out
     assert "goals (ratios of p50 in this run):" in out
+    assert "machine floors (p50 / p99): socket round trip, two CPUs" in out
+    assert "socket round trip, free placement" in out
 
 
 def test_quick_bench_draws_a_png(quick_run: tuple[dict[str, Any], str, Path]) -> None:
@@ -151,6 +162,24 @@ def test_real_model_through_ipc_equals_a_direct_onnxruntime_run(tmp_path: Path) 
     (real,) = doc["real_models"].values()
     assert real["rows"] == {"in-process": "equal", "ipc": "equal"}
     assert real["text_fraction"] > 0.005  # the detector finds the text drawn on the frame
+
+
+def test_socket_floor_goal_divides_by_the_two_cpu_round_trip() -> None:
+    rows = [_row("in-process", "64x64", 5e-6), _row("ipc", "64x64", 100e-6)]
+    measured = {
+        "origin": "builtin",
+        "uds_round_trip": {"p50_us": 70.0, "p99_us": 120.0, "cpus": [0, 1]},
+        "uds_round_trip_free_placement": {"p50_us": 3.0, "p99_us": 4.0},
+        "uds_round_trip_one_cpu": {"p50_us": 3.0, "p99_us": 4.0, "cpus": [0]},
+    }
+    (g,) = floor_goals(rows, measured)
+    assert g["value"] == pytest.approx(100 / 75, abs=0.01) and g["met"] is True
+    one_cpu = {k: v for k, v in measured.items() if k != "uds_round_trip"}
+    one_cpu["skipped"] = {"uds_round_trip": "needs two CPUs; this process may run only on CPU 0"}
+    (g,) = floor_goals(rows, one_cpu)  # never the free-placement figure in its place
+    assert g["met"] is None and g["value"] is None
+    assert g["missing"] == ["the two-CPU socket floor (needs two CPUs; this process may run "
+                            "only on CPU 0)"]
 
 
 def test_scaling_goals_compare_throughput_and_floors_of_the_same_run() -> None:

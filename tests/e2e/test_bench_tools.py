@@ -4,11 +4,15 @@ import the bench; these test the bench itself."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from fenceline.bench import floors
 from fenceline.bench import streaming as bench
 from fenceline.bench.c_client import build_renderer, run_c_client
 from fenceline.client.c_api import find_c_compiler
@@ -37,26 +41,76 @@ def test_bench_builds_the_installed_example(tmp_path: Path) -> None:
 
 
 def test_floor_output_parses_in_both_formats() -> None:
-    assert bench.parse_floor(
+    assert floors.parse_floor(
         "SOCK_SEQPACKET 64B round trip across processes: p50=72.1 us p99=125.0 us min=60.0 us "
         "(n=20000)\n") == (72.1, 125.0)
-    assert bench.parse_floor("spin shm round trip p50=0.14 us p99=0.18 us\n") == (0.14, 0.18)
+    assert floors.parse_floor("spin shm round trip p50=0.14 us p99=0.18 us\n") == (0.14, 0.18)
     with pytest.raises(ValueError):
-        bench.parse_floor("nothing here")
+        floors.parse_floor("nothing here")
+    assert floors.parse_ran_on("ran on: parent=0 child=1,3\nseqpacket ...") == ({0}, {1, 3})
 
 
+@needs_cc
 def test_builtin_floor_programs_build_and_measure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     empty = tmp_path / "no-floors"
     empty.mkdir()
     monkeypatch.setenv("FENCELINE_FLOORS", str(empty))  # the machine's programs "not found"
-    cmds = bench.build_floors(tmp_path)
+    cmds = floors.build_floors(tmp_path)
     assert cmds["origin"] == ["builtin"]
-    p50, p99 = bench.run_floor([*cmds["uds"][:-1], "500"])
+    p50, p99 = floors.run_floor([*cmds["uds"][:-1], "500"])
     assert 0 < p50 <= p99
-    p50, p99 = bench.run_floor([*cmds["spin"][:-1], "2000"])
+    p50, p99 = floors.run_floor([*cmds["spin"][:-1], "2000"])
     assert 0 < p50 <= p99
+
+
+@needs_cc
+def test_pinned_socket_floor_runs_each_process_on_the_cpu_it_was_given(tmp_path: Path) -> None:
+    pair = floors.two_cpus()
+    if pair is None:
+        pytest.skip("one CPU: the two-CPU socket floor needs two")
+    cmd = [*floors.build_floors(tmp_path)["uds_pinned"][:-1], "300"]
+    a, b = pair
+    # Both orders, so a side that merely stayed where it started cannot pass.
+    for parent, child in ((a, b), (b, a)):
+        out = subprocess.run([*cmd, str(parent), str(child)], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        assert floors.parse_ran_on(out) == ({parent}, {child}), out
+        p50, p99 = floors.parse_floor(out)
+        assert 0 < p50 <= p99
+    p50, p99 = floors.run_pinned_floor(cmd, b, a)
+    assert 0 < p50 <= p99
+
+
+@needs_cc
+def test_pinned_socket_floor_fails_on_a_cpu_it_may_not_use(tmp_path: Path) -> None:
+    cmd = [*floors.build_floors(tmp_path)["uds_pinned"][:-1], "50"]
+    unusable = max(os.cpu_count() or 1, max(floors.ALL_CPUS) + 1)  # past the last CPU
+    with pytest.raises(subprocess.CalledProcessError):
+        floors.run_pinned_floor(cmd, min(floors.ALL_CPUS), unusable)
+
+
+ONE_CPU_FLOORS = """
+import json, os
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+from fenceline.bench.floors import floors
+print(json.dumps(floors()))
+"""
+
+
+@needs_cc
+def test_floors_on_one_cpu_skip_the_two_cpu_floor_with_a_reason() -> None:
+    done = subprocess.run([sys.executable, "-c", ONE_CPU_FLOORS], capture_output=True,
+                          text=True, timeout=300, check=True)
+    result = json.loads(done.stdout)
+    assert "uds_round_trip" not in result and "spin_round_trip" not in result
+    assert "needs two CPUs" in result["skipped"]["uds_round_trip"]
+    assert result["uds_round_trip_free_placement"]["p50_us"] > 0
+    assert result["uds_round_trip_one_cpu"]["p50_us"] > 0
+    line = floors.format_floors(result)
+    assert "socket round trip, two CPUs: skipped (needs two CPUs" in line
+    assert "socket round trip, free placement" in line
 
 
 def test_handoff_measurements_report_latency_and_cpu(service: Service) -> None:

@@ -5,7 +5,8 @@ the same models and the same frames; a table, JSON and a PNG plot.
 Modules: ``suite`` (the run), ``scenarios`` (the matrix and budgets), ``registry`` (the
 transports), ``transports`` (lanes: one renderer's frame loop each), ``engine`` (runs lanes in
 threads and processes), ``buffers`` (frames and output checks), ``triton`` (the Triton peer),
-``realmodel`` (PP-OCRv4 text detection), ``report`` and ``plot`` (the output).
+``realmodel`` (PP-OCRv4 text detection), ``floors`` (the machine's handoff floors), ``report``
+and ``plot`` (the output).
 
 This package's import stays light: renderer processes started by the engine import
 ``fenceline.bench.transports``, and with it this module.

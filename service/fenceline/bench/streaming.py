@@ -2,7 +2,8 @@
 transport, against the machine's own floors, with CPU time per frame beside the latency.
 
 Every ``measure_*`` function talks to a running service's IPC socket (or runs in process) and
-returns a :class:`Handoff`; :func:`floors` builds and runs the floor programs. Frames are
+returns a :class:`Handoff`; :func:`fenceline.bench.floors.floors` measures the machine's floors
+beside them. Frames are
 ``1x3xHxW`` FP32 tensors named ``x`` and ``y`` (the builtin ``add_*`` models).
 
     python -m fenceline.bench.streaming [--socket PATH] [--frames N]
@@ -16,10 +17,7 @@ import argparse
 import contextlib
 import json
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,11 +28,20 @@ from typing import Any
 
 import numpy as np
 
+from fenceline.bench.floors import (
+    ALL_CPUS,
+    build_floors,
+    find_floor_sources,
+    floor_rows,
+    floors,
+    label,
+    parse_floor,
+    run_floor,
+)
 from fenceline.client import Fence, IpcClient, SharedFrame, View
 
 SHAPE_64 = (1, 3, 64, 64)
 CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-ALL_CPUS = frozenset(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -194,180 +201,6 @@ def measure_streaming(socket_path: Path | str, model: str = "add_64x64",
     return Handoff(name, lat, c, s)
 
 
-# -- floors -------------------------------------------------------------------------------------
-
-# Our own floor programs, used where the machine's (shared/floors) are not found. One program,
-# two modes: a SOCK_SEQPACKET echo and a shared-memory spin ping-pong between two processes.
-_FLOOR_C = r"""
-#define _GNU_SOURCE
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static uint64_t ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-static int by_value(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-static void report(const char *what, uint64_t *t, long n) {
-  qsort(t, (size_t)n, sizeof *t, by_value);
-  printf("%s p50=%.2f us p99=%.2f us (n=%ld)\n", what, t[n / 2] / 1e3, t[n * 99 / 100] / 1e3, n);
-}
-
-static int uds(long n) {
-  int pair[2];
-  char msg[64];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) return 1;
-  memset(msg, 7, sizeof msg);
-  pid_t child = fork();
-  if (child == 0) {
-    close(pair[0]);
-    for (;;) {
-      ssize_t got = recv(pair[1], msg, sizeof msg, 0);
-      if (got <= 0 || send(pair[1], msg, (size_t)got, 0) != got) _exit(0);
-    }
-  }
-  close(pair[1]);
-  uint64_t *t = calloc((size_t)n, sizeof *t);
-  for (long i = 0; i < n; ++i) {
-    uint64_t start = ns();
-    if (send(pair[0], msg, sizeof msg, 0) != (ssize_t)sizeof msg) return 1;
-    if (recv(pair[0], msg, sizeof msg, 0) != (ssize_t)sizeof msg) return 1;
-    t[i] = ns() - start;
-  }
-  close(pair[0]);
-  waitpid(child, NULL, 0);
-  report("seqpacket 64B round trip", t, n);
-  return 0;
-}
-
-static int spin(long n) {
-  /* ping and pong on separate cache lines */
-  volatile uint64_t *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                                 -1, 0);
-  if (page == MAP_FAILED) return 1;
-  volatile uint64_t *ping = page, *pong = page + 16;
-  pid_t child = fork();
-  if (child == 0) {
-    for (uint64_t i = 1; i <= (uint64_t)n; ++i) {
-      while (__atomic_load_n(ping, __ATOMIC_ACQUIRE) < i) __builtin_ia32_pause();
-      __atomic_store_n(pong, i, __ATOMIC_RELEASE);
-    }
-    _exit(0);
-  }
-  uint64_t *t = calloc((size_t)n, sizeof *t);
-  for (uint64_t i = 1; i <= (uint64_t)n; ++i) {
-    uint64_t start = ns();
-    __atomic_store_n(ping, i, __ATOMIC_RELEASE);
-    while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) < i) __builtin_ia32_pause();
-    t[i - 1] = ns() - start;
-  }
-  waitpid(child, NULL, 0);
-  report("shared-memory spin round trip", t, n);
-  return 0;
-}
-
-int main(int argc, char **argv) {
-  long n = argc > 2 ? atol(argv[2]) : 20000;
-  if (argc > 1 && strcmp(argv[1], "spin") == 0) return spin(n);
-  return uds(n);
-}
-"""
-
-_P50_P99 = re.compile(r"p50\s*=\s*([0-9.]+)\s*us.*?p99\s*=\s*([0-9.]+)\s*us")
-
-
-def find_floor_sources(start: Path | None = None) -> Path | None:
-    """The machine's floor programs: $FENCELINE_FLOORS, else shared/floors beside the repo
-    root or any folder above it (../shared/floors in CI)."""
-    env = os.environ.get("FENCELINE_FLOORS")
-    if env:
-        return Path(env) if (Path(env) / "uds_pingpong.c").is_file() else None
-    here = (start or Path(__file__)).resolve()
-    for base in (*here.parents, *Path.cwd().resolve().parents, Path.cwd().resolve()):
-        cand = base / "shared" / "floors"
-        if (cand / "uds_pingpong.c").is_file() and (cand / "spin_pingpong.c").is_file():
-            return cand
-    return None
-
-
-def build_floors(out_dir: Path, sources: Path | None = None) -> dict[str, list[str]]:
-    """Compiles the floor programs into ``out_dir``; returns the command line of each floor.
-    Uses the machine's programs when found, else this module's own equivalents."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("the floors need a C compiler (cc or gcc)")
-    src = sources if sources is not None else find_floor_sources()
-
-    def build(source: Path, name: str) -> str:
-        exe = out_dir / name
-        subprocess.run([cc, "-O2", "-o", str(exe), str(source)], check=True,
-                       capture_output=True, timeout=120)
-        return str(exe)
-
-    if src is not None:
-        uds = build(src / "uds_pingpong.c", "uds_pingpong")
-        spin = build(src / "spin_pingpong.c", "spin_pingpong")
-        return {"uds": [uds, "20000"], "spin": [spin], "origin": [str(src)]}
-    own = out_dir / "floor.c"
-    own.write_text(_FLOOR_C)
-    exe = build(own, "floor")
-    return {"uds": [exe, "uds", "20000"], "spin": [exe, "spin", "200000"], "origin": ["builtin"]}
-
-
-def parse_floor(output: str) -> tuple[float, float]:
-    """(p50_us, p99_us) from a floor program's output line."""
-    m = _P50_P99.search(output)
-    if m is None:
-        raise ValueError(f"no p50/p99 in floor output: {output.strip()!r}")
-    return float(m.group(1)), float(m.group(2))
-
-
-def run_floor(
-    cmd: list[str], cpu: int | None = None, timeout_s: float = 120
-) -> tuple[float, float]:
-    """Runs one floor program, both its processes pinned to ``cpu`` when given, else free on
-    every CPU this module started with (whatever the caller is pinned to now)."""
-    cpus = {cpu} if cpu is not None else ALL_CPUS
-
-    def pin() -> None:
-        os.sched_setaffinity(0, cpus)
-
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout_s,
-                         preexec_fn=pin)
-    return parse_floor(out.stdout)
-
-
-def floors() -> dict[str, Any]:
-    """The machine's handoff floors, measured now: a SOCK_SEQPACKET round trip between
-    processes free to run on different CPUs and pinned to one CPU, and a shared-memory spin
-    round trip. Values in microseconds."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cmds = build_floors(Path(tmp))
-        cpus = sorted(ALL_CPUS)
-        rows: dict[str, Any] = {"origin": cmds["origin"][0]}
-        for name, cmd, cpu in (
-            ("uds_round_trip", cmds["uds"], None),
-            ("uds_round_trip_one_cpu", cmds["uds"], cpus[0]),
-            ("spin_round_trip", cmds["spin"], None),
-        ):
-            if name == "spin_round_trip" and len(cpus) < 2:
-                continue  # two spinners on one CPU measure the scheduler, not a handoff
-            p50, p99 = run_floor(cmd, cpu)
-            rows[name] = {"p50_us": p50, "p99_us": p99}
-        return rows
-
-
 # -- one run --------------------------------------------------------------------------------------
 
 
@@ -406,7 +239,7 @@ def measure_all(socket_path: Path | str, model: str = "add_64x64",
     rows = [merge(p) for p in parts]
     floor = floors()
     inproc, request, _, adaptive = (r.percentile_us(0.5) for r in rows)
-    uds = floor["uds_round_trip"]["p50_us"]
+    two_cpus = floor_rows(floor).get("uds_round_trip")
     return {
         "model": model,
         "cpus": len(ALL_CPUS),
@@ -417,7 +250,9 @@ def measure_all(socket_path: Path | str, model: str = "add_64x64",
         "targets": {
             # issue 9: at most 15 us over the in-process run, and within 1.5x of the floor
             "streaming_adaptive_over_in_process_us": round(adaptive - inproc, 2),
-            "request_ipc_over_floor_plus_in_process": round(request / (uds + inproc), 2),
+            # against the round trip between two CPUs; None where there is only one
+            "request_ipc_over_floor_plus_in_process": None if two_cpus is None
+            else round(request / (two_cpus["p50_us"] + inproc), 2),
         },
     }
 
@@ -445,23 +280,24 @@ def split_cpus(service_pid: int) -> None:
 
 def format_table(result: dict[str, Any]) -> str:
     lines = [f"{result['model']} on {result['cpus']} CPUs, {result['placement']}",
-             f"{'path':32} {'p50 us':>9} {'p99 us':>9} {'client CPU/frame':>17} "
+             f"{'path':46} {'p50 us':>9} {'p99 us':>9} {'client CPU/frame':>17} "
              f"{'service CPU/frame':>18}"]
     for r in result["handoffs"]:
         cpu = r["service_cpu_us_per_frame"]
         svc = "-" if cpu is None else f"{cpu} us"
-        lines.append(f"{r['name']:32} {r['p50_us']:>9} {r['p99_us']:>9} "
+        lines.append(f"{r['name']:46} {r['p50_us']:>9} {r['p99_us']:>9} "
                      f"{str(r['client_cpu_us_per_frame']) + ' us':>17} {svc:>18}")
-    for name, f in result["floors"].items():
-        if isinstance(f, dict):
-            lines.append(f"floor: {name:25} {f['p50_us']:>9} {f['p99_us']:>9}")
-    lines.append(f"floors from {result['floors']['origin']}; load average "
+    for name, f in floor_rows(result["floors"]).items():
+        lines.append(f"{'floor: ' + label(name, f):46} {f['p50_us']:>9} {f['p99_us']:>9}")
+    for name, why in result["floors"].get("skipped", {}).items():
+        lines.append(f"floor: {name} skipped: {why}")
+    lines.append(f"floors from {result['floors']['origin']} (the two-CPU one: builtin); load average "
                  f"{result['load_average'][0]} -> {result['load_average'][1]}")
     t = result["targets"]
     lines.append(f"streaming adaptive p50 - in-process p50: "
                  f"{t['streaming_adaptive_over_in_process_us']} us (target <= 15)")
-    lines.append(f"request IPC p50 / (socket floor p50 + in-process p50): "
-                 f"{t['request_ipc_over_floor_plus_in_process']} (target <= 1.5)")
+    lines.append(f"request IPC p50 / (two-CPU socket floor p50 + in-process p50): "
+                 f"{t['request_ipc_over_floor_plus_in_process'] or '-'} (target <= 1.5)")
     return "\n".join(lines)
 
 
@@ -502,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
+# The floors moved to fenceline.bench.floors; still importable from here.
 __all__ = [
     "Handoff", "build_floors", "find_floor_sources", "floors", "measure_all",
     "measure_in_process", "measure_request_per_frame", "measure_streaming", "parse_floor",

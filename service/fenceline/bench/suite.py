@@ -17,6 +17,7 @@ import httpx
 from fenceline.bench import realmodel, registry, report, scenarios
 from fenceline.bench.buffers import digest, direct_outputs, signature
 from fenceline.bench.engine import LaneError
+from fenceline.bench.floors import floors, format_floors
 from fenceline.bench.scenarios import RealModel, Scenario
 from fenceline.bench.stats import Progress, Row
 from fenceline.cli.process import start_service, stop_service
@@ -197,10 +198,8 @@ def _start_triton(stack: contextlib.ExitStack, plan: list[Scenario], paths: dict
 
 
 def _floors() -> dict[str, Any]:
-    """The machine's handoff floors (../shared/floors or equivalents), measured in this run."""
+    """The machine's handoff floors (fenceline.bench.floors), measured in this run."""
     try:
-        from fenceline.bench.streaming import floors
-
         return floors()
     except Exception as e:  # no C compiler, or a floor program failed: say so, keep the rest
         return {"error": str(e)[:300]}
@@ -210,13 +209,7 @@ def _output(run: _Run, doc: dict[str, Any], json_path: Path | None, plot_path: P
             markdown_path: Path | None) -> None:
     print(report.table(run.rows))
     print()
-    fl = doc.get("floors", {})
-    if "error" in fl:
-        print(f"machine floors not measured: {fl['error']}")
-    else:
-        print("machine floors (p50 / p99): " + "; ".join(
-            f"{k.replace('_', ' ')} {v['p50_us']:.2f} / {v['p99_us']:.2f} us"
-            for k, v in fl.items() if isinstance(v, dict)))
+    print(format_floors(doc.get("floors", {})))
     print()
     print(report.format_goals(doc["goals"]))
     if run.skipped:
@@ -253,16 +246,16 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
           f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
           f"{' with a Triton peer' if peers else ''}", flush=True)
     run = _measure(plan, reals, peers)
-    floors = _floors()
+    machine_floors = _floors()
     real_size = next((s.size for s in plan if s.model in run.real_checks), None)
-    goals = report.goals(run.rows, real_size) + report.floor_goals(run.rows, floors)
+    goals = report.goals(run.rows, real_size) + report.floor_goals(run.rows, machine_floors)
     doc = report.document(
         run.rows, goals, quick=quick, peers=peers,
         duration_s=round(time.monotonic() - t_start, 1), loadavg_start=loadavg,
         scenarios=[s.label for s in plan], servers=run.servers, real_models=run.real_checks,
         skipped=run.skipped, failures=run.failures,
     )
-    doc["floors"] = floors
+    doc["floors"] = machine_floors
     _output(run, doc, json_path, plot_path, markdown_path)
     differs = [f"{r.scenario_label}: {r.transport}" for r in run.rows if r.check == "differs"]
     if differs:
