@@ -21,8 +21,8 @@ from fenceline import _native
 from fenceline.client import Fence, SharedFrame
 from fenceline.ipc.server import IpcServer
 from fenceline.models import build_repository
-from fenceline.runtime.models import ModelRepository
 from fenceline.protocol import codec
+from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
 from fenceline.runtime.table import ViewSpec
 
