@@ -228,9 +228,28 @@ def test_port_in_use_fails_before_the_socket_goes_live(tmp_path: Path) -> None:
     ],
     ids=["under-a-file", "too-long", "a-directory-that-takes-no-socket"],
 )
-def test_socket_path_mistakes_are_one_line(tmp_path: Path, path: str, phrase: str) -> None:
+def test_socket_path_mistakes_are_one_line_before_any_model_loads(
+    tmp_path: Path, path: str, phrase: str
+) -> None:
+    # No --model: the builtin models, each logged as "loaded model ..." when it loads.
     r = cli(clean_env(tmp_path), "serve", "--port", "0", "--socket", path)
     one_clear_line(r, phrase)
+    assert "loaded model" not in r.stderr, r.stderr
+
+
+def test_a_socket_another_service_listens_on_is_refused_before_the_model_loads(
+    tmp_path: Path,
+) -> None:
+    env = clean_env(tmp_path)
+    model = write_model(env, tmp_path)
+    path = tmp_path / "taken.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as other:
+        other.bind(str(path))
+        other.listen()
+        r = cli(env, "serve", "--port", "0", "--model", f"m={model}", "--socket", str(path))
+        one_clear_line(r, f"another service is listening on {path}", "--socket")
+        assert "loaded model" not in r.stderr, r.stderr
+        assert path.exists()  # the other service's socket is left alone
 
 
 AS_NOBODY = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import socket
 import sys
 from types import FrameType
@@ -16,8 +17,9 @@ from fenceline.api import create_app
 from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.errors import InvalidArgument
+from fenceline.ipc.access import check_socket_path
 from fenceline.ipc.pipe_server import PipeServer
-from fenceline.ipc.server import IpcServer
+from fenceline.ipc.server import IpcServer, default_socket_path
 from fenceline.metrics import Metrics
 from fenceline.models.builtin import builtin_repository
 from fenceline.runtime.models import ModelRepository
@@ -101,6 +103,11 @@ def serve(settings: ServeSettings) -> int:
 
 
 def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
+    if sys.platform != "win32":
+        # Before the models load (seconds for a large repository), so a bad --socket is said
+        # at once; the server checks again when it listens.
+        others = (settings.allow_uids or frozenset()) - {os.geteuid()}
+        check_socket_path(settings.socket or default_socket_path(), others)
     spinners = set_spinners(settings.max_spinners)
     if settings.builtin_models:
         log.info("no --model-repository or --model: serving the builtin models")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -87,3 +88,38 @@ def socket_error(socket_path: Path, err: OSError) -> str:
     if err.errno == errno.ENAMETOOLONG or "too long" in str(err):
         return f"IPC socket {socket_path}: the path is too long for a Unix socket; {fix}"
     return f"IPC socket {socket_path}: {err.strerror or err}; {fix}"
+
+
+def live_socket_error(socket_path: Path) -> str:
+    return (f"another service is listening on {socket_path}; stop it or choose another "
+            "--socket (or FENCELINE_SOCKET)")
+
+
+def check_socket_path(socket_path: Path, others: frozenset[int]) -> None:
+    """Raises :class:`InvalidArgument`, with the message the IPC server's start would give, when
+    the service could not listen on ``socket_path`` (``others``: the allowed uids besides the
+    service's own), so ``fenceline serve`` refuses a bad --socket before it loads any model.
+
+    It does what the server's start does up to listening: creates the directory, checks that the
+    allowed users can reach it, removes a stale socket (a live one is an error), and binds a
+    socket there, which it closes and removes again at once."""
+    try:
+        prepare_directory(socket_path, shared=bool(others))
+        check_reachable(socket_path, others)
+        if socket_path.exists() or socket_path.is_symlink():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+                try:
+                    probe.connect(str(socket_path))
+                except OSError:
+                    socket_path.unlink()  # a stale socket left by a service that died
+                else:
+                    raise InvalidArgument(live_socket_error(socket_path))
+        old = os.umask(0o177)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as trial:
+                trial.bind(str(socket_path))
+            socket_path.unlink()
+        finally:
+            os.umask(old)
+    except OSError as e:
+        raise InvalidArgument(socket_error(socket_path, e)) from None
