@@ -7,6 +7,7 @@
 // path"). Linux only: the Windows pipe serves every frame in Python.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <time.h>
 
@@ -22,6 +23,8 @@
 #include <vector>
 
 #include "../common/fenceline_wire.h"
+#include "../common/host_timeline.h"
+#include "adaptive_spin.h"
 #include "errors.h"
 #include "host_fence.h"
 #include "host_memory.h"
@@ -141,10 +144,68 @@ class RunTable {
     char *data = nullptr;
     Py_ssize_t n = 0;
     if (PyBytes_AsStringAndSize(frame.ptr(), &data, &n) != 0) throw py::error_already_set();
-    if (static_cast<std::size_t>(n) != FL_WIRE_HEADER_SIZE + sizeof(FlWireRun) ||
-        closing_.load(std::memory_order_relaxed))
+    return serve_frame(fd, owner, reinterpret_cast<const std::uint8_t *>(data),
+                       static_cast<std::size_t>(n));
+  }
+
+  // The connection's loop (fenceline.ipc.server): receives frames, waiting as `spin` says
+  // with the GIL released, and serves the RUNs it can until a frame needs Python. Returns
+  // (data, fds, problem, failure) for that frame, as _native.recv_message does plus the
+  // FencelineError of a run that failed here (its reply is Python's to send); (None, [], None,
+  // None) once the peer is gone.
+  using Got = py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
+                                py::typing::Optional<py::str>, py::object>;
+  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin) {
+    for (;;) {
+      Message m;
+      const std::int64_t budget = spin.budget_ns(fl_htl_now_ns());
+      const std::int64_t t0 = fl_htl_now_ns();
+      std::int64_t spun = budget;
+      // A frame already there is taken with the GIL held (as recv_message does).
+      if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
+        py::gil_scoped_release nogil;
+        bool pending = true;
+        if (budget > 0 && gate.try_enter()) {
+          struct Leave {
+            SpinGate &g;
+            ~Leave() { g.leave(); }
+          } leave{gate};
+          m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, budget, false);
+          pending = m.pending;
+        } else if (budget > 0) {
+          ++spin.denied;
+          spun = 0;
+        }
+        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true);
+      }
+      spin.observe(fl_htl_now_ns() - t0, spun);
+      if (m.eof) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
+      py::object failure = py::none();
+      if (m.problem.empty() && m.fds.empty()) {
+        try {
+          const int served =
+              serve_frame(fd, owner, reinterpret_cast<const std::uint8_t *>(m.data.data()),
+                          m.data.size());
+          if (served == kAnswered) continue;
+          if (served == kPeerGone)
+            return py::make_tuple(py::none(), py::list(), py::none(), py::none());
+        } catch (const Error &e) {
+          py::object errors = py::module_::import("fenceline.errors");
+          py::object type = errors.attr("BY_IPC_CODE").attr("get")(
+              static_cast<std::uint32_t>(e.code()), errors.attr("FencelineError"));
+          failure = type(e.what());
+        }
+      }
+      py::object problem = py::none();
+      if (!m.problem.empty()) problem = py::str(m.problem);
+      return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem, failure);
+    }
+  }
+
+ private:
+  int serve_frame(int fd, const std::string &owner, const std::uint8_t *p, std::size_t n) {
+    if (n != FL_WIRE_HEADER_SIZE + sizeof(FlWireRun) || closing_.load(std::memory_order_relaxed))
       return kNotMine;
-    const auto *p = reinterpret_cast<const std::uint8_t *>(data);
     const std::uint16_t kind = u16(p + 6);
     if (u32(p) != FL_WIRE_MAGIC || u16(p + 4) != FL_WIRE_VERSION ||
         (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC) || u32(p + 12) != sizeof(FlWireRun))
@@ -220,7 +281,6 @@ class RunTable {
     return err == 0 ? kAnswered : kPeerGone;
   }
 
- private:
   static Key to_key(const py::bytes &key) {
     char *data = nullptr;
     Py_ssize_t n = 0;
@@ -265,6 +325,11 @@ void bind_host_runs(py::module_ &mod) {
            "Forgets a session, after its run in flight (the GIL is released while it waits).")
       .def("close", &RunTable::close, "From now on every frame goes back to Python.")
       .def("__len__", &RunTable::size)
+      .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
+           py::arg("spin"),
+           "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
+           "for it, failure being the FencelineError of a run that failed here; (None, [], "
+           "None, None) once the peer is gone. Raises when the socket itself fails.")
       .def("serve", &RunTable::serve, py::arg("fd"), py::arg("owner"), py::arg("frame"),
            "Serves one frame when it is a RUN this table answers as the Python path would: 1 "
            "answered, 2 answered but the reply could not be sent (the peer is gone), 0 not "

@@ -25,6 +25,7 @@ namespace fl {
 void bind_cuda(py::module_ &mod);   // cuda_module.cpp
 void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 void bind_run_metrics(py::module_ &mod);  // run_metrics.cpp
+void bind_adaptive_spin(py::module_ &mod);  // adaptive_spin.cpp
 void bind_host_runs(py::module_ &mod);  // host_runs.cpp (POSIX)
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
@@ -301,6 +302,7 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_cuda(mod);
   fl::bind_d3d12(mod);
   fl::bind_run_metrics(mod);
+  fl::bind_adaptive_spin(mod);
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
 #else

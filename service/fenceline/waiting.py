@@ -75,28 +75,36 @@ def default_spinners() -> int:
     return max(1, cpus // 2)
 
 
+class SpinSlot:
+    """A held spinner slot: ``release()`` gives it back."""
+
+    __slots__ = ("release",)
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self.release = release
+
+
 class SpinGate:
-    """At most ``slots`` concurrent spinners. Slots are plain locks taken without blocking, so
-    entering costs one C call per slot tried and never waits."""
+    """At most ``slots`` concurrent spinners, counted natively so that waits done in native
+    code (the IPC connection's receive, docs/ipc.md "The run path") share the count. Entering
+    is one C call and never waits."""
 
     def __init__(self, slots: int) -> None:
         if slots < 0:
             raise ValueError("spinner slots must not be negative")
-        self._slots = tuple(threading.Lock() for _ in range(slots))
+        self.native = _native.SpinGate(slots)
+        self._slot = SpinSlot(self.native.leave)
 
     @property
     def slots(self) -> int:
-        return len(self._slots)
+        return int(self.native.slots)
 
-    def try_enter(self) -> threading.Lock | None:
+    def try_enter(self) -> SpinSlot | None:
         """A held slot (release it when the spin ends), or None when all are taken."""
-        for slot in self._slots:
-            if slot.acquire(False):
-                return slot
-        return None
+        return self._slot if self.native.try_enter() else None
 
     def spinning(self) -> int:
-        return sum(s.locked() for s in self._slots)
+        return int(self.native.spinning)
 
 
 _gate = SpinGate(default_spinners())
@@ -226,7 +234,7 @@ class AdaptiveSpin:
         if n is not None and b is not None:
             self._napping = n < b * (1.1 if self._napping else 0.9)
 
-    def _slot(self) -> threading.Lock | None:
+    def _slot(self) -> SpinSlot | None:
         """A spinner slot to hold while this wait spins or naps (release it before blocking), or
         None, counted in ``denied``: every slot is taken, so this wait blocks at once."""
         slot = (self.gate or _gate).try_enter()

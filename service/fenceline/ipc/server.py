@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fenceline import __version__, _native, logs
+from fenceline import __version__, _native, logs, waiting
 from fenceline.errors import (
     FencelineError,
     InvalidArgument,
@@ -73,6 +73,7 @@ class Connection:
         self.peer = f"uid {self.caller.uid}" if self.caller.sid is None else f"user {self.caller.sid}"
         self.runtime = server.runtime
         self._spin = AdaptiveSpin(server.spin_ns)
+        self._native_spin = _native.ReceiveSpin(server.spin_ns)  # the same, for serve_loop
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
         # so the wait itself looks for the hangup.
@@ -98,31 +99,28 @@ class Connection:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
         logs.peer.set(self.peer)
         metrics = self.runtime.metrics
-        # A RUN of a host session is served natively when it can be (docs/ipc.md, "The run
-        # path"); the Windows pipe serves every frame here.
+        # The Unix socket's frames are received, and a host session's RUNs served, in native
+        # code (docs/ipc.md, "The run path"); the Windows pipe serves every frame here.
         table = self.runtime.run_table if isinstance(self.sock, socket.socket) else None
-        serve_run = None if table is None else table.serve
-        fd = self.sock.fileno() if serve_run is not None else -1
+        fd = self.sock.fileno()
         try:
             while True:
+                failure: object = None
                 try:
-                    data, fds, problem = self._receive()
+                    if table is not None:
+                        data, fds, problem, failure = table.serve_loop(
+                            fd, self.owner, waiting.gate().native, self._native_spin)
+                    else:
+                        data, fds, problem = self._receive()
                 except (OSError, FencelineError):
                     break
                 if data is None:
                     break
-                if serve_run is not None and problem is None and not fds:
-                    try:
-                        served = serve_run(fd, self.owner, data)
-                    except FencelineError as e:  # the run failed as the Python path's would
-                        metrics.errors.labels("ipc", e.code).inc()
-                        if not self._send(codec.encode_error(codec.peek_request_id(data), e)):
-                            break
-                        continue
-                    if served == _native.RUN_ANSWERED:
-                        continue
-                    if served == _native.RUN_PEER_GONE:
+                if isinstance(failure, FencelineError):  # a run that failed in native code
+                    metrics.errors.labels("ipc", failure.code).inc()
+                    if not self._send(codec.encode_error(codec.peek_request_id(data), failure)):
                         break
+                    continue
                 request_id = 0
                 reply: bytes | None
                 try:
