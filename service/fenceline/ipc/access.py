@@ -96,9 +96,10 @@ def live_socket_error(socket_path: Path) -> str:
 
 
 def check_socket_path(socket_path: Path, others: frozenset[int]) -> None:
-    """Raises :class:`InvalidArgument`, with the message the IPC server's start would give, when
-    the service could not listen on ``socket_path`` (``others``: the allowed uids besides the
-    service's own), so ``fenceline serve`` refuses a bad --socket before it loads any model.
+    """Raises :class:`InvalidArgument` with what is wrong when the service could not listen on
+    ``socket_path`` (``others``: the allowed uids besides the service's own). The IPC server's
+    start runs it first, and ``fenceline serve`` before it loads any model, so a bad --socket is
+    refused at once with the same message.
 
     It does what the server's start does up to listening: creates the directory, checks that the
     allowed users can reach it, removes a stale socket (a live one is an error), and binds a

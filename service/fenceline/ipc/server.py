@@ -394,21 +394,7 @@ class IpcServer(ServerBase):
 
     def _listen(self) -> None:
         others = self.allow_uids - {os.geteuid()}
-        access.prepare_directory(self.path, shared=bool(others))
-        access.check_reachable(self.path, others)
-        if self.path.exists() or self.path.is_symlink():
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                probe.connect(str(self.path))
-            except OSError:
-                self.path.unlink()  # a stale socket left by a service that died
-            else:
-                raise InvalidArgument(
-                    f"another service is listening on {self.path}; stop it or choose another "
-                    "--socket (or FENCELINE_SOCKET)"
-                )
-            finally:
-                probe.close()
+        access.check_socket_path(self.path, others)  # the directory, a stale or live socket
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         old = os.umask(0o177)
         try:
