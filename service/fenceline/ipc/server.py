@@ -102,7 +102,7 @@ class Connection:
         # The Unix socket's frames are received, and a host session's RUNs served, in native
         # code (docs/ipc.md, "The run path"); the Windows pipe serves every frame here.
         table = self.runtime.run_table if isinstance(self.sock, socket.socket) else None
-        fd = self.sock.fileno()
+        fd = -1 if table is None else self.sock.fileno()
         try:
             while True:
                 failure: object = None
