@@ -320,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=20_000)
     p.add_argument("--json", type=Path, help="also write the result here")
     p.add_argument("--split-cpus", action="store_true",
-                   help="renderer on the first CPU, the service on the second (the floors run "
-                   "free); default: both free, as the scheduler places them")
+                   help="renderer on the first CPU, the service on the second (each floor "
+                   "keeps its own placement); default: both free, as the scheduler places them")
     args = p.parse_args(argv)
     with contextlib.ExitStack() as stack:
         sock = args.socket or stack.enter_context(_own_service(args.model))
