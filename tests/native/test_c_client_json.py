@@ -1,5 +1,6 @@
 """The C client's own JSON writer and reader (native/client/src/json.c) against Python's json:
-property tests for what the client writes and reads, and a fuzz test of the reader."""
+property tests for what the client writes, checks, reads field by field and reads as a tree, and
+a fuzz test of the reader."""
 
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ class Driver:
         r = self.ask("G", key, doc)
         return None if r == "-" else bytes.fromhex(r).decode()
 
+    def tree(self, doc: bytes) -> Any:
+        """What fl_json_parse read, as Python values; "-" when it refused the text."""
+        r = self.ask("T", doc)
+        return r if r == "-" else json.loads(bytes.fromhex(r).decode())
+
     def close(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
@@ -72,6 +78,12 @@ text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+    max_leaves=12,
+)
+# What the tree holds: no fractions or exponents, integers that fit int64_t.
+tree_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | text,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
     max_leaves=12,
 )
@@ -115,6 +127,12 @@ def test_validator_accepts_what_python_writes(driver: Driver, value: Any) -> Non
     assert driver.ask("V", json.dumps(value)) == "1"
 
 
+@settings(max_examples=150, deadline=None)
+@given(value=tree_values, ascii_only=st.booleans())
+def test_tree_holds_what_python_writes(driver: Driver, value: Any, ascii_only: bool) -> None:
+    assert driver.tree(json.dumps(value, ensure_ascii=ascii_only).encode()) == value
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=200) | st.text(alphabet='{}[]":,\\ u0123456789abcdefnrtl-+.eE',
                                                max_size=80).map(str.encode))
@@ -129,6 +147,11 @@ def test_reader_survives_arbitrary_bytes(driver: Driver, data: bytes) -> None:
         if decoded is not None:
             json.loads(decoded)  # whatever the C side accepts, Python parses too
     driver.get_string("id", data)  # must answer, not crash
+    tree = driver.tree(data)
+    if tree != "-":
+        assert valid == "1"  # the tree reads a subset of what the checker accepts
+        if decoded is not None and "\\u0000" not in decoded:  # C strings end at a NUL
+            assert tree == json.loads(decoded)
 
 
 @pytest.mark.parametrize("doc", [b"", b"{", b'{"id"', b'{"id":', b'{"id":"x', b'{"id":"\\u12',
@@ -137,6 +160,30 @@ def test_reader_survives_arbitrary_bytes(driver: Driver, data: bytes) -> None:
 def test_reader_rejects_malformed_replies(driver: Driver, doc: bytes) -> None:
     assert driver.get_string("id", doc) is None
     assert driver.ask("V", doc) == "0"
+    assert driver.ask("T", doc) == "-"
+
+
+@pytest.mark.parametrize("doc", [b"1.5", b"[1e3]", b'{"a":-0.0}', b"9223372036854775808",
+                                 b"-9223372036854775809", b"01", b"[-01]"])
+def test_tree_refuses_numbers_that_are_not_int64_integers(driver: Driver, doc: bytes) -> None:
+    assert driver.tree(doc) == "-"
+
+
+def test_tree_reads_the_int64_extremes(driver: Driver) -> None:
+    assert driver.tree(b"[9223372036854775807,-9223372036854775808,-0]") == [2**63 - 1, -(2**63), 0]
+
+
+@pytest.mark.parametrize(("cmd", "limit"), [("V", 64), ("T", 33)])
+@pytest.mark.parametrize("opener", [b"[", b'{"a":'])
+def test_containers_nest_up_to_the_limit(driver: Driver, cmd: str, limit: int,
+                                         opener: bytes) -> None:
+    closer = b"]" if opener == b"[" else b"}"
+
+    def accepted(depth: int) -> bool:
+        return driver.ask(cmd, opener * depth + b"1" + closer * depth) not in ("0", "-")
+
+    assert accepted(limit)
+    assert not accepted(limit + 1)
 
 
 @pytest.mark.parametrize("doc", [b'{"id":"a"', b'{"id":"a"} x', b'{"id":"a",}', b"{} {}"])

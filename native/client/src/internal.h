@@ -182,10 +182,12 @@ void fl_jw_bool(fl_json_writer *w, int v);
 /* Finds top-level key `key` of the JSON object in [json, json+len) and, when its value is a
  * string, writes it unescaped and NUL-terminated into out. Returns 0, or -1 when the key is
  * absent, not a string, does not fit, or the text before it is not a JSON object. It stops at
- * the match: validate the whole text first (fl_json_validate) where that matters. */
+ * the match: validate the whole text first (fl_json_validate) where that matters. Allocates
+ * nothing. */
 int fl_json_get_string(const char *json, size_t len, const char *key, char *out, size_t out_size);
 
-/* 0 when [json, json+len) is one well-formed JSON value (with surrounding whitespace). */
+/* 0 when [json, json+len) is one well-formed JSON value (with surrounding whitespace) whose
+ * containers nest at most 64 deep. Allocates nothing. */
 int fl_json_validate(const char *json, size_t len);
 
 /* IMPORT_MEMORY / IMPORT_FENCE with a finished body (remote.c); fd -1 sends none. */
@@ -201,7 +203,7 @@ FlStatus *fl_import_d3d12_memory(FlClient *c, const char *kind, const char *shar
 FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t adapter_luid,
                                 FlFenceImport **out);
 
-/* ---- JSON trees (json_tree.c), for the typed getters ------------------------------------------ */
+/* ---- JSON trees (json.c, the same reader), for the typed getters ------------------------------ */
 
 typedef enum fl_jtype {
   FL_JSON_NULL,
@@ -223,8 +225,9 @@ typedef struct fl_jnode {
   struct fl_jnode *child, *next;
 } fl_jnode;
 
-/* The tree of one JSON value, or NULL when the text is not JSON (or holds a fraction or an
- * exponent, which no reply the getters read has). Freed with fl_json_free. */
+/* The tree of one JSON value, or NULL when the text is not JSON, holds a number that is not an
+ * int64_t integer (no reply the getters read has one) or nests containers more than 33 deep.
+ * Freed with fl_json_free. */
 fl_jnode *fl_json_parse(const char *json, size_t len);
 void fl_json_free(fl_jnode *n);
 const fl_jnode *fl_json_member(const fl_jnode *obj, const char *key);

@@ -1,6 +1,9 @@
-/* Just enough JSON: a writer for control request bodies and a reader that pulls top-level string
- * fields ("id", "error") out of replies. No dependency, no allocation. */
+/* Just enough JSON, with no dependency: a writer for control request bodies, and one reader for
+ * replies that checks them, pulls top-level string fields ("id", "error") out of them without
+ * allocating, or builds the tree the typed getters read (model metadata, the hello reply's
+ * capabilities). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -110,11 +113,14 @@ void fl_jw_int(fl_json_writer *w, int64_t v) {
 
 /* ---- reader ------------------------------------------------------------------------------- */
 
-#define MAX_DEPTH 64
+/* Both limits bound the recursion, so a hostile reply cannot exhaust the stack. */
+#define CHECK_DEPTH 64 /* containers fl_json_validate and fl_json_get_string nest */
+#define TREE_DEPTH 33  /* containers fl_json_parse nests: no reply the getters read comes near */
 
 typedef struct reader {
   const char *p;
   const char *end;
+  int max_depth; /* a container at this depth (the top level is 0) is refused */
 } reader;
 
 static void skip_ws(reader *r) {
@@ -227,25 +233,49 @@ static int parse_string(reader *r, char *out, size_t size) {
   return -1;
 }
 
+/* A string at r->p, checked, then (with out) decoded into a fresh buffer: the decoded text is
+ * never longer than the escaped one, so the span between the quotes sizes it. */
+static int string_value(reader *r, char **out) {
+  reader start = *r;
+  if (parse_string(r, NULL, 0) != 0) return -1;
+  if (out == NULL) return 0;
+  size_t size = (size_t)(r->p - start.p) - 1;
+  if ((*out = malloc(size)) == NULL) return -1;
+  return parse_string(&start, *out, size);
+}
+
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-static int parse_number(reader *r) {
-  if (r->p < r->end && *r->p == '-') ++r->p;
+/* A number at r->p: 0 for an integer that fits int64_t (stored in *value), 1 for any other
+ * well-formed number (a fraction, an exponent, a larger integer), -1 for malformed text. */
+static int parse_number(reader *r, int64_t *value) {
+  int neg = r->p < r->end && *r->p == '-';
+  if (neg) ++r->p;
   if (r->p >= r->end || !is_digit(*r->p)) return -1;
+  uint64_t v = 0;
+  int other = 0;
   if (*r->p == '0') ++r->p;
   else
-    while (r->p < r->end && is_digit(*r->p)) ++r->p;
+    for (; r->p < r->end && is_digit(*r->p); ++r->p) {
+      unsigned d = (unsigned)(*r->p - '0');
+      if (v > (UINT64_MAX - d) / 10) other = 1;
+      else v = v * 10 + d;
+    }
   if (r->p < r->end && *r->p == '.') {
     ++r->p;
     if (r->p >= r->end || !is_digit(*r->p)) return -1;
     while (r->p < r->end && is_digit(*r->p)) ++r->p;
+    other = 1;
   }
   if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
     ++r->p;
     if (r->p < r->end && (*r->p == '+' || *r->p == '-')) ++r->p;
     if (r->p >= r->end || !is_digit(*r->p)) return -1;
     while (r->p < r->end && is_digit(*r->p)) ++r->p;
+    other = 1;
   }
+  if (other || v > (uint64_t)INT64_MAX + (uint64_t)neg) return 1;
+  *value = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
   return 0;
 }
 
@@ -256,24 +286,34 @@ static int parse_literal(reader *r, const char *word) {
   return 0;
 }
 
-static int skip_value(reader *r, int depth);
+static int parse_value(reader *r, int depth, fl_jnode *n);
 
-static int skip_container(reader *r, int depth, char close, int keyed) {
-  if (depth >= MAX_DEPTH) return -1;
+/* The members of the container at r->p. With n, each becomes a child node of n, linked before
+ * it is parsed so that freeing the root frees everything a failed parse allocated. */
+static int parse_members(reader *r, int depth, char close, fl_jnode *n) {
   ++r->p;
   skip_ws(r);
   if (r->p < r->end && *r->p == close) {
     ++r->p;
     return 0;
   }
+  fl_jnode **tail = n != NULL ? &n->child : NULL;
   for (;;) {
+    fl_jnode *child = NULL;
+    if (n != NULL) {
+      if ((child = *tail = calloc(1, sizeof *child)) == NULL) return -1;
+      tail = &child->next;
+      ++n->count;
+    }
     skip_ws(r);
-    if (keyed) {
-      if (r->p >= r->end || *r->p != '"' || parse_string(r, NULL, 0) != 0) return -1;
+    if (close == '}') {
+      if (r->p >= r->end || *r->p != '"' ||
+          string_value(r, child != NULL ? &child->key : NULL) != 0)
+        return -1;
       skip_ws(r);
       if (r->p >= r->end || *r->p++ != ':') return -1;
     }
-    if (skip_value(r, depth + 1) != 0) return -1;
+    if (parse_value(r, depth + 1, child) != 0) return -1;
     skip_ws(r);
     if (r->p >= r->end) return -1;
     char c = *r->p++;
@@ -282,23 +322,43 @@ static int skip_container(reader *r, int depth, char close, int keyed) {
   }
 }
 
-static int skip_value(reader *r, int depth) {
+/* One value at r->p, stored in node n when there is one: a tree holds integers only (every
+ * number the getters read is a count, a size or a dimension). Without n nothing is allocated. */
+static int parse_value(reader *r, int depth, fl_jnode *n) {
+  fl_jnode scratch;
+  fl_jnode *v = n != NULL ? n : &scratch;
   skip_ws(r);
   if (r->p >= r->end) return -1;
   switch (*r->p) {
-    case '"': return parse_string(r, NULL, 0);
-    case '{': return skip_container(r, depth, '}', 1);
-    case '[': return skip_container(r, depth, ']', 0);
-    case 't': return parse_literal(r, "true");
-    case 'f': return parse_literal(r, "false");
-    case 'n': return parse_literal(r, "null");
-    default: return parse_number(r);
+    case '{':
+    case '[':
+      if (depth >= r->max_depth) return -1;
+      v->type = *r->p == '{' ? FL_JSON_OBJECT : FL_JSON_ARRAY;
+      return parse_members(r, depth, *r->p == '{' ? '}' : ']', n);
+    case '"':
+      v->type = FL_JSON_STRING;
+      return string_value(r, n != NULL ? &n->str : NULL);
+    case 't':
+      v->type = FL_JSON_BOOL;
+      v->boolean = 1;
+      return parse_literal(r, "true");
+    case 'f':
+      v->type = FL_JSON_BOOL;
+      return parse_literal(r, "false");
+    case 'n':
+      v->type = FL_JSON_NULL;
+      return parse_literal(r, "null");
+    default: {
+      v->type = FL_JSON_INT;
+      int k = parse_number(r, &v->integer);
+      return k < 0 || (n != NULL && k > 0) ? -1 : 0;
+    }
   }
 }
 
 int fl_json_validate(const char *json, size_t len) {
-  reader r = {json, json + len};
-  if (skip_value(&r, 0) != 0) return -1;
+  reader r = {json, json + len, CHECK_DEPTH};
+  if (parse_value(&r, 0, NULL) != 0) return -1;
   skip_ws(&r);
   return r.p == r.end ? 0 : -1;
 }
@@ -306,7 +366,7 @@ int fl_json_validate(const char *json, size_t len) {
 int fl_json_get_string(const char *json, size_t len, const char *key, char *out,
                        size_t out_size) {
   if (out == NULL || out_size == 0) return -1;
-  reader r = {json, json + len};
+  reader r = {json, json + len, CHECK_DEPTH};
   skip_ws(&r);
   if (r.p >= r.end || *r.p != '{') return -1;
   ++r.p;
@@ -326,10 +386,48 @@ int fl_json_get_string(const char *json, size_t len, const char *key, char *out,
       if (r.p >= r.end || *r.p != '"') return -1;
       return parse_string(&r, out, out_size) == 0 ? 0 : -1;
     }
-    if (skip_value(&r, 1) != 0) return -1;
+    if (parse_value(&r, 1, NULL) != 0) return -1;
     skip_ws(&r);
     if (r.p >= r.end) return -1;
     char c = *r.p++;
     if (c != ',') return -1;
   }
+}
+
+/* ---- trees ---------------------------------------------------------------------------------- */
+
+/* One allocation per node keeps this plain, and a reply is at most one 64 KiB frame. */
+fl_jnode *fl_json_parse(const char *json, size_t len) {
+  reader r = {json, json + len, TREE_DEPTH};
+  fl_jnode *root = calloc(1, sizeof *root);
+  if (root == NULL) return NULL;
+  if (parse_value(&r, 0, root) == 0) {
+    skip_ws(&r);
+    if (r.p == r.end) return root;
+  }
+  fl_json_free(root);
+  return NULL;
+}
+
+void fl_json_free(fl_jnode *n) {
+  while (n != NULL) {
+    fl_jnode *next = n->next;
+    fl_json_free(n->child);
+    free(n->key);
+    free(n->str);
+    free(n);
+    n = next;
+  }
+}
+
+const fl_jnode *fl_json_member(const fl_jnode *obj, const char *key) {
+  if (obj == NULL || obj->type != FL_JSON_OBJECT) return NULL;
+  for (const fl_jnode *c = obj->child; c != NULL; c = c->next)
+    if (strcmp(c->key, key) == 0) return c;
+  return NULL;
+}
+
+const char *fl_json_member_string(const fl_jnode *obj, const char *key) {
+  const fl_jnode *m = fl_json_member(obj, key);
+  return m != NULL && m->type == FL_JSON_STRING ? m->str : NULL;
 }
