@@ -100,7 +100,7 @@ class HostRunner {
   bool closed = false;
 };
 
-// The result of serve(): what the connection's loop does next.
+// What serve_frame did with a frame: what the connection's loop does next.
 enum Served : int { kNotMine = 0, kAnswered = 1, kPeerGone = 2 };
 
 class RunTable {
@@ -140,14 +140,6 @@ class RunTable {
     return runners_.size();
   }
 
-  int serve(int fd, const std::string &owner, const py::bytes &frame) {
-    char *data = nullptr;
-    Py_ssize_t n = 0;
-    if (PyBytes_AsStringAndSize(frame.ptr(), &data, &n) != 0) throw py::error_already_set();
-    return serve_frame(fd, owner, reinterpret_cast<const std::uint8_t *>(data),
-                       static_cast<std::size_t>(n));
-  }
-
   // The connection's loop (fenceline.ipc.server): receives frames, waiting as `spin` says
   // with the GIL released, and serves the RUNs it can until a frame needs Python. Returns
   // (data, fds, problem, failure) for that frame, as _native.recv_message does plus the
@@ -158,8 +150,8 @@ class RunTable {
   Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin) {
     for (;;) {
       Message m;
-      const std::int64_t budget = spin.budget_ns(fl_htl_now_ns());
       const std::int64_t t0 = fl_htl_now_ns();
+      const std::int64_t budget = spin.budget_ns(t0);
       std::int64_t spun = budget;
       // A frame already there is taken with the GIL held (as recv_message does).
       if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
@@ -329,15 +321,7 @@ void bind_host_runs(py::module_ &mod) {
            py::arg("spin"),
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
-           "None, None) once the peer is gone. Raises when the socket itself fails.")
-      .def("serve", &RunTable::serve, py::arg("fd"), py::arg("owner"), py::arg("frame"),
-           "Serves one frame when it is a RUN this table answers as the Python path would: 1 "
-           "answered, 2 answered but the reply could not be sent (the peer is gone), 0 not "
-           "served (nothing was done: serve it in Python). Raises the FencelineError the "
-           "Python path raises for a run that failed.");
-  mod.attr("RUN_NOT_MINE") = static_cast<int>(kNotMine);
-  mod.attr("RUN_ANSWERED") = static_cast<int>(kAnswered);
-  mod.attr("RUN_PEER_GONE") = static_cast<int>(kPeerGone);
+           "None, None) once the peer is gone. Raises when the socket itself fails.");
 }
 
 }  // namespace fl

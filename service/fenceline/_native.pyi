@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'RUN_ANSWERED', 'RUN_NOT_MINE', 'RUN_PEER_GONE', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -346,10 +346,6 @@ class RunTable:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
         """
-    def serve(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, frame: bytes) -> int:
-        """
-        Serves one frame when it is a RUN this table answers as the Python path would: 1 answered, 2 answered but the reply could not be sent (the peer is gone), 0 not served (nothing was done: serve it in Python). Raises the FencelineError the Python path raises for a run that failed.
-        """
     def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
         Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone. Raises when the socket itself fails.
@@ -431,9 +427,6 @@ def wire_kinds() -> dict[str, int]:
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
 PLATFORM: str = 'posix'
-RUN_ANSWERED: int = 1
-RUN_NOT_MINE: int = 0
-RUN_PEER_GONE: int = 2
 WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0

@@ -174,18 +174,31 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
                 {"y": ViewSpec(mem, nbytes, "FP32", [1, 3, 64, 64])}, fa, fb)["id"]
             assert len(table) == 1
 
-            def run(value: int, who: str = owner) -> int:
+            # The loop serves the RUNs it can and hands back the first frame it cannot: a HELLO
+            # sent after each RUN ends the loop, and says whether the RUN was served.
+            hello = codec.encode_json(codec.Kind.HELLO, 99, {})
+            gate, spin = _native.SpinGate(0), _native.ReceiveSpin(0)
+
+            def served(value: int, who: str = owner) -> bool:
                 a.signal(value)
                 frame = codec.encode_run(value, codec.Run(bytes.fromhex(sid), value, None, None, 0))
-                return int(table.serve(ours.fileno(), who, frame))
+                theirs.send(frame)
+                theirs.send(hello)
+                data, fds, problem, failure = table.serve_loop(ours.fileno(), who, gate, spin)
+                assert fds == [] and problem is None and failure is None
+                if data == hello:
+                    return True
+                assert data == frame  # handed back untouched
+                assert table.serve_loop(ours.fileno(), who, gate, spin)[0] == hello
+                return False
 
-            assert run(1, "ipc:8") == _native.RUN_NOT_MINE  # another connection's session
-            assert run(2) == _native.RUN_ANSWERED
+            assert not served(1, "ipc:8")  # another connection's session
+            assert served(2)
             reply = codec.decode(theirs.recv(codec.MAX_FRAME))
             assert reply.request_id == 2 and codec.decode_run_reply(reply.body).signal_value == 2
             assert b.value == 2
             table.close()  # as Runtime.close does first
-            assert run(3) == _native.RUN_NOT_MINE and b.value == 2
+            assert not served(3) and b.value == 2
     finally:
         runtime.close()
     assert len(table) == 0

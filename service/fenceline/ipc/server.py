@@ -37,7 +37,7 @@ from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
 from fenceline.runtime.service import IPC_OWNER, Runtime
 from fenceline.runtime.session import RunResult
-from fenceline.waiting import AdaptiveSpin, Cancel
+from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.ipc")
 
@@ -72,8 +72,7 @@ class Connection:
         self.caller = caller or Caller(peer_credentials(sock)[1], transport="ipc")
         self.peer = f"uid {self.caller.uid}" if self.caller.sid is None else f"user {self.caller.sid}"
         self.runtime = server.runtime
-        self._spin = AdaptiveSpin(server.spin_ns)
-        self._native_spin = _native.ReceiveSpin(server.spin_ns)  # the same, for serve_loop
+        self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
         # so the wait itself looks for the hangup.
@@ -109,7 +108,7 @@ class Connection:
                 try:
                     if table is not None:
                         data, fds, problem, failure = table.serve_loop(
-                            fd, self.owner, waiting.gate().native, self._native_spin)
+                            fd, self.owner, waiting.gate().native, self._spin)
                     else:
                         data, fds, problem = self._receive()
                 except (OSError, FencelineError):
@@ -161,8 +160,9 @@ class Connection:
 
     def _receive(self) -> tuple[bytes | None, list[int], str | None]:
         """One frame, its fds and why it is refused (None: it is not); (None, [], None) once the
-        peer is gone. The Windows pipe overrides this (fenceline.ipc.pipe_server)."""
-        return self._spin.receive(self.sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS)
+        peer is gone. The Windows pipe's (fenceline.ipc.pipe_server): the Unix socket is
+        received by RunTable.serve_loop."""
+        raise NotImplementedError
 
     def _send(self, data: bytes) -> bool:
         try:
