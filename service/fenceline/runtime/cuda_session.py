@@ -40,6 +40,7 @@ from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
+from fenceline.runtime.ort_options import cuda_session_options
 from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import Cancel
 
@@ -169,8 +170,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         # (wait_value, signal_value) of a run that timed out and is still queued on the stream.
         self._timed_out: tuple[int, int] | None = None
         self._stream: _native.CudaStream | None = _native.CudaStream(device)
-        so = ort.SessionOptions()
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = cuda_session_options()
         provider = ("CUDAExecutionProvider", {
             "device_id": str(device.ordinal),
             "user_compute_stream": str(self._stream.handle),
