@@ -174,6 +174,9 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
         "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
     ],
+    ("docs/triton.md", "import tritonclient.http as httpclient"): [
+        "tests/integration/test_model_control.py::test_load_serves_a_model_and_unload_stops_it",
+        "tests/integration/test_model_control.py::test_unload_is_refused_while_a_session_uses_the_model"],
     ("docs/streaming.md", 'info = client.create_session("add_64x64", {"x": View(mem, "FP32", shape)},'): [
         "tests/integration/test_streaming.py::test_streaming_session_outputs_equal_direct_onnxruntime_runs",
     ],

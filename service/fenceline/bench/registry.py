@@ -10,6 +10,7 @@ adapters below cover the measure functions of modules that do not.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,27 @@ class Transport:
     measure: Measure
     peer: bool = False  # needs --peers
     available: Available = _always
+    needs: tuple[str, ...] = ()  # modules the row's lanes import (an optional dependency)
+
+
+# Where each optional module comes from: the extras of pyproject.toml that install it.
+EXTRAS = {"tritonclient": "the [bench] or [test] extra: pip install '.[bench]'"}
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing (or hidden)
+        return False
+
+
+def missing(t: Transport) -> str | None:
+    """Why ``t`` cannot run in this install (a module it needs is missing), or None."""
+    for module in t.needs:
+        if not _importable(module):
+            top = module.split(".")[0]
+            return f"needs {top}, from {EXTRAS.get(top, 'an optional dependency')}"
+    return None
 
 
 REGISTRY: dict[str, Transport] = {}
@@ -165,15 +187,16 @@ for _t in (
               _lanes("http", f"{_T}:http_lane", _http)),
     Transport("kserve-binary", "tritonclient binary HTTP against fenceline (tensors copied)",
               _lanes("kserve-binary", f"{_T}:kserve_binary_lane", _fenceline),
-              available=_has_kserve),
+              available=_has_kserve, needs=("tritonclient.http",)),
     Transport("system-shm", "tritonclient system shared memory against fenceline",
-              _lanes("system-shm", f"{_T}:kserve_shm_lane", _fenceline), available=_has_shm),
+              _lanes("system-shm", f"{_T}:kserve_shm_lane", _fenceline), available=_has_shm,
+              needs=("tritonclient.http",)),
     Transport("triton-binary", "Triton 2.x binary HTTP (pytriton, onnxruntime python backend)",
               _lanes("triton-binary", f"{_T}:kserve_binary_lane", _triton), peer=True,
-              available=_has_triton),
+              available=_has_triton, needs=("tritonclient.http",)),
     Transport("triton-shm", "Triton 2.x system shared memory (pytriton, onnxruntime)",
               _lanes("triton-shm", f"{_T}:kserve_shm_lane", _triton), peer=True,
-              available=_has_triton),
+              available=_has_triton, needs=("tritonclient.http",)),
 ):
     register(_t)
 

@@ -15,6 +15,7 @@ from fenceline import _native
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
+    NotFound,
     ResourceExhausted,
     Unavailable,
 )
@@ -42,7 +43,7 @@ from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
 from fenceline.runtime.host_session import HostSession
-from fenceline.runtime.models import ModelRepository
+from fenceline.runtime.models import Model, ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
@@ -73,6 +74,8 @@ class Runtime:
         self._inflight: dict[str, int] = {}
         # Sessions being built outside the lock: (owner, device label or "") by reserved id.
         self._pending: dict[str, tuple[str, str]] = {}
+        # The model of each session being built, by reserved id (an unload waits for none).
+        self._pending_models: dict[str, Model] = {}
         self.closing = threading.Event()
         # The host sessions whose RUN frames the IPC socket serves natively (docs/ipc.md, "The
         # run path"); None where the build has no such path (Windows).
@@ -340,8 +343,11 @@ class Runtime:
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
                 backend.check_streaming(policy)
+            if not self.models.is_loaded(m):
+                raise NotFound(f"model {m.name!r} was unloaded while the session was set up")
             sid = secrets.token_hex(16)
             self._pending[sid] = (owner, label)
+            self._pending_models[sid] = m
             holders: list[Entry[Any]] = [*used, wait, signal]
             for user in holders:  # held from now on: a release answers conflict
                 user.users.add(sid)
@@ -357,11 +363,13 @@ class Runtime:
                 session.close()
             with self._lock:
                 del self._pending[sid]
+                del self._pending_models[sid]
                 for user in holders:
                     user.users.discard(sid)
             raise
         with self._lock:
             del self._pending[sid]
+            del self._pending_models[sid]
             shutting_down = self.closing.is_set()  # release_owner may have run meanwhile
             if shutting_down:
                 for user in holders:
@@ -539,6 +547,22 @@ class Runtime:
             wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
             asynchronous=asynchronous,
         )
+
+    # -- models ---------------------------------------------------------------------------
+
+    def unload_model(self, name: str) -> bool:
+        """Stops serving model ``name``; refused with ``conflict`` while a session of it exists
+        (release or stop them first). False when it was not loaded. In-flight KServe requests
+        hold their model and finish."""
+        with self._lock:
+            n = sum(1 for e in self.sessions.entries.values() if e.obj.model.name == name)
+            n += sum(1 for m in self._pending_models.values() if m.name == name)
+            if n:
+                raise Conflict(
+                    f"model {name!r} has {n} session(s); release them (or stop their "
+                    "renderers) before unloading it"
+                )
+            return self.models.unload(name)
 
     # -- owners ---------------------------------------------------------------------------
 
