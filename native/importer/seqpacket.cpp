@@ -19,7 +19,7 @@
 #define SO_PEERPIDFD 77  // Linux 6.5; older headers lack it, older kernels answer ENOPROTOOPT
 #endif
 #ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434  // the same number on every architecture
+#define SYS_pidfd_open 434  // the same number on every architecture but alpha
 #endif
 
 namespace fl {

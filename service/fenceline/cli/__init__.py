@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument(
         "--hostile", type=int, default=0, metavar="N",
         help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
-        "frames with fds, dying while the service waits or before it replies",
+        "frames with fds, dying while the service waits or before it replies, or after "
+        "queueing their own socket end in the service (docs/reliability.md)",
     )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
