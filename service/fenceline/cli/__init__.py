@@ -169,6 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--frames", type=int,
                        help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
+    tr = sub.add_parser("trace", help="record a running service's per-frame trace as Chrome "
+                        "trace-event JSON (Perfetto, chrome://tracing; docs/tracing.md)")
+    tr.add_argument("--url", default="http://127.0.0.1:8000",
+                    help="the service's HTTP address (default %(default)s)")
+    tr.add_argument("--seconds", type=float, default=2.0,
+                    help="longest recording, at most 60 (default %(default)s)")
+    tr.add_argument("--frames", type=int, default=10_000,
+                    help="stop after this many frames, at most 1,000,000 (default %(default)s)")
+    tr.add_argument("--out", type=Path, default=Path("fenceline-trace.json"),
+                    help="where the JSON goes (default %(default)s)")
+    tr.add_argument("--png", type=Path,
+                    help="also draw a few frames of it as a PNG timeline here")
+    tr.add_argument("--token-file", type=Path, help="the service's --token-file, when it has one")
+
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
@@ -200,6 +214,10 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.command == "trace":
+            from fenceline.cli.trace import trace_from_args
+
+            return trace_from_args(args)
         if args.command == "soak":
             from fenceline.cli.soak import soak_from_args
 
