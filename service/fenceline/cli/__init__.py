@@ -75,6 +75,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "max_inflight", "HTTP runs in flight per client"))
     p.add_argument("--max-sessions-per-device", type=int, default=S, help=h(
         "max_sessions_per_device", "CUDA sessions per GPU, over all clients"))
+    p.add_argument("--max-connections", type=int, default=S, metavar="N", help=h(
+        "max_connections", "IPC connections served at once, over all users; one more is "
+        "answered resource_exhausted and closed"))
+    p.add_argument("--max-connections-per-user", type=int, default=S, metavar="N", help=h(
+        "max_connections_per_user", "IPC connections of one user (uid) at once, at most "
+        "--max-connections"))
+    p.add_argument("--ipc-send-timeout-s", type=float, default=S, metavar="S", help=h(
+        "ipc_send_timeout_s", "close an IPC connection whose renderer does not take a reply "
+        "within this (it does not read its socket)"))
     p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=S,
                    help=h("client_shared_memory", "let KServe clients register Triton system "
                           "shared-memory regions (off: those routes answer 501)"))
@@ -184,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument(
         "--hostile", type=int, default=0, metavar="N",
         help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
-        "frames with fds, dying while the service waits or before it replies",
+        "frames with fds, dying while the service waits or before it replies, or after "
+        "queueing their own socket end in the service (docs/reliability.md)",
     )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
