@@ -73,6 +73,8 @@ struct fl_obs_runner {
   int lg_valid;
 
   fl_obs_counters c;
+  uint64_t recent_ns[FL_OBS_RECENT]; /* the video thread's time in the filter, last frames */
+  uint64_t recent_count;
   char status[512];
   int outage; /* a failure was logged and no connection has worked since */
 };
@@ -546,6 +548,18 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
   return replaced;
 }
 
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns) {
+  pthread_mutex_lock(&r->mu);
+  r->c.video_ns += ns;
+  r->recent_ns[r->recent_count++ % FL_OBS_RECENT] = ns;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why) {
   pthread_mutex_lock(&r->mu);
   r->c.frames++;
@@ -555,9 +569,14 @@ void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why) {
 }
 
 void fl_obs_runner_counters(fl_obs_runner *r, fl_obs_counters *out) {
+  uint64_t recent[FL_OBS_RECENT];
   pthread_mutex_lock(&r->mu);
   *out = r->c;
+  size_t n = r->recent_count < FL_OBS_RECENT ? (size_t)r->recent_count : FL_OBS_RECENT;
+  memcpy(recent, r->recent_ns, n * sizeof *recent);
   pthread_mutex_unlock(&r->mu);
+  qsort(recent, n, sizeof *recent, cmp_u64);
+  out->video_ns_p50 = n ? recent[n / 2] : 0;
 }
 
 void fl_obs_runner_status(fl_obs_runner *r, char *buf, size_t size) {

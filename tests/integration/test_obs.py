@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fenceline.bench import obs
+from fenceline.bench import obs, obs_fps
 from fenceline.models import build_repository
 from tests.support.service import Service, start_service, stop_service
 
@@ -212,3 +213,24 @@ def test_settings_are_saved_and_loaded_with_the_scene(obs_service: Service, obs_
     # fallback "unfiltered": a frame with no new result shows the source's own.
     assert "?" not in tags, tags
     assert sum(t.startswith("F") for t in tags) >= 0.7 * len(tags), tags
+
+
+def test_the_bench_in_process_filter_runs_the_model_on_obs_video_thread(
+        obs_repo: Path, display: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's comparison (fenceline bench --obs): onnxruntime inside filter_video. With a
+    model slower than a frame, OBS's video thread waits for every run and lags."""
+    ref = obs_fps.reference_plugin()
+    if ref is None:
+        pytest.skip("the in-process filter needs Python's embedding library")
+    # Its embedded Python imports onnxruntime and fenceline from this interpreter's paths.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    run = obs.start(display, tmp_path / "obs.log", plugins=(ref,),
+                    filter="fenceline_reference_filter", width=W, height=H, fps=FPS, seconds=3,
+                    model_path=obs_repo / "image_filter_rgba8_slow" / "1" / "model.onnx",
+                    out=tmp_path / "out.raw")
+    last = run.finish()
+    assert str(last["status"]).startswith("running"), last
+    assert last["lagged"] >= 0.5 * last["rendered"], last
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H),
+                    *expected(obs_repo, "image_filter_rgba8_slow", "rgba"))
+    assert set(t[0] for t in tags) == {"F"}, tags  # every frame it saw, run in place
