@@ -160,7 +160,8 @@ static pool *detach_pool(fl_obs_runner *r) {
   r->pool = NULL;
   if (p == NULL)
     return NULL;
-  for (int i = 0; i < p->count; i++) {
+  /* Another model's output is no fallback for the one now chosen. */
+  for (int i = 0; r->client_gen == r->config_gen && i < p->count; i++) {
     if (p->slots[i].state != SLOT_HELD)
       continue;
     if (r->last_good_cap < p->bytes) {
@@ -320,7 +321,9 @@ static void *worker(void *arg) {
       }
       pool *p = NULL;
       if (ok) {
-        r->client_gen = gen;
+        pthread_mutex_lock(&r->mu);
+        r->client_gen = gen; /* read under the lock by the video thread's checks */
+        pthread_mutex_unlock(&r->mu);
         if ((r->model_h > 0 && r->model_h != h) || (r->model_w > 0 && r->model_w != w)) {
           pthread_mutex_lock(&r->mu);
           set_status(r, "not running: model '%s' takes %lldx%lld frames, these are %ux%u",
@@ -466,7 +469,7 @@ static void show(const uint8_t *src, fl_obs_layout from, uint8_t *data, uint32_t
 
 int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
                         uint32_t height, fl_obs_layout layout) {
-  int replaced = 0;
+  int replaced = 0, wake = 0;
   pthread_mutex_lock(&r->mu);
   r->c.frames++;
   if (!r->want_valid || r->want_w != width || r->want_h != height) {
@@ -474,7 +477,7 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
     r->want_h = height;
     r->want_valid = 1;
     r->retry_at_ns = 0;
-    pthread_cond_signal(&r->cv);
+    wake = 1;
   }
   pool *p = r->pool;
   if (p && p->width == width && p->height == height) {
@@ -521,7 +524,7 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
       FlStatus *st = r->api->SignalFence(p->in_fence, target->seq);
       r->api->ReleaseStatus(st); /* values only go up here: it cannot fail */
       r->c.submitted++;
-      pthread_cond_signal(&r->cv);
+      wake = 1;
     }
     if (held && (best || r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD)) {
       show(held->out, p->layout, data, stride, width, height, layout);
@@ -545,6 +548,9 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
     }
   }
   pthread_mutex_unlock(&r->mu);
+  /* After the unlock: the worker it wakes takes the lock at once. */
+  if (wake)
+    pthread_cond_signal(&r->cv);
   return replaced;
 }
 
