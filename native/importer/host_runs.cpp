@@ -30,6 +30,7 @@
 #include "host_memory.h"
 #include "run_metrics.h"
 #include "seqpacket.h"
+#include "trace.h"
 
 namespace py = pybind11;
 
@@ -144,10 +145,13 @@ class RunTable {
   // with the GIL released, and serves the RUNs it can until a frame needs Python. Returns
   // (data, fds, problem, failure) for that frame, as _native.recv_message does plus the
   // FencelineError of a run that failed here (its reply is Python's to send); (None, [], None,
-  // None) once the peer is gone.
+  // None) once the peer is gone: its end closed, its process (pidfd) exited, or a reply not
+  // taken within send_timeout_ms.
   using Got = py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
                                 py::typing::Optional<py::str>, py::object>;
-  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin) {
+  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
+                 std::int64_t send_timeout_ms) {
+    const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
     for (;;) {
       Message m;
       const std::int64_t t0 = fl_htl_now_ns();
@@ -168,16 +172,17 @@ class RunTable {
           ++spin.denied;
           spun = 0;
         }
-        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true);
+        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true, pidfd);
       }
-      spin.observe(fl_htl_now_ns() - t0, spun);
+      const std::int64_t received = fl_htl_now_ns();
+      spin.observe(received - t0, spun);
       if (m.eof) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         try {
           const int served =
               serve_frame(fd, owner, reinterpret_cast<const std::uint8_t *>(m.data.data()),
-                          m.data.size());
+                          m.data.size(), received, pidfd, send_timeout_ns);
           if (served == kAnswered) continue;
           if (served == kPeerGone)
             return py::make_tuple(py::none(), py::list(), py::none(), py::none());
@@ -195,7 +200,8 @@ class RunTable {
   }
 
  private:
-  int serve_frame(int fd, const std::string &owner, const std::uint8_t *p, std::size_t n) {
+  int serve_frame(int fd, const std::string &owner, const std::uint8_t *p, std::size_t n,
+                  std::int64_t received, int pidfd, std::int64_t send_timeout_ns) {
     if (n != FL_WIRE_HEADER_SIZE + sizeof(FlWireRun) || closing_.load(std::memory_order_relaxed))
       return kNotMine;
     const std::uint16_t kind = u16(p + 6);
@@ -231,7 +237,15 @@ class RunTable {
       return kNotMine;  // a lost page: the Python path says so
     }
     const std::int64_t waited = now_ns();
+    const bool traced = trace::on();
+    std::uint64_t tag = 0;
+    if (traced) {
+      std::memcpy(&tag, k.data(), sizeof tag);
+      trace::mark(trace::kReceived, tag, target, received);
+      trace::mark(trace::kInputReached, tag, target, waited);
+    }
     for (const auto &m : r->unsealed) m->mapping()->check_size();  // DeviceLost, as in Python
+    if (traced) trace::mark(trace::kModelStart, tag, target, now_ns());
     PyObject *ok = PyObject_CallFunctionObjArgs(r->run.ptr(), r->binding.ptr(), Py_None, nullptr);
     if (ok == nullptr) {
       py::error_already_set e;
@@ -245,6 +259,10 @@ class RunTable {
     const std::int64_t end = now_ns();
     record(*r, end, target, waited - start, inferred - waited, end - start);
     hold.unlock();
+    if (traced) {
+      trace::mark(trace::kModelEnd, tag, target, inferred);
+      trace::mark(trace::kSignalled, tag, target, end);
+    }
 
     std::uint8_t reply[FL_WIRE_HEADER_SIZE + sizeof(FlWireRunReply)] = {};
     put32(reply, FL_WIRE_MAGIC);
@@ -259,15 +277,15 @@ class RunTable {
     put32(reply + 24, micros(waited - start));
     put32(reply + 28, micros(inferred - waited));
     put32(reply + 32, micros(end - start));
-    // As _native.send_message: the GIL is let go only while the socket is full.
+    // As _native.send_message: the GIL is let go only while the socket is full, and a reply
+    // not taken in time, or whose reader's process has exited, ends the connection.
     int err = try_send_message(fd, reinterpret_cast<const char *>(reply), sizeof reply);
-    while (err == EAGAIN) {
-      {
-        py::gil_scoped_release nogil;
-        wait_writable(fd);
-      }
-      err = try_send_message(fd, reinterpret_cast<const char *>(reply), sizeof reply);
+    if (err == EAGAIN) {
+      py::gil_scoped_release nogil;
+      err = send_waiting(fd, reinterpret_cast<const char *>(reply), sizeof reply, pidfd,
+                         send_timeout_ns);
     }
+    if (traced) trace::mark(trace::kReplySent, tag, target, now_ns());
     // The metrics come after the reply, as in the Python path (Runtime.run).
     r->series->observe((end - start) / 1e9, (waited - start) / 1e9, (inferred - waited) / 1e9);
     return err == 0 ? kAnswered : kPeerGone;
@@ -318,10 +336,12 @@ void bind_host_runs(py::module_ &mod) {
       .def("close", &RunTable::close, "From now on every frame goes back to Python.")
       .def("__len__", &RunTable::size)
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
-           py::arg("spin"),
+           py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
-           "None, None) once the peer is gone. Raises when the socket itself fails.");
+           "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
+           "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises "
+           "when the socket itself fails.");
 }
 
 }  // namespace fl

@@ -10,7 +10,7 @@ from fastapi.responses import RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from fenceline import __version__
-from fenceline.api import docs, errors, interop, kserve, status, triton_shm
+from fenceline.api import docs, errors, interop, kserve, status, trace, triton_shm
 from fenceline.api.request_ids import RequestIdMiddleware
 from fenceline.api.security import BearerToken, BodyLimit
 from fenceline.runtime.model_control import ModelControl
@@ -49,6 +49,7 @@ def create_app(
     app.include_router(triton_shm.router)
     app.include_router(interop.router)
     app.include_router(status.router)
+    app.include_router(trace.router)
     docs.install(app, token_required=bool(token))
     app.state.started = time.monotonic()
 

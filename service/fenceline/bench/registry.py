@@ -12,10 +12,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from fenceline.bench import engine
 from fenceline.bench.scenarios import Scenario
@@ -142,6 +146,43 @@ def _ipc_written(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {**_ipc(ctx, sc), "write": True}
 
 
+TRACED_SIZES = ("64x64", "720p")
+
+
+def _traced(ctx: Context, sc: Scenario) -> Row | None:
+    """``ipc`` while the service records a trace of every frame (docs/tracing.md): what
+    tracing costs, beside the ``ipc`` row. The trace is asked for over HTTP, as
+    ``fenceline trace`` does, and ended when the row ends."""
+    if sc.size not in TRACED_SIZES or sc.renderers != 1 or sc.mode != "sync":
+        return None
+    got: list[Any] = []
+
+    def record() -> None:
+        with httpx.Client(base_url=ctx.url, timeout=120) as http:
+            got.append(http.post("/v2/interop/trace", json={"seconds": 60, "frames": 1_000_000}))
+
+    recorder = threading.Thread(target=record, daemon=True)
+    recorder.start()
+    deadline = time.monotonic() + 30
+    while not httpx.get(ctx.url + "/v2/interop/trace", timeout=10).json()["recording"]:
+        if not recorder.is_alive() or time.monotonic() > deadline:
+            recorder.join(5)
+            raise engine.LaneError(f"the service did not start a trace: {got[:1]}")
+        time.sleep(0.01)
+    try:
+        row = _lanes("ipc-traced", "fenceline.bench.transports:ipc_lane", _ipc)(ctx, sc)
+    finally:
+        httpx.delete(ctx.url + "/v2/interop/trace", timeout=10)
+        recorder.join(150)
+    if not got or got[0].status_code != 200:
+        raise engine.LaneError(f"the trace failed: {got[0].text[:200] if got else 'no answer'}")
+    if not got[0].json()["otherData"]["frames"]:
+        raise engine.LaneError("the trace recorded no frame of the row")
+    if row is not None:
+        row.note = "tracing on: every frame recorded"
+    return row
+
+
 def _two_cpus(ctx: Context) -> str | None:
     return None if len(os.sched_getaffinity(0)) >= 2 else "needs two CPUs"
 
@@ -177,6 +218,8 @@ for _t in (
               _lanes("in-process", f"{_T}:floor_lane", _floor, processes=False)),
     Transport("ipc", "fenceline IPC socket: signal fence, RUN, reply",
               _lanes("ipc", f"{_T}:ipc_lane", _ipc, pipelined=f"{_T}:ipc_pipelined_lane")),
+    Transport("ipc-traced", "fenceline IPC while the service records a per-frame trace",
+              _traced),
     Transport("in-process-cross-core",
               "the floor on a frame just written by a thread pinned to another CPU",
               _lanes("in-process-cross-core", f"{_T}:cross_core_floor_lane", _floor,

@@ -75,6 +75,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "max_inflight", "HTTP runs in flight per client"))
     p.add_argument("--max-sessions-per-device", type=int, default=S, help=h(
         "max_sessions_per_device", "CUDA sessions per GPU, over all clients"))
+    p.add_argument("--max-connections", type=int, default=S, metavar="N", help=h(
+        "max_connections", "IPC connections served at once, over all users; one more is "
+        "answered resource_exhausted and closed"))
+    p.add_argument("--max-connections-per-user", type=int, default=S, metavar="N", help=h(
+        "max_connections_per_user", "IPC connections of one user (uid) at once, at most "
+        "--max-connections"))
+    p.add_argument("--ipc-send-timeout-s", type=float, default=S, metavar="S", help=h(
+        "ipc_send_timeout_s", "close an IPC connection whose renderer does not take a reply "
+        "within this (it does not read its socket)"))
     p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=S,
                    help=h("client_shared_memory", "let KServe clients register Triton system "
                           "shared-memory regions (off: those routes answer 501)"))
@@ -164,6 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--frames", type=int,
                        help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
+    tr = sub.add_parser("trace", help="record a running service's per-frame trace as Chrome "
+                        "trace-event JSON (Perfetto, chrome://tracing; docs/tracing.md)")
+    tr.add_argument("--url", default="http://127.0.0.1:8000",
+                    help="the service's HTTP address (default %(default)s)")
+    tr.add_argument("--seconds", type=float, default=2.0,
+                    help="longest recording, at most 60 (default %(default)s)")
+    tr.add_argument("--frames", type=int, default=10_000,
+                    help="stop after this many frames, at most 1,000,000 (default %(default)s)")
+    tr.add_argument("--out", type=Path, default=Path("fenceline-trace.json"),
+                    help="where the JSON goes (default %(default)s)")
+    tr.add_argument("--png", type=Path,
+                    help="also draw a few frames of it as a PNG timeline here")
+    tr.add_argument("--token-file", type=Path, help="the service's --token-file, when it has one")
+
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
@@ -171,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument(
         "--hostile", type=int, default=0, metavar="N",
         help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
-        "frames with fds, dying while the service waits or before it replies",
+        "frames with fds, dying while the service waits or before it replies, or after "
+        "queueing their own socket end in the service (docs/reliability.md)",
     )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
@@ -194,6 +218,10 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.command == "trace":
+            from fenceline.cli.trace import trace_from_args
+
+            return trace_from_args(args)
         if args.command == "soak":
             from fenceline.cli.soak import soak_from_args
 

@@ -8,10 +8,11 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from fenceline import _native
+from fenceline import _native, trace
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
@@ -376,6 +377,7 @@ class Runtime:
                     user.users.discard(sid)
             else:
                 entry = self.sessions.add(owner, session, sid)
+                session.trace_tag = trace.tag(entry.id)
                 if stream is not None:
                     self.streams[sid] = stream
         if shutting_down:
@@ -507,6 +509,7 @@ class Runtime:
                     f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
                 )
             self._inflight[owner] = n + 1
+        received = time.perf_counter_ns() if trace.active() else 0
         try:
             result = self._run(
                 session, wait_value, signal_value, timeout_ms, asynchronous,
@@ -517,6 +520,9 @@ class Runtime:
                 self._inflight[owner] -= 1
         if reply is not None:
             reply(result)
+        if received:
+            trace.mark(trace.RECEIVED, session.trace_tag, result.signal_value, received)
+            trace.mark(trace.REPLY_SENT, session.trace_tag, result.signal_value)
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
