@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from fenceline import _native
-from fenceline.client import Fence, IpcClient
-from fenceline.errors import InvalidArgument
+from fenceline.client import Fence, IpcClient, ServiceError
 from fenceline.protocol.codec import Kind
 from tests.windows.kernel import close_handle
 from tests.windows.test_service import WinService
@@ -39,9 +38,9 @@ def test_a_named_fence_whose_wake_semaphore_cannot_wake_every_waiter_is_refused(
     page.array(np.dtype("u1"))[:6] = np.frombuffer(struct.pack("<IH", MAGIC, VERSION), np.uint8)
     wake = semaphore(maximum, name + ".wake")
     try:
-        with IpcClient(service.pipe) as client, pytest.raises(InvalidArgument, match="maximum count") as e:
+        with IpcClient(service.pipe) as client, pytest.raises(ServiceError, match="maximum count") as e:
             client.import_fence(name=name)
-        assert "0x7FFFFFFF" in e.value.message
+        assert e.value.code == "invalid_argument" and "0x7FFFFFFF" in str(e.value)
         # The same rule where a renderer opens a fence by name itself.
         with pytest.raises(Exception, match="maximum count"):
             _native.HostFence.open_shm(name)
@@ -56,8 +55,9 @@ def test_a_fence_sent_by_handle_with_a_wake_semaphore_of_maximum_1_is_refused(se
         wake = semaphore(1)
         try:
             body = {"fence_type": "host_timeline", "handle": int(good.handle.handle), "wake_handle": wake}
-            with pytest.raises(InvalidArgument, match="maximum count"):
+            with pytest.raises(ServiceError, match="maximum count") as e:
                 client._call(Kind.IMPORT_FENCE, body, [])
+            assert e.value.code == "invalid_argument"
             # The fence with its own wake semaphore (0x7FFFFFFF) is taken.
             assert client.import_fence(good)
         finally:

@@ -56,7 +56,8 @@ class PipeConnection(Connection):
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
 
     def _receive(self) -> tuple[bytes | None, list[int], str | None]:
-        got = self.sock.recv_frame(codec.MAX_FRAME)
+        pipe: Any = self.sock  # the native PipeConnection (Windows-only, absent from the stub)
+        got = pipe.recv_frame(codec.MAX_FRAME)
         if got is None:
             return None, [], None
         data, oversized = bytes(got[0]), bool(got[1])

@@ -19,6 +19,10 @@
 #include "../atomic.h"
 #include "../htl_wake.h"
 
+#ifndef SEMAPHORE_QUERY_STATE /* winnt.h's in the Windows SDK; not in every mingw-w64 */
+#define SEMAPHORE_QUERY_STATE 0x0001
+#endif
+
 struct fl_htl_wake {
   HANDLE semaphore;
 };
