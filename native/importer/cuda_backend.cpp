@@ -18,6 +18,7 @@
 #include "errors.h"
 #include "host_memory.h"
 #include "platform/dynlib.h"
+#include "trace.h"
 
 namespace fl::cuda {
 
@@ -33,6 +34,7 @@ using CUstream = void *;
 using CUevent = void *;
 using CUexternalMemory = void *;
 using CUexternalSemaphore = void *;
+using CUhostFn = void (*)(void *);
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
@@ -145,6 +147,8 @@ struct Api {
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, std::size_t *, CUdeviceptr);
   // Optional: only D3D12 imports need it (Windows drivers; Linux ones answer NOT_SUPPORTED).
   CUresult (*cuDeviceGetLuid)(char *, unsigned *, CUdevice);
+  // Optional: only a trace's GPU completion moments need it (CUDA 10+).
+  CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *);
 };
 
 struct Loaded {
@@ -205,6 +209,7 @@ const Loaded &loaded() {
     FL_LOAD(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
 #undef FL_LOAD
     load(lib, a.cuDeviceGetLuid, "cuDeviceGetLuid");
+    load(lib, a.cuLaunchHostFunc, "cuLaunchHostFunc");
     if (missing) {
       r.reason = std::string("the CUDA driver lacks ") + missing + " (driver too old)";
       return r;
@@ -631,6 +636,33 @@ bool Stream::synchronize(std::int64_t timeout_ns, std::int64_t spin_ns) const {
     std::this_thread::sleep_for(std::chrono::nanoseconds(nap));
     if (nap_ns < 1'000'000) nap_ns *= 2;
   }
+}
+
+namespace {
+
+struct GpuDone {
+  std::uint64_t session, frame;
+};
+
+// Runs on the driver's callback thread once the stream gets here: no CUDA call allowed, and
+// none made.
+void gpu_done(void *p) {
+  std::unique_ptr<GpuDone> d(static_cast<GpuDone *>(p));
+  trace::mark(trace::kGpuDone, d->session, d->frame, trace::now_ns());
+}
+
+}  // namespace
+
+bool Stream::trace_completion(std::uint64_t session, std::uint64_t frame) {
+  const Api &a = loaded().api;
+  if (a.cuLaunchHostFunc == nullptr || !trace::on()) return false;
+  device_->bind();
+  auto *d = new GpuDone{session, frame};
+  if (a.cuLaunchHostFunc(stream_, gpu_done, d) != CUDA_SUCCESS) {
+    delete d;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace fl::cuda

@@ -140,6 +140,11 @@ class Stream {
   // Spins up to spin_ns, then polls with growing sleeps; timeout_ns < 0 waits forever. Returns
   // true once done, false on timeout. Call with the GIL released.
   bool synchronize(std::int64_t timeout_ns, std::int64_t spin_ns) const;
+  // While a trace records: enqueues a host function that records the frame's GPU completion
+  // (trace.h, kGpuDone) when the stream gets there. It holds the stream's later work until it
+  // has run, so it is only enqueued while tracing. False when nothing was enqueued (no trace,
+  // or a driver without cuLaunchHostFunc).
+  bool trace_completion(std::uint64_t session, std::uint64_t frame);
 
  private:
   std::shared_ptr<Device> device_;

@@ -246,7 +246,10 @@ void bind_cuda(py::module_ &mod) {
       .def("done", &Stream::done)
       .def("synchronize", &Stream::synchronize, py::arg("timeout_ns") = -1,
            py::arg("spin_ns") = 0, py::call_guard<py::gil_scoped_release>(),
-           "Waits (GIL released) for the work before the last record(); False on timeout.");
+           "Waits (GIL released) for the work before the last record(); False on timeout.")
+      .def("trace_completion", &Stream::trace_completion, py::arg("session"), py::arg("frame"),
+           "While a trace records: records the frame's GPU completion when the stream gets "
+           "here; False when nothing was enqueued.");
 }
 
 }  // namespace fl

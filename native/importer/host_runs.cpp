@@ -30,6 +30,7 @@
 #include "host_memory.h"
 #include "run_metrics.h"
 #include "seqpacket.h"
+#include "trace.h"
 
 namespace py = pybind11;
 
@@ -170,14 +171,15 @@ class RunTable {
         }
         if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true);
       }
-      spin.observe(fl_htl_now_ns() - t0, spun);
+      const std::int64_t received = fl_htl_now_ns();
+      spin.observe(received - t0, spun);
       if (m.eof) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         try {
           const int served =
               serve_frame(fd, owner, reinterpret_cast<const std::uint8_t *>(m.data.data()),
-                          m.data.size());
+                          m.data.size(), received);
           if (served == kAnswered) continue;
           if (served == kPeerGone)
             return py::make_tuple(py::none(), py::list(), py::none(), py::none());
@@ -195,7 +197,8 @@ class RunTable {
   }
 
  private:
-  int serve_frame(int fd, const std::string &owner, const std::uint8_t *p, std::size_t n) {
+  int serve_frame(int fd, const std::string &owner, const std::uint8_t *p, std::size_t n,
+                  std::int64_t received) {
     if (n != FL_WIRE_HEADER_SIZE + sizeof(FlWireRun) || closing_.load(std::memory_order_relaxed))
       return kNotMine;
     const std::uint16_t kind = u16(p + 6);
@@ -231,7 +234,15 @@ class RunTable {
       return kNotMine;  // a lost page: the Python path says so
     }
     const std::int64_t waited = now_ns();
+    const bool traced = trace::on();
+    std::uint64_t tag = 0;
+    if (traced) {
+      std::memcpy(&tag, k.data(), sizeof tag);
+      trace::mark(trace::kReceived, tag, target, received);
+      trace::mark(trace::kInputReached, tag, target, waited);
+    }
     for (const auto &m : r->unsealed) m->mapping()->check_size();  // DeviceLost, as in Python
+    if (traced) trace::mark(trace::kModelStart, tag, target, now_ns());
     PyObject *ok = PyObject_CallFunctionObjArgs(r->run.ptr(), r->binding.ptr(), Py_None, nullptr);
     if (ok == nullptr) {
       py::error_already_set e;
@@ -245,6 +256,10 @@ class RunTable {
     const std::int64_t end = now_ns();
     record(*r, end, target, waited - start, inferred - waited, end - start);
     hold.unlock();
+    if (traced) {
+      trace::mark(trace::kModelEnd, tag, target, inferred);
+      trace::mark(trace::kSignalled, tag, target, end);
+    }
 
     std::uint8_t reply[FL_WIRE_HEADER_SIZE + sizeof(FlWireRunReply)] = {};
     put32(reply, FL_WIRE_MAGIC);
@@ -268,6 +283,7 @@ class RunTable {
       }
       err = try_send_message(fd, reinterpret_cast<const char *>(reply), sizeof reply);
     }
+    if (traced) trace::mark(trace::kReplySent, tag, target, now_ns());
     // The metrics come after the reply, as in the Python path (Runtime.run).
     r->series->observe((end - start) / 1e9, (waited - start) / 1e9, (inferred - waited) / 1e9);
     return err == 0 ? kAnswered : kPeerGone;

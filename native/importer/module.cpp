@@ -27,6 +27,7 @@ void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 void bind_run_metrics(py::module_ &mod);  // run_metrics.cpp
 void bind_adaptive_spin(py::module_ &mod);  // adaptive_spin.cpp
 void bind_host_runs(py::module_ &mod);  // host_runs.cpp (POSIX)
+void bind_trace(py::module_ &mod);  // trace.cpp
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
@@ -303,6 +304,7 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_d3d12(mod);
   fl::bind_run_metrics(mod);
   fl::bind_adaptive_spin(mod);
+  fl::bind_trace(mod);
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
 #else

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -250,6 +250,10 @@ class CudaStream:
         """
         Waits (GIL released) for the work before the last record(); False on timeout.
         """
+    def trace_completion(self, session: typing.SupportsInt | typing.SupportsIndex, frame: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        While a trace records: records the frame's GPU completion when the stream gets here; False when nothing was enqueued.
+        """
     def wait(self, semaphore: CudaSemaphore, value: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         Enqueues a GPU-side wait for value (GIL released: a full queue may block).
@@ -420,6 +424,26 @@ def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes) -> 
     """
     Sends one SOCK_SEQPACKET message; raises OSError when the socket failed (the peer is gone). Waits with the GIL released only while the socket is full.
     """
+def trace_filled() -> bool:
+    """
+    Whether the recording stopped by itself (its frames or its room reached).
+    """
+def trace_mark(moment: typing.SupportsInt | typing.SupportsIndex, session: typing.SupportsInt | typing.SupportsIndex, frame: typing.SupportsInt | typing.SupportsIndex, t_ns: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    """
+    Records one moment while a trace is on (t_ns 0: now).
+    """
+def trace_on() -> bool:
+    """
+    Whether a trace is recording now.
+    """
+def trace_start(capacity: typing.SupportsInt | typing.SupportsIndex, max_frames: typing.SupportsInt | typing.SupportsIndex) -> bool:
+    """
+    Starts recording moments (at most capacity, and those of at most max_frames frames); False when a recording is already on.
+    """
+def trace_stop() -> tuple[list[tuple[int, int, int, int, int]], int]:
+    """
+    Stops the recording: ([(t_ns, moment, session, frame, thread), ...], dropped).
+    """
 def wire_kinds() -> dict[str, int]:
     """
     Frame kinds by name, as in fenceline_wire.h.
@@ -427,6 +451,7 @@ def wire_kinds() -> dict[str, int]:
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
 PLATFORM: str = 'posix'
+TRACE_MOMENTS: int = 8
 WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fenceline.errors import InvalidArgument
 from fenceline.logs import LOG_FORMATS, LogFormat
+from fenceline.runtime.model_config import CONTROL_MODES, ControlMode
 
 ENV_PREFIX = "FENCELINE_"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -50,6 +51,9 @@ class ServeSettings(BaseSettings):
     # Neither a repository nor models: the builtin models (fenceline.models.builtin).
     model_repository: Path | None = None
     models: dict[str, Path] = {}
+    model_control_mode: ControlMode = "none"  # Triton's: none, explicit, poll
+    load_models: list[str] = []  # explicit mode: the models loaded at start ("*": all)
+    repository_poll_secs: float = 15.0  # poll mode: seconds between rescans
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
@@ -107,6 +111,10 @@ class ServeSettings(BaseSettings):
                 f"--socket {self.socket}: {len(bytes(self.socket))} bytes is longer than a Unix "
                 f"socket path may be ({MAX_SOCKET_PATH}); choose a shorter path"
             )
+        if self.load_models and self.model_control_mode != "explicit":
+            raise InvalidArgument("--load-model goes with --model-control-mode explicit")
+        if not 0 < self.repository_poll_secs <= 86400:
+            raise InvalidArgument("--repository-poll-secs is a number of seconds in (0, 86400]")
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
         if self.max_spinners is not None and self.max_spinners < 0:
@@ -144,6 +152,8 @@ def _explain(e: ValidationError) -> str:
         got = err.get("input")
         if field == "log_format" and err["type"] == "literal_error":
             parts.append(f"{where} is one of {', '.join(LOG_FORMATS)}, not {got!r}")
+        elif field == "model_control_mode" and err["type"] == "literal_error":
+            parts.append(f"{where} is one of {', '.join(CONTROL_MODES)}, not {got!r}")
         else:
             parts.append(f"{where}: {err['msg'].lower()}, got {got!r}")
     return "; ".join(parts)

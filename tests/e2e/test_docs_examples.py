@@ -80,6 +80,9 @@ COVERED: dict[tuple[str, str], list[str]] = {
         "tests/e2e/test_bench_smoke.py::test_quick_bench_prints_table_and_goals",
         "tests/e2e/test_bench_smoke.py::test_scaling_mode_prints_a_table_and_writes_json",
     ],
+    ("docs/tracing.md", "fenceline trace --seconds 2 --out frame.json                      # the service on 127.0.0.1:8000"): [
+        "tests/integration/test_trace.py::test_trace_records_each_frame_of_a_renderer_in_order",
+        "tests/integration/test_trace.py::test_trace_cli_says_when_no_service_answers"],
     ("docs/c-api.md", "# flags for the shared library, with an rpath so the program finds it"): [
         f"{HERE}::test_c_api_build_commands_run_as_written",
     ],
@@ -174,6 +177,9 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
         "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
     ],
+    ("docs/triton.md", "import tritonclient.http as httpclient"): [
+        "tests/integration/test_model_control.py::test_load_serves_a_model_and_unload_stops_it",
+        "tests/integration/test_model_control.py::test_unload_is_refused_while_a_session_uses_the_model"],
     ("docs/streaming.md", 'info = client.create_session("add_64x64", {"x": View(mem, "FP32", shape)},'): [
         "tests/integration/test_streaming.py::test_streaming_session_outputs_equal_direct_onnxruntime_runs",
     ],

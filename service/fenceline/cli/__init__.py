@@ -1,4 +1,4 @@
-"""``fenceline serve | demo | bench``."""
+"""The ``fenceline`` command: one subcommand per task (``fenceline --help`` lists them)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fenceline import __version__
 from fenceline.config import LOG_LEVELS, setting_help
 from fenceline.errors import FencelineError, InvalidArgument, Unsupported
 from fenceline.logs import LOG_FORMATS
+from fenceline.runtime.model_config import CONTROL_MODES
 
 S = argparse.SUPPRESS  # an absent flag: the settings object decides (environment, default)
 
@@ -24,6 +25,16 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         default="the builtin models, when no --model is given either"))
     p.add_argument("--model", action="append", default=S, metavar="NAME=PATH",
                    help=h("models", "an extra model; repeatable; env takes JSON {NAME: PATH}"))
+    p.add_argument("--model-control-mode", default=S, choices=CONTROL_MODES, help=h(
+        "model_control_mode", "as Triton's: none loads every model at start; explicit loads "
+        "those of --load-model and lets clients load and unload; poll rescans the repository "
+        "(docs/triton.md)"))
+    p.add_argument("--load-model", dest="load_models", action="append", default=S,
+                   metavar="NAME", help=h(
+        "load_models", "explicit mode: a model to load at start; repeatable; * loads all; env "
+        "takes JSON [NAME, ...]"))
+    p.add_argument("--repository-poll-secs", type=float, default=S, metavar="S", help=h(
+        "repository_poll_secs", "poll mode: seconds between rescans of the repository"))
     p.add_argument("--host", default=S, help=h("host", "HTTP bind address"))
     p.add_argument("--port", type=int, default=S, help=h("port", "HTTP port (0: any free one)"))
     p.add_argument("--socket", type=Path, default=S, help=h(
@@ -86,9 +97,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command and flag (the docs' commands are checked against it)."""
-    parser = argparse.ArgumentParser(prog="fenceline", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="fenceline",
+        description="A local inference service for renderers: shared frames and timeline "
+        "fences into ONNX Runtime, run in place.",
+        epilog="Run 'fenceline COMMAND --help' for the flags of a command. Documentation: "
+        "README.md and docs/ in the source tree; with the service running, /ui and /docs.",
+    )
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands",
+                                metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the service")
     _serve_args(serve)
@@ -142,6 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--frames", type=int,
                        help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
+    tr = sub.add_parser("trace", help="record a running service's per-frame trace as Chrome "
+                        "trace-event JSON (Perfetto, chrome://tracing; docs/tracing.md)")
+    tr.add_argument("--url", default="http://127.0.0.1:8000",
+                    help="the service's HTTP address (default %(default)s)")
+    tr.add_argument("--seconds", type=float, default=2.0,
+                    help="longest recording, at most 60 (default %(default)s)")
+    tr.add_argument("--frames", type=int, default=10_000,
+                    help="stop after this many frames, at most 1,000,000 (default %(default)s)")
+    tr.add_argument("--out", type=Path, default=Path("fenceline-trace.json"),
+                    help="where the JSON goes (default %(default)s)")
+    tr.add_argument("--png", type=Path,
+                    help="also draw a few frames of it as a PNG timeline here")
+    tr.add_argument("--token-file", type=Path, help="the service's --token-file, when it has one")
+
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
@@ -172,6 +204,10 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.command == "trace":
+            from fenceline.cli.trace import trace_from_args
+
+            return trace_from_args(args)
         if args.command == "soak":
             from fenceline.cli.soak import soak_from_args
 

@@ -22,6 +22,7 @@ from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer, default_socket_path
 from fenceline.metrics import Metrics
 from fenceline.models.builtin import builtin_repository
+from fenceline.runtime.model_control import ModelControl
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
 from fenceline.runtime.table import RuntimeSettings
@@ -145,9 +146,10 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
     spinners = set_spinners(settings.max_spinners)
     if settings.builtin_models:
         log.info("no --model-repository or --model: serving the builtin models")
-        models = ModelRepository.from_sources(builtin_repository())
-    else:
-        models = ModelRepository.from_sources(settings.model_repository, settings.models)
+    models = ModelRepository.from_sources(
+        builtin_repository() if settings.builtin_models else settings.model_repository,
+        settings.models, mode=settings.model_control_mode, load=settings.load_models,
+    )
     runtime = Runtime(
         models,
         Metrics(),
@@ -174,6 +176,9 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
             allow_uids=settings.allow_uids,
         )
     ipc.start()
+    model_control = ModelControl(runtime, settings.repository_poll_secs)
+    if settings.model_control_mode == "poll":
+        model_control.start_polling()
     app = create_app(
         runtime,
         InferenceSettings(
@@ -185,6 +190,7 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         max_body_bytes=settings.max_body_mb << 20,
         max_json_bytes=settings.max_json_mb << 20,
         ready_checks=[ipc.accepting],
+        model_control=model_control,
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
@@ -204,6 +210,7 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         # Order: no new work, fail waiting runs, close connections (each releases its objects),
         # release what HTTP clients left, unmap.
         runtime.closing.set()
+        model_control.close()
         ipc.stop()
         runtime.close()
         log.info("fenceline stopped")

@@ -297,6 +297,9 @@ class Connection:
         if obj.get("kind") == "model":
             # Models are named, not owned: any client may read their metadata, as over HTTP.
             return self.runtime.models.get(str(obj.get("id", "")), obj.get("version")).metadata()
+        if obj.get("kind") == "models":
+            # The names a client may choose from (the OBS filter's model list); the id is unused.
+            return {"models": self.runtime.models.names()}
         kind, id_ = obj.get("kind"), self._id(body)
         describe = {
             "memory": self.runtime.describe_memory,
@@ -304,7 +307,7 @@ class Connection:
             "session": self.runtime.describe_session,
         }.get(str(kind))
         if describe is None:
-            raise InvalidRequest("DESCRIBE kind is memory, fence, session or model")
+            raise InvalidRequest("DESCRIBE kind is memory, fence, session, model or models")
         return describe(self.owner, id_)
 
     # -- lifetime -------------------------------------------------------------------------

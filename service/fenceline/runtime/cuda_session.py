@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from fenceline import _native
+from fenceline import _native, trace
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
@@ -225,6 +225,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             self._enqueue(stream, wait_value, target, signal_on_error=False)
             stream.record()
             enqueued = time.perf_counter_ns()
+            trace.mark(trace.ENQUEUED, self.trace_tag, target, enqueued)
             if asynchronous:
                 queued = RunResult(target, 0, enqueued - start, enqueued - start)
                 self.recent.append((enqueued, queued))
@@ -258,6 +259,9 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         assert self._ort is not None
         stream.wait(self.wait_fence.handle, wait_value)
         self._max_wait_value = max(self._max_wait_value, wait_value)
+        traced = trace.active()
+        if traced:
+            trace.mark(trace.MODEL_START, self.trace_tag, target)
         failure: ModelError | None = None
         try:
             self._ort.run_with_iobinding(self._binding, self._run_options)
@@ -265,7 +269,12 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             failure = ModelError(f"model {self.model.name!r} failed: {e}")
             if not signal_on_error:
                 raise failure from e
+        if traced:
+            trace.mark(trace.MODEL_END, self.trace_tag, target)
         stream.signal(self.signal_fence.handle, target)
+        if traced:
+            trace.mark(trace.SIGNALLED, self.trace_tag, target)
+            stream.trace_completion(self.trace_tag, target)
         self.signal_fence.enqueued_signal = target
         self.runs += 1
         self.last_signal_value = target

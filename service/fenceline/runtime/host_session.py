@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from fenceline import _native
+from fenceline import _native, trace
 from fenceline._native import WAIT_REACHED
 from fenceline.errors import Conflict, DeviceLost, ModelError, TimedOut
 from fenceline.interop.host_fence import FenceImport
@@ -107,6 +107,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             for handle in self._unsealed:
                 handle.check()
             assert self.model.session is not None
+            model_start = time.perf_counter_ns() if trace.active() else 0
             try:
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
                 self.model.session.run_with_iobinding(self._binding)
@@ -116,6 +117,8 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             self._check_lost()
             self._signal_handle.signal(target)
             end = time.perf_counter_ns()
+            if model_start:
+                trace.mark_run(self.trace_tag, target, waited, model_start, inferred, end)
             self.runs += 1
             self.last_signal_value = target
             result = RunResult(target, waited - start, inferred - waited, end - start)

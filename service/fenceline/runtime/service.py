@@ -8,13 +8,15 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from fenceline import _native
+from fenceline import _native, trace
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
+    NotFound,
     ResourceExhausted,
     Unavailable,
 )
@@ -42,7 +44,7 @@ from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
 from fenceline.runtime.host_session import HostSession
-from fenceline.runtime.models import ModelRepository
+from fenceline.runtime.models import Model, ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
@@ -73,6 +75,8 @@ class Runtime:
         self._inflight: dict[str, int] = {}
         # Sessions being built outside the lock: (owner, device label or "") by reserved id.
         self._pending: dict[str, tuple[str, str]] = {}
+        # The model of each session being built, by reserved id (an unload waits for none).
+        self._pending_models: dict[str, Model] = {}
         self.closing = threading.Event()
         # The host sessions whose RUN frames the IPC socket serves natively (docs/ipc.md, "The
         # run path"); None where the build has no such path (Windows).
@@ -354,8 +358,11 @@ class Runtime:
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
                 backend.check_streaming(policy, wait.obj.kind)
+            if not self.models.is_loaded(m):
+                raise NotFound(f"model {m.name!r} was unloaded while the session was set up")
             sid = secrets.token_hex(16)
             self._pending[sid] = (owner, label)
+            self._pending_models[sid] = m
             holders: list[Entry[Any]] = [*used, wait, signal]
             for user in holders:  # held from now on: a release answers conflict
                 user.users.add(sid)
@@ -371,17 +378,20 @@ class Runtime:
                 session.close()
             with self._lock:
                 del self._pending[sid]
+                del self._pending_models[sid]
                 for user in holders:
                     user.users.discard(sid)
             raise
         with self._lock:
             del self._pending[sid]
+            del self._pending_models[sid]
             shutting_down = self.closing.is_set()  # release_owner may have run meanwhile
             if shutting_down:
                 for user in holders:
                     user.users.discard(sid)
             else:
                 entry = self.sessions.add(owner, session, sid)
+                session.trace_tag = trace.tag(entry.id)
                 if stream is not None:
                     self.streams[sid] = stream
         if shutting_down:
@@ -513,6 +523,7 @@ class Runtime:
                     f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
                 )
             self._inflight[owner] = n + 1
+        received = time.perf_counter_ns() if trace.active() else 0
         try:
             result = self._run(
                 session, wait_value, signal_value, timeout_ms, asynchronous,
@@ -523,6 +534,9 @@ class Runtime:
                 self._inflight[owner] -= 1
         if reply is not None:
             reply(result)
+        if received:
+            trace.mark(trace.RECEIVED, session.trace_tag, result.signal_value, received)
+            trace.mark(trace.REPLY_SENT, session.trace_tag, result.signal_value)
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
@@ -553,6 +567,22 @@ class Runtime:
             wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
             asynchronous=asynchronous,
         )
+
+    # -- models ---------------------------------------------------------------------------
+
+    def unload_model(self, name: str) -> bool:
+        """Stops serving model ``name``; refused with ``conflict`` while a session of it exists
+        (release or stop them first). False when it was not loaded. In-flight KServe requests
+        hold their model and finish."""
+        with self._lock:
+            n = sum(1 for e in self.sessions.entries.values() if e.obj.model.name == name)
+            n += sum(1 for m in self._pending_models.values() if m.name == name)
+            if n:
+                raise Conflict(
+                    f"model {name!r} has {n} session(s); release them (or stop their "
+                    "renderers) before unloading it"
+                )
+            return self.models.unload(name)
 
     # -- owners ---------------------------------------------------------------------------
 
