@@ -304,10 +304,13 @@ int main(int argc, char **argv) {
            "ImportD3D12Memory");
   FlFenceImport *ready_import = nullptr;
   FlFenceImport *done_import = nullptr;
-  check_fl(api->ImportD3D12Fence(client, utf8(ready_name).c_str(), adapter_luid, &ready_import),
-           "ImportD3D12Fence (ready)");
-  check_fl(api->ImportD3D12Fence(client, utf8(done_name).c_str(), adapter_luid, &done_import),
-           "ImportD3D12Fence (done)");
+  // Each fence with its value now: the service signals `done` only above it, never backwards.
+  check_fl(api->ImportD3D12FenceAt(client, utf8(ready_name).c_str(), adapter_luid,
+                                   ready->GetCompletedValue(), &ready_import),
+           "ImportD3D12FenceAt (ready)");
+  check_fl(api->ImportD3D12FenceAt(client, utf8(done_name).c_str(), adapter_luid,
+                                   done->GetCompletedValue(), &done_import),
+           "ImportD3D12FenceAt (done)");
   const FlTensorView in = {sizeof(FlTensorView), "x", memory, 0, "FP32", kShape, 4};
   const FlTensorView out = {sizeof(FlTensorView), "y", memory, kOutputOffset, "FP32", kShape, 4};
   const FlSessionDesc sd = {sizeof(FlSessionDesc), model, &in, 1, &out, 1, ready_import,

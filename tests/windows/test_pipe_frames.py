@@ -1,12 +1,18 @@
-"""Frames on the Windows pipe that the service refuses, from a client written against the wire
-format alone (docs/ipc.md): each refusal carries the request id of the frame's header, and the
-connection stays in step for the next frame."""
+"""The Windows pipe from a client written against the docs alone: the default pipe's name as
+docs/windows.md computes it in C, and frames the service refuses (docs/ipc.md), each answered
+with the request id of its header, the connection staying in step for the next frame."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fenceline import _native
+from fenceline.ipc.pipe_server import default_pipe_name
 from fenceline.errors import InvalidRequest
 from fenceline.protocol import codec
 from tests.windows.test_service import WinService
@@ -33,3 +39,14 @@ def test_a_frame_over_65536_bytes_is_answered_with_its_request_id(service: WinSe
         assert (hello.kind, hello.request_id) == (codec.Kind.HELLO | codec.REPLY_BIT, 4243)
     finally:
         pipe.close()
+
+
+@pytest.mark.skipif(not os.environ.get("FENCELINE_WIN_C_PROGRAMS"),
+                    reason="FENCELINE_WIN_C_PROGRAMS is unset: .ci/windows builds the C programs")
+def test_the_docs_pipe_name_in_c_is_the_services_default_pipe() -> None:
+    program = Path(os.environ["FENCELINE_WIN_C_PROGRAMS"]) / "docs_pipe_name.exe"
+    p = subprocess.run([str(program)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == default_pipe_name()
+    assert p.stdout.startswith("\\\\.\\pipe\\fenceline-S-1-5-"), p.stdout
