@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from fenceline import _native
-from fenceline.ipc.pipe_server import default_pipe_name
 from fenceline.errors import InvalidRequest
+from fenceline.ipc.pipe_server import default_pipe_name
 from fenceline.protocol import codec
 from tests.windows.test_service import WinService
 
