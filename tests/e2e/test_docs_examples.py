@@ -181,6 +181,9 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/windows.md", "/* renderer.c: cl renderer.c /I <pkg>\\include <pkg>\\lib\\fenceline_client.lib, or with"): [
         "tests/windows/test_c_client.py::test_docs_c_renderer_runs_as_written",
     ],
+    ("docs/windows.md", "HANDLE token; DWORD n = 0; LPWSTR sid = NULL; wchar_t pipe[256];"): [
+        "tests/windows/test_pipe_frames.py::test_the_docs_pipe_name_in_c_is_the_services_default_pipe",
+    ],
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
         "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
     ],
