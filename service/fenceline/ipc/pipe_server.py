@@ -68,6 +68,15 @@ class PipeConnection(Connection):
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))
 
+    def _gone(self) -> bool:
+        """True once the pipe is closed or the process that connected has exited (its process
+        handle, held since it was identified, is the pidfd of the Linux socket)."""
+        pipe: Any = self.sock
+        try:
+            return bool(pipe.peer_exited())
+        except FencelineError:  # the pipe is closed: nobody is left to identify
+            return True
+
     def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
         """Duplicates each handle from the pipe's client (identified when it connected) and
         checks its object type; on any failure closes what it already duplicated."""

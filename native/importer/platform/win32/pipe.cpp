@@ -195,10 +195,15 @@ std::uint32_t PipeConnection::peer_pid() const {
 HANDLE PipeConnection::pinned_peer() const {
   std::lock_guard<std::mutex> lock(peer_mutex_);
   if (!peer_process_) {
-    peer_process_ = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, peer_pid());
+    peer_process_ =
+        ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE, FALSE, peer_pid());
     if (!peer_process_) throw_last("OpenProcess (peer)", ::GetLastError());
   }
   return peer_process_;
+}
+
+bool PipeConnection::peer_exited() const {
+  return ::WaitForSingleObject(pinned_peer(), 0) == WAIT_OBJECT_0;
 }
 
 std::string PipeConnection::peer_user_sid() const {

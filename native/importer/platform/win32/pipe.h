@@ -59,6 +59,9 @@ class PipeConnection {
   // that was identified, even after it exited.
   std::uint32_t peer_pid() const;
   std::string peer_user_sid() const;
+  // Whether the identified peer process has exited (its end of the pipe may outlive it only
+  // for a moment, but a fence wait should not wait for the pipe to say so).
+  bool peer_exited() const;
   // Duplicates the peer process's `handle` into this one, with the same access, and checks it
   // names an object of the type `role` needs (nt_handles.h). The caller owns the result; nothing
   // is left open when this throws (handles.cpp).
