@@ -54,11 +54,13 @@ class PipeConnection(Connection):
 
     def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
+        self._pipe_closed = False  # the receive saw the pipe end
 
     def _receive(self) -> tuple[bytes | None, list[int], str | None]:
         pipe: Any = self.sock  # the native PipeConnection (Windows-only, absent from the stub)
         got = pipe.recv_frame(codec.MAX_FRAME)
         if got is None:
+            self._pipe_closed = True
             return None, [], None
         data, oversized = bytes(got[0]), bool(got[1])
         if oversized:  # read to its end; its head stays, so the refusal carries its request id
@@ -71,6 +73,8 @@ class PipeConnection(Connection):
     def _gone(self) -> bool:
         """True once the pipe is closed or the process that connected has exited (its process
         handle, held since it was identified, is the pidfd of the Linux socket)."""
+        if self._pipe_closed:
+            return True
         pipe: Any = self.sock
         try:
             return bool(pipe.peer_exited())

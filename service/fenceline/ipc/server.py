@@ -342,6 +342,10 @@ class Connection:
     def close(self) -> None:
         if self.server.forget(self):
             self._handlers.clear()  # they refer back to this connection
+            # So does the wait's cancel (its gone() is this connection's): left, the cycle would
+            # keep the connection, its thread and its channel until a garbage collection, which
+            # on Windows holds the pipe's event and the thread's handle.
+            self._cancel = Cancel(self.runtime.closing, _always)
             try:
                 self.runtime.release_owner(self.owner)
             finally:
@@ -355,6 +359,10 @@ class Connection:
                 if self._process is not None:
                     self._process.close()
                 self.runtime.metrics.ipc_connections.dec()
+
+
+def _always() -> bool:
+    return True
 
 
 def _hung_up(sock: socket.socket) -> bool:
