@@ -22,6 +22,7 @@ from fenceline.client import Fence, SharedFrame
 from fenceline.ipc.server import IpcServer
 from fenceline.models import build_repository
 from fenceline.protocol import codec
+from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
 from fenceline.runtime.table import ViewSpec
@@ -133,7 +134,7 @@ def test_frames_are_served_natively_and_counted(
     assert got == {"runs": 200, "last": 200}  # the session's counters, read over DESCRIBE
     assert python_runs == []  # not one frame went through the interpreter's run path
     assert ("add_64x64", "ipc", 200) in runtime.metrics.run_store.runs()
-    assert len(runtime.run_table) == 0  # the renderer left: its session is gone here too
+    assert len(server.run_table) == 0  # the renderer left: its session is gone here too
 
 
 def test_a_fence_not_yet_reached_is_waited_for_by_the_python_path(
@@ -160,7 +161,7 @@ def test_failed_runs_answer_as_the_python_path_does(
 
 def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> None:
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
-    table = runtime.run_table
+    table = _native.RunTable(runtime.settings.max_timeout_ms)
     nbytes = 3 * 64 * 64 * 4
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -172,6 +173,10 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
             sid = runtime.create_session(
                 owner, "add_64x64", {"x": ViewSpec(mem, 0, "FP32", [1, 3, 64, 64])},
                 {"y": ViewSpec(mem, nbytes, "FP32", [1, 3, 64, 64])}, fa, fb)["id"]
+            session = runtime.session(owner, sid)
+            assert isinstance(session, HostSession)
+            session.run_natively(table, bytes.fromhex(sid), owner,
+                                 runtime.metrics.run_series("add_64x64", "ipc"))
             assert len(table) == 1
 
             # The loop serves the RUNs it can and hands back the first frame it cannot: a HELLO
@@ -197,7 +202,7 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
             reply = codec.decode(theirs.recv(codec.MAX_FRAME))
             assert reply.request_id == 2 and codec.decode_run_reply(reply.body).signal_value == 2
             assert b.value == 2
-            table.close()  # as Runtime.close does first
+            table.close()  # as IpcServer.stop does first
             assert not served(3) and b.value == 2
     finally:
         runtime.close()

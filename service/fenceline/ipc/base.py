@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied, Unavailable
 from fenceline.runtime.service import Runtime
 
@@ -29,9 +30,12 @@ class Connection(Protocol):
 
 
 class ServerBase:
-    def __init__(self, runtime: Runtime, spin_ns: int) -> None:
+    def __init__(self, runtime: Runtime, spin_ns: int, run_path: RunPath = "native") -> None:
         self.runtime = runtime
         self.spin_ns = spin_ns
+        self.run_path = run_path
+        # The native runner of the RUN frames, where the transport has one (the Unix socket).
+        self.run_table: Any = None
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs, waiting
+from fenceline.config import RunPath
 from fenceline.errors import (
     FencelineError,
     InvalidArgument,
@@ -35,11 +36,14 @@ from fenceline.ipc.base import ServerBase
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
-from fenceline.runtime.service import IPC_OWNER, Runtime
+from fenceline.runtime.host_session import HostSession
+from fenceline.runtime.service import Runtime
 from fenceline.runtime.session import RunResult
 from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.ipc")
+
+IPC_OWNER = "ipc:"  # the owner name of what an IPC connection creates: "ipc:<connection number>"
 
 
 def default_socket_path() -> Path:
@@ -74,9 +78,9 @@ class Connection:
         self.runtime = server.runtime
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
-        # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
-        # so the wait itself looks for the hangup.
-        self._cancel = Cancel(server.runtime.closing, lambda: _hung_up(sock))
+        # A long fence wait ends early when the renderer dies: nobody reads the channel
+        # meanwhile, so the wait itself asks the transport whether its peer is gone.
+        self._cancel = Cancel(server.runtime.closing, self.peer_gone)
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -100,7 +104,7 @@ class Connection:
         metrics = self.runtime.metrics
         # The Unix socket's frames are received, and a host session's RUNs served, in native
         # code (docs/ipc.md, "The run path"); the Windows pipe serves every frame here.
-        table = self.runtime.run_table if isinstance(self.sock, socket.socket) else None
+        table = self.server.run_table if isinstance(self.sock, socket.socket) else None
         fd = -1 if table is None else self.sock.fileno()
         try:
             while True:
@@ -163,6 +167,11 @@ class Connection:
         peer is gone. The Windows pipe's (fenceline.ipc.pipe_server): the Unix socket is
         received by RunTable.serve_loop."""
         raise NotImplementedError
+
+    def peer_gone(self) -> bool:
+        """True once the renderer closed its end or died; never blocks. Each transport has its
+        own way to see it: the Windows pipe's is fenceline.ipc.pipe_server's."""
+        return _hung_up(self.sock)
 
     def _send(self, data: bytes) -> bool:
         try:
@@ -279,11 +288,20 @@ class Connection:
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(SessionCreateRequest, body)
-        return self.runtime.create_session(
+        info = self.runtime.create_session(
             self.owner, req.model, req.input_specs(), req.output_specs(), req.wait_fence,
             req.signal_fence, mode=req.mode, policy=req.policy, spin_us=req.spin_us,
             start=req.start,
         )
+        table = self.server.run_table
+        if table is not None and self.server.run_path == "native":
+            session = self.runtime.session(self.owner, info["id"])
+            if isinstance(session, HostSession) and session.stream is None:
+                # One thread serves a connection, so its runs are in flight one at a time:
+                # within the in-flight quota the native path need not count them.
+                session.run_natively(table, bytes.fromhex(info["id"]), self.owner,
+                                     self.runtime.metrics.run_series(req.model, "ipc"))
+        return info
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
         self.runtime.release_session(self.owner, self._id(body))
@@ -320,7 +338,7 @@ class Connection:
 
 
 def _hung_up(sock: socket.socket) -> bool:
-    """True once the peer closed its end (or died: the kernel closed it)."""
+    """True once the peer closed its end of a Unix socket (or died: the kernel closed it)."""
     try:
         p = select.poll()
         p.register(sock.fileno(), select.POLLHUP)
@@ -371,8 +389,12 @@ class IpcServer(ServerBase):
         path: Path | None = None,
         spin_ns: int = 100_000,
         allow_uids: frozenset[int] | None = None,
+        run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns)
+        super().__init__(runtime, spin_ns, run_path)
+        # Receives every frame of the socket, and serves the RUNs of the host sessions it was
+        # given (run path "native"; "python" gives it none): docs/ipc.md, "The run path".
+        self.run_table: Any = _native.RunTable(runtime.settings.max_timeout_ms)
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
@@ -500,6 +522,7 @@ class IpcServer(ServerBase):
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
         self._accepting = False
+        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None

@@ -1,6 +1,6 @@
 """The runtime: one object table of imports and sessions, owned by clients, driven by every
-transport. HTTP requests act as owner ``"http"``; each IPC connection is its own owner, and
-everything it created is released when it closes."""
+transport. It knows no transport: an owner is a name the transport picks (HTTP requests act as
+``"http"``, each IPC connection as its own, whose objects it releases when it closes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from fenceline import _native
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
@@ -41,7 +40,6 @@ from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
-from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
@@ -74,10 +72,6 @@ class Runtime:
         # Sessions being built outside the lock: (owner, device label or "") by reserved id.
         self._pending: dict[str, tuple[str, str]] = {}
         self.closing = threading.Event()
-        # The host sessions whose RUN frames the IPC socket serves natively (docs/ipc.md, "The
-        # run path"); None where the build has no such path (Windows).
-        table = getattr(_native, "RunTable", None)
-        self.run_table: Any = None if table is None else table(self.settings.max_timeout_ms)
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -375,12 +369,6 @@ class Runtime:
             raise Unavailable("the service is shutting down")
         if stream is not None:
             stream.label, stream.owner = entry.id[:8], owner
-        elif (self.run_table is not None and isinstance(session, HostSession)
-              and owner.startswith(IPC_OWNER) and self.settings.max_inflight_runs_per_owner > 0):
-            # One thread serves a connection, so its runs are in flight one at a time: within
-            # the in-flight quota the native path need not count them.
-            session.run_natively(self.run_table, bytes.fromhex(entry.id), owner,
-                                 self.metrics.run_series(m.name, "ipc"))
         self.metrics.sessions.labels(m.name).inc()
         if label:
             self.metrics.gpu_sessions.labels(label).inc()
@@ -584,13 +572,9 @@ class Runtime:
     def close(self) -> None:
         """Fails waiting runs with ``unavailable``, then releases every object."""
         self.closing.set()
-        if self.run_table is not None:
-            self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         for owner in self.owners():
             self.release_owner(owner)
 
-
-IPC_OWNER = "ipc:"  # the owner of what an IPC connection creates: "ipc:<connection number>"
 
 
 def _ids(owner: str, session_id: str) -> dict[str, str]:
