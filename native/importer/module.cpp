@@ -15,6 +15,7 @@
 #include "fault_guard.h"
 #include "host_fence.h"
 #include "host_memory.h"
+#include "py_errors.h"
 #ifndef _WIN32
 #include "seqpacket.h"
 #endif
@@ -26,25 +27,37 @@ void bind_cuda(py::module_ &mod);   // cuda_module.cpp
 void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 void bind_run_metrics(py::module_ &mod);  // run_metrics.cpp
 void bind_adaptive_spin(py::module_ &mod);  // adaptive_spin.cpp
-void bind_host_runs(py::module_ &mod);  // host_runs.cpp (POSIX)
+void bind_host_runs(py::module_ &mod);  // host_runs.cpp
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
 }  // namespace fl
 
-namespace {
-
 // The one place where C++ errors become fenceline.errors classes: the code is a wire error code,
 // and fenceline.errors keys its classes by that number.
+py::object fl::python_error_type(const Error &e) {
+  py::object errors = py::module_::import("fenceline.errors");
+  return errors.attr("BY_IPC_CODE").attr("get")(static_cast<std::uint32_t>(e.code()),
+                                                errors.attr("FencelineError"));
+}
+
+py::object fl::python_error(const Error &e) { return python_error_type(e)(e.what()); }
+
+py::object fl::internal_failure(const char *what) {
+  py::module_::import("logging")
+      .attr("getLogger")("fenceline.ipc")
+      .attr("error")("unexpected error in the native run path: %s", what);
+  return py::module_::import("fenceline.errors")
+      .attr("FencelineError")("internal error; see the service log");
+}
+
+namespace {
+
 void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const fl::Error &e) {
-    py::object by_code = py::module_::import("fenceline.errors").attr("BY_IPC_CODE");
-    py::object type = by_code.attr("get")(static_cast<std::uint32_t>(e.code()),
-                                          py::module_::import("fenceline.errors")
-                                              .attr("FencelineError"));
-    PyErr_SetString(type.ptr(), e.what());
+    PyErr_SetString(fl::python_error_type(e).ptr(), e.what());
   }
 }
 
@@ -303,9 +316,8 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_d3d12(mod);
   fl::bind_run_metrics(mod);
   fl::bind_adaptive_spin(mod);
+  fl::bind_host_runs(mod);
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
-#else
-  fl::bind_host_runs(mod);
 #endif
 }

@@ -98,14 +98,10 @@ def test_a_renderer_killed_while_its_run_waits_is_released_within_a_second(
     )
     try:
         assert child.stdout is not None
-        seen = []
-        for line in child.stdout:  # onnxruntime may print its own notices first
-            seen.append(line)
-            if line.startswith("{"):
-                break
-        ids = json.loads(seen[-1])
+        # The first JSON line: onnxruntime may print its own notices before it.
+        ids = json.loads(next(line for line in child.stdout if line.startswith("{")))
         time.sleep(0.5)  # the RUN is in the service, waiting
-        assert child.poll() is None and done.value == 0, seen
+        assert child.poll() is None and done.value == 0
     finally:
         child.kill()
         child.communicate(timeout=60)

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fenceline import _native
 from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied, Unavailable
 from fenceline.runtime.service import Runtime
@@ -34,8 +35,9 @@ class ServerBase:
         self.runtime = runtime
         self.spin_ns = spin_ns
         self.run_path = run_path
-        # The native runner of the RUN frames, where the transport has one (the Unix socket).
-        self.run_table: Any = None
+        # The native runner: the RUN frames of the host sessions each connection registers with
+        # it (run path "native"; "python" registers none). docs/ipc.md, "The run path".
+        self.run_table: Any = _native.RunTable(runtime.settings.max_timeout_ms)
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)

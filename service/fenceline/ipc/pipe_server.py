@@ -68,11 +68,11 @@ class PipeConnection(Connection):
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))
 
-    def peer_gone(self) -> bool:
+    @staticmethod
+    def peer_gone(channel: Any) -> bool:
         """The pipe's own check (its client end closed, or its process exited): a pipe has no
         poll(2)."""
-        pipe: Any = self.sock
-        return bool(pipe.peer_gone())
+        return bool(channel.peer_gone())
 
     def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
         """Duplicates each handle from the pipe's client (identified when it connected) and
@@ -151,6 +151,7 @@ class PipeServer(ServerBase):
         pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._listener is not None:
             self._listener.close()
         self._stop_connections(timeout)

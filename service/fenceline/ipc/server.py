@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import select
@@ -80,7 +81,9 @@ class Connection:
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         # A long fence wait ends early when the renderer dies: nobody reads the channel
         # meanwhile, so the wait itself asks the transport whether its peer is gone.
-        self._cancel = Cancel(server.runtime.closing, self.peer_gone)
+        # (A function of the channel, not a bound method: the connection must not reach itself,
+        # or it and its channel's handles would wait for the cycle collector.)
+        self._cancel = Cancel(server.runtime.closing, functools.partial(self.peer_gone, sock))
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -103,18 +106,26 @@ class Connection:
         logs.peer.set(self.peer)
         metrics = self.runtime.metrics
         # The Unix socket's frames are received, and a host session's RUNs served, in native
-        # code (docs/ipc.md, "The run path"); the Windows pipe serves every frame here.
-        table = self.server.run_table if isinstance(self.sock, socket.socket) else None
-        fd = -1 if table is None else self.sock.fileno()
+        # code (docs/ipc.md, "The run path"); the Windows pipe receives here and hands each
+        # frame to the same runner first.
+        table = self.server.run_table
+        loop = isinstance(self.sock, socket.socket)
+        fd = self.sock.fileno() if loop else -1
         try:
             while True:
                 failure: object = None
                 try:
-                    if table is not None:
+                    if loop:
                         data, fds, problem, failure = table.serve_loop(
                             fd, self.owner, waiting.gate().native, self._spin)
                     else:
                         data, fds, problem = self._receive()
+                        if data and problem is None and not fds:
+                            answer, failure = table.serve_bytes(data, self.owner)
+                            if answer is not None:
+                                if not self._send(answer):
+                                    break
+                                continue
                 except (OSError, FencelineError):
                     break
                 if data is None:
@@ -168,10 +179,12 @@ class Connection:
         received by RunTable.serve_loop."""
         raise NotImplementedError
 
-    def peer_gone(self) -> bool:
-        """True once the renderer closed its end or died; never blocks. Each transport has its
-        own way to see it: the Windows pipe's is fenceline.ipc.pipe_server's."""
-        return _hung_up(self.sock)
+    @staticmethod
+    def peer_gone(channel: Any) -> bool:
+        """True once the renderer at the other end of ``channel`` closed it or died; never
+        blocks. Each transport has its own way to see it: the Windows pipe's is
+        fenceline.ipc.pipe_server's."""
+        return _hung_up(channel)
 
     def _send(self, data: bytes) -> bool:
         try:
@@ -294,7 +307,7 @@ class Connection:
             start=req.start,
         )
         table = self.server.run_table
-        if table is not None and self.server.run_path == "native":
+        if self.server.run_path == "native":
             session = self.runtime.session(self.owner, info["id"])
             if isinstance(session, HostSession) and session.stream is None:
                 # One thread serves a connection, so its runs are in flight one at a time:
@@ -392,9 +405,6 @@ class IpcServer(ServerBase):
         run_path: RunPath = "native",
     ) -> None:
         super().__init__(runtime, spin_ns, run_path)
-        # Receives every frame of the socket, and serves the RUNs of the host sessions it was
-        # given (run path "native"; "python" gives it none): docs/ipc.md, "The run path".
-        self.run_table: Any = _native.RunTable(runtime.settings.max_timeout_ms)
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})

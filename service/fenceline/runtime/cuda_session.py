@@ -262,7 +262,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         try:
             self._ort.run_with_iobinding(self._binding, self._run_options)
         except Exception as e:  # onnxruntime's own error types
-            failure = ModelError(f"model {self.model.name!r} failed: {e}")
+            failure = self.model_failed(e)
             if not signal_on_error:
                 raise failure from e
         stream.signal(self.signal_fence.handle, target)
