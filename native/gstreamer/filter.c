@@ -11,6 +11,10 @@ GST_DEBUG_CATEGORY(fenceline_filter_debug);
 
 #define FORMATS "{ RGBA, BGRA, RGBx, BGRx, RGB, BGR }"
 #define DEFAULT_TIMEOUT_MS 10000
+/* The service refuses a run's timeout_ms above this (RuntimeSettings.max_timeout_ms). The
+ * property's range stays wider: GObject answers an out-of-range value with a warning and keeps
+ * the old one, where a clear error at start is what the user needs. */
+#define MAX_TIMEOUT_MS 600000
 #define DEFAULT_IN_FLIGHT 2
 /* Long enough for a loaded machine's slowest answer, short enough that a hung service stops a
  * live pipeline within seconds rather than never. */
@@ -180,6 +184,18 @@ static gboolean filter_start(GstBaseTransform *trans) {
     if (first_error(self))
       GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS,
                         ("fencelinefilter needs a model: set model=NAME"), (NULL));
+    return FALSE;
+  }
+  GST_OBJECT_LOCK(self);
+  guint timeout_ms = self->timeout_ms;
+  GST_OBJECT_UNLOCK(self);
+  if (timeout_ms > MAX_TIMEOUT_MS) {
+    g_free(model);
+    if (first_error(self))
+      GST_ELEMENT_ERROR(self, RESOURCE, SETTINGS,
+                        ("fencelinefilter timeout=%u is above the service's limit of %u ms: set "
+                         "timeout=1..%u", timeout_ms, MAX_TIMEOUT_MS, MAX_TIMEOUT_MS),
+                        (NULL));
     return FALSE;
   }
   FlStatus *st = connect_service(self);
@@ -516,14 +532,16 @@ static void fenceline_filter_class_init(FencelineFilterClass *klass) {
   g_object_class_install_property(
       gobject_class, PROP_SOCKET,
       g_param_spec_string("socket", "Socket",
-                          "The service's IPC socket (NULL: $XDG_RUNTIME_DIR/fenceline/"
-                          "fenceline.sock, as the service's default)",
+                          "The service's IPC socket (NULL: $FENCELINE_SOCKET, else "
+                          "$XDG_RUNTIME_DIR/fenceline/fenceline.sock, else "
+                          "/tmp/fenceline-<uid>/fenceline/fenceline.sock: the service's default)",
                           NULL, rw));
   g_object_class_install_property(
       gobject_class, PROP_TIMEOUT,
       g_param_spec_uint("timeout", "Timeout",
-                        "Milliseconds the service waits for a frame's input fence", 1, G_MAXUINT32 - 1,
-                        DEFAULT_TIMEOUT_MS, rw));
+                        "Milliseconds the service waits for a frame's input fence, 1 to the "
+                        "service's limit of 600000 (more fails the pipeline at start)",
+                        1, G_MAXUINT32 - 1, DEFAULT_TIMEOUT_MS, rw));
   g_object_class_install_property(
       gobject_class, PROP_SERVICE_TIMEOUT,
       g_param_spec_uint("service-timeout", "Service timeout",

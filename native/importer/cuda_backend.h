@@ -120,6 +120,23 @@ class ExternalSemaphore {
   void *handle_ = nullptr;  // CUexternalSemaphore
 };
 
+// A CUDA graph captured from a stream (Stream::end_capture), instantiated and ready to launch.
+// The destructor destroys the executable graph.
+class Graph {
+ public:
+  ~Graph();
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+  std::size_t nodes() const { return nodes_; }
+
+ private:
+  friend class Stream;
+  Graph() = default;
+  std::shared_ptr<Device> device_;
+  void *exec_ = nullptr;  // CUgraphExec
+  std::size_t nodes_ = 0;
+};
+
 // A non-blocking CUDA stream with one completion event. Everything is enqueued, nothing waits on
 // the host except synchronize().
 class Stream {
@@ -140,6 +157,21 @@ class Stream {
   // Spins up to spin_ns, then polls with growing sleeps; timeout_ns < 0 waits forever. Returns
   // true once done, false on timeout. Call with the GIL released.
   bool synchronize(std::int64_t timeout_ns, std::int64_t spin_ns) const;
+  // While a trace records: enqueues a host function that records the frame's GPU completion
+  // (trace.h, kGpuDone) when the stream gets there. It holds the stream's later work until it
+  // has run, so it is only enqueued while tracing. False when nothing was enqueued (no trace,
+  // or a driver without cuLaunchHostFunc).
+  bool trace_completion(std::uint64_t session, std::uint64_t frame);
+  // Starts capturing the work this thread enqueues on the stream into a graph instead of
+  // running it (thread-local mode: other threads' CUDA calls are not affected; a call of this
+  // thread that cannot be captured, such as a synchronization, fails and spoils the capture).
+  // Unsupported when the driver lacks graphs.
+  void begin_capture();
+  // Ends the capture and instantiates what was captured; throws when the capture was spoiled
+  // (the stream is usable again either way).
+  std::shared_ptr<Graph> end_capture();
+  // Enqueues the graph's work on this stream.
+  void launch(const Graph &graph);
 
  private:
   std::shared_ptr<Device> device_;

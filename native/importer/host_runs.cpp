@@ -32,6 +32,7 @@
 #ifndef _WIN32
 #include "seqpacket.h"
 #endif
+#include "trace.h"
 
 namespace py = pybind11;
 
@@ -77,7 +78,12 @@ struct Answer {
   std::uint8_t reply[FL_WIRE_RUN_REPLY_FRAME_SIZE];
   std::shared_ptr<RunSeries> series;
   double total_s = 0, wait_s = 0, infer_s = 0;
+  bool traced = false;  // the trace recorder was on: the reply's send is marked too
+  std::uint64_t tag = 0, target = 0;
   void observe() const { series->observe(total_s, wait_s, infer_s); }
+  void sent() const {
+    if (traced) trace::mark(trace::kReplySent, tag, target, fl_htl_now_ns());
+  }
 };
 
 class RunTable {
@@ -125,7 +131,7 @@ class RunTable {
       const py::bytes &frame, const std::string &owner) {
     py::object failure = py::none();
     Answer answer;
-    if (serve(owner, frame.cast<std::string>(), failure, answer) != kAnswered)
+    if (serve(owner, frame.cast<std::string>(), fl_htl_now_ns(), failure, answer) != kAnswered)
       return py::make_tuple(py::none(), failure);
     answer.observe();
     return py::make_tuple(
@@ -137,10 +143,13 @@ class RunTable {
   // with the GIL released, and serves the RUNs it can until a frame needs Python. Returns
   // (data, fds, problem, failure) for that frame, as _native.recv_message does plus the
   // FencelineError of a run that failed here (its reply is Python's to send); (None, [], None,
-  // None) once the peer is gone.
+  // None) once the peer is gone: its end closed, its process (pidfd) exited, or a reply not
+  // taken within send_timeout_ms.
   using Got = py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
                                 py::typing::Optional<py::str>, py::object>;
-  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin) {
+  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
+                 std::int64_t send_timeout_ms) {
+    const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
     for (;;) {
       Message m;
       const std::int64_t t0 = fl_htl_now_ns();
@@ -161,17 +170,20 @@ class RunTable {
           ++spin.denied;
           spun = 0;
         }
-        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true);
+        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true, pidfd);
       }
-      spin.observe(fl_htl_now_ns() - t0, spun);
+      const std::int64_t received = fl_htl_now_ns();
+      spin.observe(received - t0, spun);
       if (m.eof) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
-        if (serve(owner, m.data, failure, answer) == kAnswered) {
-          if (!send_reply(fd, answer.reply, sizeof answer.reply))
-            return py::make_tuple(py::none(), py::list(), py::none(), py::none());
+        if (serve(owner, m.data, received, failure, answer) == kAnswered) {
+          const bool sent = send_reply(fd, answer.reply, sizeof answer.reply, pidfd,
+                                       send_timeout_ns);
+          answer.sent();
           answer.observe();  // the metrics come after the reply, as in Runtime.run
+          if (!sent) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
           continue;
         }
       }
@@ -185,27 +197,27 @@ class RunTable {
  private:
 #ifndef _WIN32
   // Sends a reply as _native.send_message does: the GIL is let go only while the socket is
-  // full. False once the peer is gone.
-  static bool send_reply(int fd, const std::uint8_t *reply, std::size_t n) {
+  // full, and a reply not taken in time, or whose reader's process has exited, ends the
+  // connection (false: the peer is gone).
+  static bool send_reply(int fd, const std::uint8_t *reply, std::size_t n, int pidfd,
+                         std::int64_t send_timeout_ns) {
     const char *data = reinterpret_cast<const char *>(reply);
     int err = try_send_message(fd, data, n);
-    while (err == EAGAIN) {
-      {
-        py::gil_scoped_release nogil;
-        wait_writable(fd);
-      }
-      err = try_send_message(fd, data, n);
+    if (err == EAGAIN) {
+      py::gil_scoped_release nogil;
+      err = send_waiting(fd, data, n, pidfd, send_timeout_ns);
     }
     return err == 0;
   }
 #endif
 
   // serve_frame, with an unexpected failure answered as the Python path answers it.
-  int serve(const std::string &owner, const std::string &data, py::object &failure,
-            Answer &answer) {
+  // `received`: when the frame came (fl_htl_now_ns), for the trace.
+  int serve(const std::string &owner, const std::string &data, std::int64_t received,
+            py::object &failure, Answer &answer) {
     try {
       return serve_frame(owner, reinterpret_cast<const std::uint8_t *>(data.data()), data.size(),
-                         failure, answer);
+                         received, failure, answer);
     } catch (const Error &e) {
       failure = python_error(e);
     } catch (const py::error_already_set &e) {
@@ -220,7 +232,7 @@ class RunTable {
   // Serves one frame: kAnswered (`answer` holds the reply to send), kFailed (`failure` is the
   // FencelineError to answer), or kNotMine (Python serves it, untouched).
   int serve_frame(const std::string &owner, const std::uint8_t *p, std::size_t n,
-                  py::object &failure, Answer &answer) {
+                  std::int64_t received, py::object &failure, Answer &answer) {
     FlWireHeader h;
     if (n != FL_WIRE_RUN_FRAME_SIZE || closing_.load(std::memory_order_relaxed) ||
         !fl_wire_header_ok(p, n, &h) || (h.kind != FL_KIND_RUN && h.kind != FL_KIND_RUN_ASYNC))
@@ -254,7 +266,15 @@ class RunTable {
       return kNotMine;  // a lost page: the Python path says so
     }
     const std::int64_t waited = fl_htl_now_ns();
+    const bool traced = trace::on();
+    std::uint64_t tag = 0;
+    if (traced) {
+      std::memcpy(&tag, k.data(), sizeof tag);
+      trace::mark(trace::kReceived, tag, target, received);
+      trace::mark(trace::kInputReached, tag, target, waited);
+    }
     for (const auto &m : r->unsealed) m->mapping()->check_size();  // DeviceLost, as in Python
+    if (traced) trace::mark(trace::kModelStart, tag, target, fl_htl_now_ns());
     PyObject *ok = PyObject_CallFunctionObjArgs(r->run.ptr(), r->binding.ptr(), Py_None, nullptr);
     if (ok == nullptr) {
       py::error_already_set e;
@@ -274,6 +294,10 @@ class RunTable {
     // The session's counters have one home: its record_run (runtime/session.py).
     r->session.attr("record_run")(end, target, waited - start, inferred - waited, end - start);
     hold.unlock();
+    if (traced) {
+      trace::mark(trace::kModelEnd, tag, target, inferred);
+      trace::mark(trace::kSignalled, tag, target, end);
+    }
 
     const FlWireRunReply body{target, fl_wire_micros(waited - start),
                               fl_wire_micros(inferred - waited), fl_wire_micros(end - start), 0};
@@ -284,6 +308,9 @@ class RunTable {
     answer.total_s = (end - start) / 1e9;
     answer.wait_s = (waited - start) / 1e9;
     answer.infer_s = (inferred - waited) / 1e9;
+    answer.traced = traced;
+    answer.tag = tag;
+    answer.target = target;
     return kAnswered;
   }
 
@@ -325,10 +352,12 @@ void bind_host_runs(py::module_ &mod) {
            "(None, failure) when its run failed here, (None, None) when Python serves it.")
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
-           py::arg("spin"),
+           py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
-           "None, None) once the peer is gone. Raises when the socket itself fails.")
+           "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
+           "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises "
+           "when the socket itself fails.")
 #endif
       ;
 }

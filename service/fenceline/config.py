@@ -16,7 +16,9 @@ from pydantic import ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fenceline.errors import InvalidArgument
+from fenceline.ipc import limits
 from fenceline.logs import LOG_FORMATS, LogFormat
+from fenceline.runtime.model_config import CONTROL_MODES, ControlMode
 
 # Which code serves a RUN frame (docs/ipc.md, "The run path"): the native runner, or the Python
 # run body it is checked against (the reference, tests/integration/test_run_paths.py).
@@ -55,6 +57,9 @@ class ServeSettings(BaseSettings):
     # Neither a repository nor models: the builtin models (fenceline.models.builtin).
     model_repository: Path | None = None
     models: dict[str, Path] = {}
+    model_control_mode: ControlMode = "none"  # Triton's: none, explicit, poll
+    load_models: list[str] = []  # explicit mode: the models loaded at start ("*": all)
+    repository_poll_secs: float = 15.0  # poll mode: seconds between rescans
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
@@ -73,6 +78,10 @@ class ServeSettings(BaseSettings):
     max_mapped_mb: int = 16384
     max_inflight: int = 64
     max_sessions_per_device: int = 1024
+    # IPC connections (fenceline.ipc.limits, docs/reliability.md "Connections")
+    max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
+    max_connections_per_user: int = limits.DEFAULT_MAX_CONNECTIONS_PER_USER
+    ipc_send_timeout_s: float = limits.DEFAULT_SEND_TIMEOUT_S
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -84,6 +93,10 @@ class ServeSettings(BaseSettings):
     def builtin_models(self) -> bool:
         """Whether the service serves the builtin models (no model option given)."""
         return self.model_repository is None and not self.models
+
+    def connection_limits(self) -> limits.ConnectionLimits:
+        return limits.ConnectionLimits(
+            self.max_connections, self.max_connections_per_user, self.ipc_send_timeout_s)
 
     def token(self) -> str | None:
         if self.token_file is None:
@@ -113,6 +126,10 @@ class ServeSettings(BaseSettings):
                 f"--socket {self.socket}: {len(bytes(self.socket))} bytes is longer than a Unix "
                 f"socket path may be ({MAX_SOCKET_PATH}); choose a shorter path"
             )
+        if self.load_models and self.model_control_mode != "explicit":
+            raise InvalidArgument("--load-model goes with --model-control-mode explicit")
+        if not 0 < self.repository_poll_secs <= 86400:
+            raise InvalidArgument("--repository-poll-secs is a number of seconds in (0, 86400]")
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
         if self.max_spinners is not None and self.max_spinners < 0:
@@ -126,13 +143,17 @@ class ServeSettings(BaseSettings):
                             ("--max-sessions", self.max_sessions),
                             ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
                             ("--max-inflight", self.max_inflight),
-                            ("--max-sessions-per-device", self.max_sessions_per_device)):
+                            ("--max-sessions-per-device", self.max_sessions_per_device),
+                            ("--max-connections", self.max_connections),
+                            ("--max-connections-per-user", self.max_connections_per_user)):
             if value <= 0:
                 raise InvalidArgument(f"{flag} must be positive")
         if not 0 < self.http_header_timeout_s <= 3600:
             raise InvalidArgument("--http-header-timeout-s is a number of seconds in (0, 3600]")
         if not 0 < self.http_body_idle_s <= 3600:
             raise InvalidArgument("--http-body-idle-s is a number of seconds in (0, 3600]")
+        if not 0 < self.ipc_send_timeout_s <= 3600:
+            raise InvalidArgument("--ipc-send-timeout-s is a number of seconds in (0, 3600]")
         if self.log_level not in LOG_LEVELS:
             raise InvalidArgument(f"--log-level is one of {', '.join(LOG_LEVELS)}")
         return self
@@ -152,6 +173,8 @@ def _explain(e: ValidationError) -> str:
             parts.append(f"{where} is one of {', '.join(LOG_FORMATS)}, not {got!r}")
         elif field == "run_path" and err["type"] == "literal_error":
             parts.append(f"{where} is one of {', '.join(RUN_PATHS)}, not {got!r}")
+        elif field == "model_control_mode" and err["type"] == "literal_error":
+            parts.append(f"{where} is one of {', '.join(CONTROL_MODES)}, not {got!r}")
         else:
             parts.append(f"{where}: {err['msg'].lower()}, got {got!r}")
     return "; ".join(parts)

@@ -3,10 +3,16 @@
 Names follow ``fenceline_<subsystem>_<name>_<unit>``; labels are bounded (model names, handle
 kinds, transports, error codes; never object ids). The registry is injected, so each test and
 each service gets its own.
+
+The one exception is :class:`TritonMetrics`: Triton's own ``nv_inference_*`` names, kept for
+the KServe path beside fenceline's, so that dashboards and alerts written for Triton read a
+fenceline service unchanged (docs/triton.md, "Metrics").
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import (
@@ -16,6 +22,7 @@ from prometheus_client import (
     Histogram,
     ProcessCollector,
     disable_created_metrics,
+    generate_latest,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -131,6 +138,12 @@ class Metrics:
         )
         self._gpu_run_series: dict[str, Any] = {}
         r.register(_NativeMappings())
+        self.triton = TritonMetrics()
+
+    def exposition(self, models: Iterable[tuple[str, str]] = ()) -> bytes:
+        """The Prometheus text of every metric: the registry, then Triton's families (with a
+        zero series for each loaded ``(model, version)``, as Triton starts them)."""
+        return generate_latest(self.registry) + self.triton.exposition(models)
 
     def observe_gpu_run(self, device: str) -> None:
         child = self._gpu_run_series.get(device)
@@ -209,3 +222,99 @@ class _NativeMappings(Collector):
             "each failed its run, wait or signal with device_lost instead of killing the service.",
             value=faults,
         )
+
+
+# Triton's per-model inference metrics (its docs/user_guide/metrics.md): name, help.
+TRITON_COUNTERS = (
+    ("nv_inference_request_success",
+     "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    ("nv_inference_exec_count",
+     "Number of model executions performed (does not include cached requests)"),
+    ("nv_inference_request_duration_us",
+     "Cumulative inference request duration in microseconds (includes cached requests)"),
+    ("nv_inference_queue_duration_us",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)"),
+    ("nv_inference_compute_input_duration_us",
+     "Cumulative compute input duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_infer_duration_us",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
+    ("nv_inference_compute_output_duration_us",
+     "Cumulative inference compute output duration in microseconds (does not include cached "
+     "requests)"),
+)
+TRITON_FAILURE = ("nv_inference_request_failure",
+                  "Number of failed inference requests, all batch sizes")
+TRITON_FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+TRITON_PENDING = ("nv_inference_pending_request_count",
+                  "Instantaneous number of pending requests awaiting execution per-model.")
+
+
+class TritonMetrics:
+    """Triton's ``nv_inference_*`` counters for KServe v2 inference, labelled ``model`` and
+    ``version`` as Triton labels them, written in Triton's exposition (a counter named without
+    ``_total``, which prometheus_client's own counters would add). Runs over the IPC socket and
+    the interop routes are in fenceline's metrics only: they are not Triton requests."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[tuple[str, str, str], float] = {}  # (family, model, version)
+        self._failures: dict[tuple[str, str, str], float] = {}  # (model, version, reason)
+        self._pending: dict[tuple[str, str], int] = {}
+
+    def started(self, model: str, version: str) -> None:
+        with self._lock:
+            key = (model, version)
+            self._pending[key] = self._pending.get(key, 0) + 1
+
+    def succeeded(self, model: str, version: str, *, request_us: float, queue_us: float,
+                  input_us: float, infer_us: float, output_us: float) -> None:
+        """One request done: its durations in microseconds (one inference, one execution:
+        fenceline does not batch)."""
+        values = (1, 1, 1, request_us, queue_us, input_us, infer_us, output_us)
+        with self._lock:
+            self._done(model, version)
+            for (family, _), v in zip(TRITON_COUNTERS, values, strict=True):
+                key = (family, model, version)
+                self._counters[key] = self._counters.get(key, 0.0) + v
+
+    def failed(self, model: str, version: str, reason: str) -> None:
+        """``reason``: Triton's, ``BACKEND`` (the model failed) or ``OTHER``."""
+        with self._lock:
+            self._done(model, version)
+            key = (model, version, reason)
+            self._failures[key] = self._failures.get(key, 0.0) + 1
+
+    def _done(self, model: str, version: str) -> None:
+        key = (model, version)
+        self._pending[key] = max(0, self._pending.get(key, 0) - 1)
+
+    def exposition(self, models: Iterable[tuple[str, str]] = ()) -> bytes:
+        with self._lock:
+            counters, failures = dict(self._counters), dict(self._failures)
+            pending = dict(self._pending)
+        series = sorted({*models, *pending, *((m, v) for _, m, v in counters),
+                         *((m, v) for m, v, _ in failures)})
+        out: list[str] = []
+        for family, doc in TRITON_COUNTERS:
+            out += [f"# HELP {family} {doc}", f"# TYPE {family} counter"]
+            out += [f"{family}{_labels(m, v)} {floatToGoString(counters.get((family, m, v), 0.0))}"  # type: ignore[no-untyped-call]
+                    for m, v in series]
+        family, doc = TRITON_FAILURE
+        out += [f"# HELP {family} {doc}", f"# TYPE {family} counter"]
+        for m, v in series:
+            for reason in TRITON_FAILURE_REASONS:
+                value = floatToGoString(failures.get((m, v, reason), 0.0))  # type: ignore[no-untyped-call]
+                out.append(f"{family}{_labels(m, v, reason)} {value}")
+        family, doc = TRITON_PENDING
+        out += [f"# HELP {family} {doc}", f"# TYPE {family} gauge"]
+        out += [f"{family}{_labels(m, v)} {pending.get((m, v), 0)}" for m, v in series]
+        return ("\n".join(out) + "\n").encode()
+
+
+def _labels(model: str, version: str, reason: str | None = None) -> str:
+    def q(v: str) -> str:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    extra = f',reason="{q(reason)}"' if reason is not None else ""
+    return f'{{model="{q(model)}"{extra},version="{q(version)}"}}'

@@ -72,14 +72,13 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("README.md", "from fenceline.client import Fence, IpcClient, Layout, SharedFrame"): [
         f"{FIRST_HOUR}::test_readme_python_example_runs_verbatim_against_bare_serve",
     ],
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[bench]' && .venv/bin/fenceline bench --peers --json bench.json --plot bench.png"): [
-        "tests/e2e/test_bench_smoke.py::test_quick_bench_writes_well_formed_json",
-        "tests/e2e/test_bench_smoke.py::test_quick_bench_draws_a_png",
-    ],
     ("docs/benchmarks.md", "pip install '.[bench]'          # tritonclient, nvidia-pytriton, rapidocr-onnxruntime, matplotlib"): [
         "tests/e2e/test_bench_smoke.py::test_quick_bench_prints_table_and_goals",
         "tests/e2e/test_bench_smoke.py::test_scaling_mode_prints_a_table_and_writes_json",
     ],
+    ("docs/tracing.md", "fenceline trace --seconds 2 --out frame.json                      # the service on 127.0.0.1:8000"): [
+        "tests/integration/test_trace.py::test_trace_records_each_frame_of_a_renderer_in_order",
+        "tests/integration/test_trace.py::test_trace_cli_says_when_no_service_answers"],
     ("docs/c-api.md", "# flags for the shared library, with an rpath so the program finds it"): [
         f"{HERE}::test_c_api_build_commands_run_as_written",
     ],
@@ -141,6 +140,18 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{HERE}::test_gstreamer_run_it_block_runs_as_written",
         "tests/integration/test_gstreamer.py::test_every_packed_format_runs_through_its_model",
     ],
+    ("docs/obs.md", "sudo apt-get install libobs-dev xvfb xauth libgl1-mesa-dri"): [
+        ".ci/run",
+        "tests/integration/test_obs.py::test_the_plugin_loads_and_lists_the_services_models",
+    ],
+    ("docs/obs.md", "mkdir -p ~/.config/obs-studio/plugins/fenceline-obs/bin/64bit"): [
+        "tests/integration/test_obs.py::test_docs_plugin_link_block_puts_the_module_where_obs_studio_looks",
+    ],
+    ("docs/obs.md", ".venv/bin/python -c 'from pathlib import Path; from fenceline.models import "
+     "build_repository; build_repository(Path(\"models\"), [\"image_filter_rgba8\", "
+     "\"image_filter_rgba8_slow\"])'"): [
+        "tests/integration/test_obs.py::test_docs_run_it_headless_block_runs_as_written",
+    ],
     ("docs/http.md", "sudo install -d -m 0711 -o fenceline /run/fenceline"): [
         "tests/integration/test_multi_user.py::test_an_allowed_user_connects_and_the_service_keeps_its_own_uid",
     ],
@@ -161,9 +172,8 @@ COVERED: dict[tuple[str, str], list[str]] = {
      "--warmup 20 --hostile 2 \\"): [
         "tests/integration/test_robustness.py::test_a_short_soak_with_hostile_renderers_leaks_nothing",
     ],
-    ("README.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
-    ("README.md", ".ci/windows          # set-up (cached in ~/.cache/fenceline-win), build, tests; "
-     "the wheel lands in build/windows/dist/"): [".ci/run (runs .ci/windows)"],
+    ("docs/install.md", ".ci/windows          # set-up (cached in ~/.cache/fenceline-win), build, "
+     "tests; the wheel lands in build/windows/dist/"): [".ci/run (runs .ci/windows)"],
     # docs/windows.md: run by the Windows lane (.ci/windows, under Wine), not on Linux.
     ("docs/windows.md", "py -3.13 -m pip install fenceline_inference-0.1.0-cp313-cp313-win_amd64.whl"): [".ci/windows"],
     ("docs/windows.md", "import numpy as np"): ["tests/windows/test_native.py::test_section_made_by_another_process_is_mapped_by_name"],
@@ -171,9 +181,15 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/windows.md", "/* renderer.c: cl renderer.c /I <pkg>\\include <pkg>\\lib\\fenceline_client.lib, or with"): [
         "tests/windows/test_c_client.py::test_docs_c_renderer_runs_as_written",
     ],
+    ("docs/windows.md", "HANDLE token; DWORD n = 0; LPWSTR sid = NULL; wchar_t pipe[256];"): [
+        "tests/windows/test_pipe_frames.py::test_the_docs_pipe_name_in_c_is_the_services_default_pipe",
+    ],
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
         "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
     ],
+    ("docs/triton.md", "import tritonclient.http as httpclient"): [
+        "tests/integration/test_model_control.py::test_load_serves_a_model_and_unload_stops_it",
+        "tests/integration/test_model_control.py::test_unload_is_refused_while_a_session_uses_the_model"],
     ("docs/streaming.md", 'info = client.create_session("add_64x64", {"x": View(mem, "FP32", shape)},'): [
         "tests/integration/test_streaming.py::test_streaming_session_outputs_equal_direct_onnxruntime_runs",
     ],
@@ -478,3 +494,90 @@ def test_inline_fenceline_commands_name_real_commands_and_flags() -> None:
             checked += 1
     assert checked > 10
     assert wrong == []
+
+
+def _row(doc: str, start: str) -> str:
+    return next(line for line in (ROOT / doc).read_text().splitlines() if line.startswith(start))
+
+
+def test_gstreamer_timeout_limit_and_socket_order_are_the_services(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/gstreamer.md's `timeout` range is the service's limit (and the element's), and its
+    `socket` default names the paths in the order the service and the clients try them."""
+    from fenceline.ipc.server import default_socket_path
+    from fenceline.runtime.table import RuntimeSettings
+
+    limit = RuntimeSettings().max_timeout_ms
+    row = _row("docs/gstreamer.md", "| `timeout` |")
+    assert f"1 to {limit}" in row and f"limit of {limit}" in row
+    assert f"#define MAX_TIMEOUT_MS {limit}\n" in (ROOT / "native/gstreamer/filter.c").read_text()
+    row = _row("docs/gstreamer.md", "| `socket` |")
+    paths = ["$FENCELINE_SOCKET", "$XDG_RUNTIME_DIR/fenceline/fenceline.sock",
+             "/tmp/fenceline-<uid>/fenceline/fenceline.sock"]
+    assert [row.index(p) for p in paths] == sorted(row.index(p) for p in paths)
+    monkeypatch.setenv("FENCELINE_SOCKET", str(tmp_path / "a.sock"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert default_socket_path() == tmp_path / "a.sock"
+    monkeypatch.delenv("FENCELINE_SOCKET")
+    assert default_socket_path() == tmp_path / "fenceline" / "fenceline.sock"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert default_socket_path() == Path(f"/tmp/fenceline-{os.getuid()}/fenceline/fenceline.sock")
+
+
+def test_c_api_sizes_program_name_and_sonames_are_the_builds() -> None:
+    """docs/c-api.md: the 56-byte message is the 16-byte header and ipc.md's 40-byte RUN body,
+    the reply 40 bytes; the example runs as the program the build commands make; the wheel's
+    library has the unversioned SONAME, the standalone install the versioned one."""
+    from fenceline.client.c_api import c_library_dir
+    from fenceline.protocol import codec
+
+    doc = (ROOT / "docs" / "c-api.md").read_text()
+    assert codec.HEADER_SIZE + codec.RUN_BODY.size == 56 and "### RUN (40 bytes)" in (
+        ROOT / "docs" / "ipc.md").read_text()
+    assert codec.HEADER_SIZE + codec.RUN_REPLY_BODY.size == 40
+    assert "one 56-byte message (the 16-byte frame header and the 40-byte RUN body" in doc
+    assert "./example" not in doc and "-o renderer" in doc and "then `./renderer`" in doc
+    if shutil.which("readelf") is None:
+        pytest.skip("no readelf")
+    out = subprocess.run(["readelf", "-d", str(c_library_dir() / "libfenceline_client.so")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "Library soname: [libfenceline_client.so]" in out
+    assert "its SONAME is `libfenceline_client.so`" in doc
+    assert "its SONAME is `libfenceline_client.so.1`" in doc
+
+
+def test_triton_md_names_the_model_settings_session_options_and_metrics_there_are() -> None:
+    """docs/triton.md: every config.json key with its default, the session option fenceline
+    sets on every onnxruntime session, and each nv_inference_* family the service exposes."""
+    import dataclasses
+    import json as json_module
+
+    from fenceline.metrics import TRITON_COUNTERS, TRITON_FAILURE, TRITON_PENDING
+    from fenceline.runtime.models import ModelSettings
+
+    doc = (ROOT / "docs" / "triton.md").read_text()
+    for f in dataclasses.fields(ModelSettings):
+        assert f"| `{f.name}` | `{json_module.dumps(f.default)}` |" in doc, f.name
+    from fenceline.runtime.ort_options import cpu_session_options, cuda_session_options
+
+    for so in (cpu_session_options(), cuda_session_options()):
+        assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert "`session.intra_op.allow_spinning` is `\"0\"` for CPU and CUDA sessions" in doc
+    for name, _ in (*TRITON_COUNTERS, TRITON_FAILURE, TRITON_PENDING):
+        assert f"`{name}`" in doc, name
+
+
+def test_readme_is_a_first_page_that_the_docs_do_not_contradict() -> None:
+    """README.md fits a screen or two, keeps the two commands, says what the first install
+    compiles and needs, makes no absolute no-copy claim (KServe tensors are copied:
+    docs/triton.md), and every document it links exists."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 120
+    for command in ("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/fenceline demo",
+                    "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"):
+        assert f"```sh\n{command}\n```" in text, command
+    assert "CMake" in text and "C++17 compiler" in text and "a few minutes" in text
+    assert "ever copied" not in text and "tensors are copied" in text
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / link).exists(), link

@@ -197,6 +197,21 @@ def test_help_shows_defaults_and_variables(tmp_path: Path) -> None:
     assert "env FENCELINE_SOCKET" in text and "env FENCELINE_LOG_FORMAT" in text
 
 
+def test_top_level_help_lists_every_command_in_plain_text(tmp_path: Path) -> None:
+    import argparse
+
+    from fenceline.cli import build_parser
+
+    r = cli(clean_env(tmp_path), "--help")
+    assert r.returncode == 0, r.stderr
+    # argparse keeps its subcommands in a private table; there is no public reader.
+    commands = next(a.choices for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction))
+    listed = {line.split()[0] for line in r.stdout.splitlines() if line.startswith("    ")}
+    assert set(commands) <= listed, r.stdout
+    assert "``" not in r.stdout and ":class:" not in r.stdout, r.stdout  # no reStructuredText
+
+
 def one_clear_line(r: subprocess.CompletedProcess[str], *phrases: str) -> None:
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr, r.stderr

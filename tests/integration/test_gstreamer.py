@@ -216,6 +216,16 @@ def test_no_service_ends_the_pipeline_with_a_transport_error(tmp_path: Path) -> 
     assert "fenceline error transport" in err, err
 
 
+def test_a_timeout_above_the_services_limit_fails_the_pipeline_at_start(tmp_path: Path) -> None:
+    """The property takes any 32-bit value; the service refuses a run's timeout_ms above
+    600000, so the element says so before it connects instead of failing the first frame."""
+    err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
+                          f"fencelinefilter model=m timeout=600001 "
+                          f"socket={tmp_path / 'none.sock'} ! fakesink", tmp_path)
+    assert "timeout=600001 is above the service's limit of 600000 ms: set timeout=1..600000" in err
+    assert "transport" not in err, err  # refused before connecting
+
+
 def running_pipeline(svc: Service, element: str, log: Path) -> subprocess.Popen[bytes]:
     """An endless 320x240 pipeline through ``element``, returned once the service has run 20 of
     its frames."""

@@ -11,6 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from fenceline.triton.cuda_shm import cuda_backend_works
@@ -51,6 +52,10 @@ def test_server_metadata_lists_the_extensions_this_machine_has(
     assert {"binary_tensor_data", "system_shared_memory"} <= set(meta["extensions"])
     # Listed exactly where the CUDA backend sees a device (tests/gpu/test_triton_cuda_shm.py).
     assert ("cuda_shared_memory" in meta["extensions"]) == cuda_backend_works()
+    # Only what is served: no logging or trace extension (docs/triton.md, "What differs").
+    assert set(meta["extensions"]) - {"cuda_shared_memory"} == {
+        "binary_tensor_data", "model_configuration", "model_repository", "statistics",
+        "system_shared_memory", "interop"}
 
 
 def test_model_metadata_names_inputs_and_outputs(client: httpclient.InferenceServerClient) -> None:
@@ -81,7 +86,7 @@ def test_metadata_of_unknown_model_is_404_with_error_key(
     with pytest.raises(InferenceServerException) as e:
         client.get_model_metadata("no_such_model")
     assert e.value.status() == "404"
-    assert "no_such_model" in e.value.message()
+    assert e.value.message() == "Request for unknown model: 'no_such_model' is not found"
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
@@ -288,3 +293,52 @@ def test_kserve_requests_are_counted_in_metrics(
     text = httpx.get(service.url + "/metrics", timeout=10).text
     assert 'fenceline_kserve_requests_total{model="add_64x64",path="binary"}' in text
     assert 'fenceline_session_runs_total{model="add_64x64",transport="kserve"}' in text
+
+
+def test_triton_metrics_count_kserve_requests_as_triton_names_them(
+    client: httpclient.InferenceServerClient, service: Service,
+) -> None:
+    """Triton's nv_inference_* families, in Triton's exposition (counters without _total,
+    labelled model and version), beside fenceline's own."""
+    def sample(text: str, name: str, **labels: str) -> float:
+        """The sample as exposed, named exactly ``name`` (a parser would add ``_total``)."""
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(
+            {"model": "add_64x64", "version": "1", **labels}.items()))
+        for line in text.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == f"{name}{{{want}}}":
+                return float(value)
+        raise AssertionError(f"no {name} {labels} in /metrics")
+
+    before = httpx.get(service.url + "/metrics", timeout=5).text
+    for _ in range(3):
+        client.infer("add_64x64", [infer_input("x", frame(SHAPE), "FP32", True)])
+    region = {"shared_memory_region": "never-registered", "shared_memory_byte_size": 4 * 64 * 64 * 3}
+    wrong = httpx.post(service.url + "/v2/models/add_64x64/infer", timeout=30, json={
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": SHAPE, "parameters": region}]})
+    assert wrong.status_code == 404
+    after = httpx.get(service.url + "/metrics", timeout=5).text
+    assert "# TYPE nv_inference_request_success counter" in after
+    assert "\nnv_inference_request_success{model=\"add_64x64\",version=\"1\"} " in after
+    for name in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count"):
+        assert sample(after, name) - sample(before, name) == 3, name
+    assert sample(after, "nv_inference_request_failure", reason="OTHER") - sample(
+        before, "nv_inference_request_failure", reason="OTHER") == 1
+    request_us = sample(after, "nv_inference_request_duration_us") - sample(
+        before, "nv_inference_request_duration_us")
+    parts = [sample(after, n) - sample(before, n) for n in (
+        "nv_inference_queue_duration_us", "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us", "nv_inference_compute_output_duration_us")]
+    assert request_us > 0 and parts[0] == 0 and parts[2] > 0
+    assert abs(sum(parts) - request_us) <= 1e-3 * request_us + 1
+    assert sample(after, "nv_inference_pending_request_count") == 0
+    # fenceline's own families are still there.
+    assert "fenceline_kserve_requests_total{" in after
+    types = {f.name: f.type for f in text_string_to_metric_families(after)}
+    assert types["nv_inference_count"] == "counter"  # a valid exposition, as Prometheus reads it
+
+
+def test_root_redirects_to_the_status_page(service: Service) -> None:
+    r = httpx.get(service.url + "/", timeout=5)
+    assert r.status_code == 307 and r.headers["location"] == "/ui"
+    assert httpx.get(service.url + "/", timeout=5, follow_redirects=True).status_code == 200

@@ -1,6 +1,8 @@
 """Triton's config.pbtxt in real model repositories: version_policy picks the version
-directories that load, the tensors it names are checked against the model file, and every
-field fenceline does not honour is one warning naming it, at load, per model."""
+directories that load, the tensors it names are checked against the model file, every field of
+Triton's that fenceline does not honour is one warning naming it, at load, per model, and a
+field that is not Triton's, or a value of the wrong kind, refuses the model with one line
+naming the file, the line and the field."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def test_version_policy_loads_the_versions_triton_would(
         if v in versions:
             assert repo.get("m", v).path == tmp_path / "repo" / "m" / v / "model.onnx"
         else:
-            with pytest.raises(NotFound, match=f"no model named 'm' version {v}"):
+            with pytest.raises(NotFound, match=f"Request for unknown model: 'm' version {v} is not found"):
                 repo.get("m", v)
 
 
@@ -121,7 +123,7 @@ def test_a_config_with_only_honoured_fields_warns_nothing(
         (("dims: [ 1, 3, 64, 64 ] } ]\noutput", "dims: [ 1, 3, 32, 32 ] } ]\noutput"),
          "gives input 'x' dims [1, 3, 32, 32]; the model has [1, 3, 64, 64]"),
         (("max_batch_size: 0", "max_batch_size: 0\nversion_policy: { newest {} }"),
-         "version_policy 'newest' is not one of latest, all, specific"),
+         "field 'version_policy.newest' is not one of latest, all, specific"),
         (("input [", "input ["), None),
         (('platform: "onnxruntime_onnx"', "platform: onnxruntime_onnx {"), "protobuf text format"),
         (('max_batch_size: 0', 'max_batch_size: 0 }'), "expected a field name, not '}'"),
@@ -207,3 +209,56 @@ def test_serve_with_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, add_mode
     assert "Traceback" not in r.stderr
     lines = [line for line in r.stderr.splitlines() if line.startswith("fenceline:")]
     assert len(lines) == 1 and "input 'x' is TYPE_FP16; the model has FP32" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "config, line, field",
+    [
+        (BASE + "foo_bar: 3\n", 7, "unknown field 'foo_bar': not a field of Triton's ModelConfig"),
+        (BASE.replace("max_batch_size: 0", "max_batch: 8"), 4,
+         "unknown field 'max_batch': not a field of Triton's ModelConfig"),
+        (BASE.replace('name: "x",', 'name: "x", dimz: [ 1 ],'), 5,
+         "unknown field 'input.dimz': not a field of Triton's ModelInput"),
+        (BASE.replace("max_batch_size: 0", 'max_batch_size: "four"'), 4,
+         "field 'max_batch_size' is an integer, not 'four'"),
+        (BASE.replace('name: "m"', "name: 3"), 2, "field 'name' is a string, not 3"),
+        (BASE.replace("data_type: TYPE_FP32, dims: [ 1", "data_type: TYPE_FLOAT32, dims: [ 1", 1),
+         5, "field 'input.data_type' of 'x' is 'TYPE_FLOAT32', not one of Triton's"),
+        (BASE.replace("dims: [ 1, 3, 64, 64 ] } ]\noutput", "dims: [ 1, 3, 6.5, 64 ] } ]\noutput"),
+         5, "field 'input.dims' of 'x': dims are integers"),
+    ],
+    ids=["unknown", "typo", "tensor-field", "batch-kind", "name-kind", "datatype", "dims-kind"],
+)
+def test_a_field_triton_lacks_or_a_wrong_value_refuses_the_model_naming_file_line_and_field(
+    tmp_path: Path, add_model: Path, config: str, line: int, field: str
+) -> None:
+    root = repository(tmp_path, add_model, ["1"], config)
+    with pytest.raises(InvalidArgument) as e:
+        loaded(root)
+    assert str(e.value).startswith(f"{root / 'm' / 'config.pbtxt'}:{line}: {field}"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_serve_with_an_unknown_config_field_is_one_line_naming_it_and_exit_2(
+    tmp_path: Path, add_model: Path
+) -> None:
+    root = repository(tmp_path, add_model, ["1"], BASE + "foo_bar: 3\n")
+    r = subprocess.run([sys.executable, "-m", "fenceline", "serve", "--model-repository", str(root),
+                        "--port", "0", "--socket", str(tmp_path / "fl.sock")],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("fenceline:")]
+    assert lines == [f"fenceline: {root / 'm' / 'config.pbtxt'}:7: unknown field 'foo_bar': not a "
+                     "field of Triton's ModelConfig; fix or remove it (the model is not loaded)"]
+
+
+def test_serve_with_a_missing_repository_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-repo"
+    r = subprocess.run([sys.executable, "-m", "fenceline", "serve", "--model-repository",
+                        str(missing), "--port", "0", "--socket", str(tmp_path / "fl.sock")],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"fenceline: --model-repository {missing} is not a directory; it holds "
+        "<name>/<version>/model.onnx (`fenceline models write DIR` writes the builtin ones)"]

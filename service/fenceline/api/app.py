@@ -6,12 +6,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import RedirectResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from fenceline import __version__
-from fenceline.api import docs, errors, interop, kserve, status, triton_shm
+from fenceline.api import docs, errors, interop, kserve, status, trace, triton_shm
 from fenceline.api.request_ids import RequestIdMiddleware
 from fenceline.api.security import BearerToken, BodyLimit
+from fenceline.runtime.model_control import ModelControl
 from fenceline.runtime.service import Runtime
 from fenceline.triton.regions import InferenceSettings
 
@@ -24,6 +26,7 @@ def create_app(
     max_body_bytes: int = 256 << 20,
     max_json_bytes: int = 16 << 20,
     ready_checks: Sequence[Callable[[], bool]] = (),
+    model_control: ModelControl | None = None,
 ) -> FastAPI:
     """``token``: when set, every route but the health probes and the pages that describe the
     service (/ui, /docs, /redoc, /openapi.json) needs ``Authorization: Bearer``.
@@ -41,19 +44,24 @@ def create_app(
     app.state.ready_checks = tuple(ready_checks)
     app.state.token_required = bool(token)
     errors.install(app, runtime.metrics)
-    kserve.install(app, runtime, inference)
+    kserve.install(app, runtime, inference, model_control)
     app.include_router(kserve.router)
     app.include_router(triton_shm.router)
     app.include_router(interop.router)
     app.include_router(status.router)
+    app.include_router(trace.router)
     docs.install(app, token_required=bool(token))
     app.state.started = time.monotonic()
 
-    registry = runtime.metrics.registry
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/ui", status_code=307)  # the status page; it links /docs
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        loaded = [(m.name, m.version) for m in runtime.models]
+        return Response(runtime.metrics.exposition(loaded), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_json_bytes=max_json_bytes)
     if token:

@@ -26,6 +26,7 @@ from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.datatypes import datatype
+from fenceline.runtime.model_control import ModelControl
 from fenceline.runtime.service import Runtime
 from fenceline.triton.inference import (
     InferRequest,
@@ -53,8 +54,10 @@ def kserve(request: Request) -> KServeInference:
     return k
 
 
-def install(app: Any, runtime: Runtime, settings: InferenceSettings | None) -> None:
+def install(app: Any, runtime: Runtime, settings: InferenceSettings | None,
+            model_control: ModelControl | None = None) -> None:
     app.state.kserve = KServeInference(runtime, settings)
+    app.state.model_control = model_control or ModelControl(runtime)
     app.state.large_json = json_tensors.LargeDocuments()
 
 
@@ -152,10 +155,49 @@ def model_version_config(name: str, version: str, request: Request) -> dict[str,
     return model_config(name, request)
 
 
+# -- model repository (Triton's extension; runtime/model_control.py) ------------------------
+
+
+def control(request: Request) -> ModelControl:
+    c: ModelControl = request.app.state.model_control
+    return c
+
+
+async def _optional_body(request: Request) -> dict[str, Any]:
+    """The optional JSON object of a repository request (tritonclient sends none or one)."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    return json_tensors.loads_object(raw, "the repository request")
+
+
 @router.post("/repository/index")
-def repository_index(request: Request) -> list[dict[str, Any]]:
-    return [{"name": m.name, "version": m.version, "state": "READY"}
-            for m in runtime(request).models]
+async def repository_index(request: Request) -> list[dict[str, Any]]:
+    body = await _optional_body(request)
+    ready = body.get("ready", False)
+    if not isinstance(ready, bool):
+        raise InvalidArgument("'ready' must be true or false")
+    return runtime(request).models.index(ready_only=ready)
+
+
+@router.post("/repository/models/{name}/load")
+async def repository_load(name: str, request: Request) -> Response:
+    params = _params(await _optional_body(request), "the load request")
+    overrides = sorted(k for k in params if k == "config" or k.startswith("file:"))
+    if overrides:
+        raise Unsupported(
+            f"load parameter {overrides[0]!r}: fenceline loads a model from its repository only; "
+            "change the files there and load again"
+        )
+    await run_in_threadpool(control(request).load, name)
+    return Response(status_code=200)
+
+
+@router.post("/repository/models/{name}/unload")
+async def repository_unload(name: str, request: Request) -> Response:
+    _params(await _optional_body(request), "the unload request")  # unload_dependents: no ensembles
+    await run_in_threadpool(control(request).unload, name)
+    return Response(status_code=200)
 
 
 # -- inference ------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Health probes answer without a token: orchestrators call them without credentials. /ui, the
-# API docs pages, their assets and the OpenAPI document describe the service and hold no data;
+# API docs pages, their assets and the OpenAPI document describe the service and hold no data
+# ("/" only redirects to /ui);
 # the calls they make (status JSON, "Try it out") need the token.
-OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/ui", "/docs", "/redoc", "/openapi.json")
+OPEN_PATHS = ("/", "/v2/health/live", "/v2/health/ready", "/ui", "/docs", "/redoc", "/openapi.json")
 OPEN_PREFIXES = ("/docs/assets/",)
 
 

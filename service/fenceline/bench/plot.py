@@ -30,7 +30,7 @@ def plot(rows: list[Row], path: Path, title: str) -> Path:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ImportError:
-        raise Unsupported("--plot needs matplotlib: pip install 'fenceline[bench]'") from None
+        raise Unsupported("--plot needs matplotlib: pip install '.[bench]'") from None
 
     single = [r for r in rows if r.renderers == 1 and r.mode == "sync" and r.datatype == "FP32"
               and r.samples_s]

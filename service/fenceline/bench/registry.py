@@ -10,11 +10,17 @@ adapters below cover the measure functions of modules that do not.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import resource
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from fenceline.bench import engine
 from fenceline.bench.scenarios import Scenario
@@ -60,6 +66,27 @@ class Transport:
     measure: Measure
     peer: bool = False  # needs --peers
     available: Available = _always
+    needs: tuple[str, ...] = ()  # modules the row's lanes import (an optional dependency)
+
+
+# Where each optional module comes from: the extras of pyproject.toml that install it.
+EXTRAS = {"tritonclient": "the [bench] or [test] extra: pip install '.[bench]'"}
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing (or hidden)
+        return False
+
+
+def missing(t: Transport) -> str | None:
+    """Why ``t`` cannot run in this install (a module it needs is missing), or None."""
+    for module in t.needs:
+        if not _importable(module):
+            top = module.split(".")[0]
+            return f"needs {top}, from {EXTRAS.get(top, 'an optional dependency')}"
+    return None
 
 
 REGISTRY: dict[str, Transport] = {}
@@ -72,8 +99,12 @@ def register(t: Transport) -> None:
 def row(name: str, sc: Scenario, m: engine.Measured, ctx: Context, note: str = "") -> Row:
     want = ctx.expected.get(expected_key(sc))
     check = "" if want is None else ("equal" if all(d == want for d in m.digests) else "differs")
+    n = len(m.samples_s)
     return Row(name, sc.size, m.samples_s, note, m.cpu_per_frame_us(), sc.datatype,
-               sc.renderers, sc.mode, sc.model, m.throughput_fps, check)
+               sc.renderers, sc.mode, sc.model, m.throughput_fps, check,
+               renderer_cpu_us=m.client_cpu_s / n * 1e6 if n else None,
+               service_cpu_us=m.server_cpu_s / n * 1e6 if n and m.server_cpu_s is not None
+               else None)
 
 
 def expected_key(sc: Scenario) -> str:
@@ -120,6 +151,43 @@ def _ipc_written(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {**_ipc(ctx, sc), "write": True}
 
 
+TRACED_SIZES = ("64x64", "720p")
+
+
+def _traced(ctx: Context, sc: Scenario) -> Row | None:
+    """``ipc`` while the service records a trace of every frame (docs/tracing.md): what
+    tracing costs, beside the ``ipc`` row. The trace is asked for over HTTP, as
+    ``fenceline trace`` does, and ended when the row ends."""
+    if sc.size not in TRACED_SIZES or sc.renderers != 1 or sc.mode != "sync":
+        return None
+    got: list[Any] = []
+
+    def record() -> None:
+        with httpx.Client(base_url=ctx.url, timeout=120) as http:
+            got.append(http.post("/v2/interop/trace", json={"seconds": 60, "frames": 1_000_000}))
+
+    recorder = threading.Thread(target=record, daemon=True)
+    recorder.start()
+    deadline = time.monotonic() + 30
+    while not httpx.get(ctx.url + "/v2/interop/trace", timeout=10).json()["recording"]:
+        if not recorder.is_alive() or time.monotonic() > deadline:
+            recorder.join(5)
+            raise engine.LaneError(f"the service did not start a trace: {got[:1]}")
+        time.sleep(0.01)
+    try:
+        row = _lanes("ipc-traced", "fenceline.bench.transports:ipc_lane", _ipc)(ctx, sc)
+    finally:
+        httpx.delete(ctx.url + "/v2/interop/trace", timeout=10)
+        recorder.join(150)
+    if not got or got[0].status_code != 200:
+        raise engine.LaneError(f"the trace failed: {got[0].text[:200] if got else 'no answer'}")
+    if not got[0].json()["otherData"]["frames"]:
+        raise engine.LaneError("the trace recorded no frame of the row")
+    if row is not None:
+        row.note = "tracing on: every frame recorded"
+    return row
+
+
 def _two_cpus(ctx: Context) -> str | None:
     return None if len(os.sched_getaffinity(0)) >= 2 else "needs two CPUs"
 
@@ -155,6 +223,8 @@ for _t in (
               _lanes("in-process", f"{_T}:floor_lane", _floor, processes=False)),
     Transport("ipc", "fenceline IPC socket: signal fence, RUN, reply",
               _lanes("ipc", f"{_T}:ipc_lane", _ipc, pipelined=f"{_T}:ipc_pipelined_lane")),
+    Transport("ipc-traced", "fenceline IPC while the service records a per-frame trace",
+              _traced),
     Transport("in-process-cross-core",
               "the floor on a frame just written by a thread pinned to another CPU",
               _lanes("in-process-cross-core", f"{_T}:cross_core_floor_lane", _floor,
@@ -165,15 +235,16 @@ for _t in (
               _lanes("http", f"{_T}:http_lane", _http)),
     Transport("kserve-binary", "tritonclient binary HTTP against fenceline (tensors copied)",
               _lanes("kserve-binary", f"{_T}:kserve_binary_lane", _fenceline),
-              available=_has_kserve),
+              available=_has_kserve, needs=("tritonclient.http",)),
     Transport("system-shm", "tritonclient system shared memory against fenceline",
-              _lanes("system-shm", f"{_T}:kserve_shm_lane", _fenceline), available=_has_shm),
+              _lanes("system-shm", f"{_T}:kserve_shm_lane", _fenceline), available=_has_shm,
+              needs=("tritonclient.http",)),
     Transport("triton-binary", "Triton 2.x binary HTTP (pytriton, onnxruntime python backend)",
               _lanes("triton-binary", f"{_T}:kserve_binary_lane", _triton), peer=True,
-              available=_has_triton),
+              available=_has_triton, needs=("tritonclient.http",)),
     Transport("triton-shm", "Triton 2.x system shared memory (pytriton, onnxruntime)",
               _lanes("triton-shm", f"{_T}:kserve_shm_lane", _triton), peer=True,
-              available=_has_triton),
+              available=_has_triton, needs=("tritonclient.http",)),
 ):
     register(_t)
 
@@ -208,9 +279,12 @@ def _streaming_row(name: str, spin_us: int | None, note: str) -> Any:
             warmup=sc.budget.warmup, spin_us=spin_us)
         cpu = handoff.client_cpu_s_per_frame + (handoff.service_cpu_s_per_frame or 0.0)
         wall = sum(handoff.latencies_s)
+        service = handoff.service_cpu_s_per_frame
         return Row(name, sc.size, list(handoff.latencies_s), note,
                    cpu * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
-                   len(handoff.latencies_s) / wall if wall else None)
+                   len(handoff.latencies_s) / wall if wall else None,
+                   renderer_cpu_us=handoff.client_cpu_s_per_frame * 1e6,
+                   service_cpu_us=None if service is None else service * 1e6)
 
     return measure
 
@@ -249,11 +323,22 @@ def _c_client(ctx: Context, sc: Scenario) -> Row | None:
     if sc.model not in C_CLIENT_MODELS or sc.renderers != 1 or sc.mode != "sync":
         return None
     mod = importlib.import_module("fenceline.bench.c_client")
+    # CPU over the program's whole life (start, warm-up, frames), per frame run: a slight
+    # overestimate beside the other rows' timed windows.
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    service0 = engine.tree_cpu_s([ctx.service_pid])
     result = mod.run_c_client(ctx.socket, model=sc.model, frames=sc.budget.iterations,
                               warmup=sc.budget.warmup, binary=ctx.programs["c-client"])
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    service_s = engine.tree_cpu_s([ctx.service_pid]) - service0
+    renderer_s = (children1.ru_utime + children1.ru_stime
+                  - children0.ru_utime - children0.ru_stime)
+    n = sc.budget.iterations + sc.budget.warmup
     check = "equal" if result.get("wrong_frames") == 0 else "differs"
-    return Row("c-client", sc.size, list(result["samples_s"]), "", None, sc.datatype,
-               sc.renderers, sc.mode, sc.model, result.get("fps"), check)
+    return Row("c-client", sc.size, list(result["samples_s"]), "",
+               (renderer_s + service_s) / n * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
+               result.get("fps"), check, renderer_cpu_us=renderer_s / n * 1e6,
+               service_cpu_us=service_s / n * 1e6)
 
 
 register(Transport("c-client", "fenceline's C client (libfenceline_client) over the IPC socket",

@@ -90,7 +90,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     if size not in SIZES:
         raise InvalidArgument(f"unknown size {size!r}; use one of {', '.join(SIZES)}")
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-        raise Unsupported("--plot needs matplotlib: pip install 'fenceline[bench]'")
+        raise Unsupported("--plot needs matplotlib: pip install '.[bench]'")
     model = MODELS[(size, "FP32")]
     repo = cache_dir()
     build_repository(repo, [model])

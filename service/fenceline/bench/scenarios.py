@@ -35,7 +35,7 @@ QUICK_BUDGETS: dict[str, Budget] = {
 }
 
 # Every transport that a single renderer can use, in table order.
-SINGLE = ("in-process", "ipc", "http", "kserve-binary", "system-shm", "c-client", "streaming",
+SINGLE = ("in-process", "ipc", "ipc-traced", "http", "kserve-binary", "system-shm", "c-client", "streaming",
           "streaming-blocking",
           "triton-binary", "triton-shm")
 # The frame's move between two cores' caches, measured where the issue asked (720p).

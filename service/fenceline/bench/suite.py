@@ -107,7 +107,7 @@ def _check(sizes: list[str] | None, transports: list[str] | None, peers: bool,
         if why is not None:
             raise Unsupported(f"--peers needs a Triton peer: {why}")
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-        raise Unsupported("--plot needs matplotlib: pip install 'fenceline[bench]'")
+        raise Unsupported("--plot needs matplotlib, from the [bench] extra: pip install '.[bench]'")
 
 
 def _plan(quick: bool, sizes: list[str] | None, transports: list[str] | None, peers: bool,
@@ -161,7 +161,7 @@ def _measure(plan: list[Scenario], reals: list[RealModel], peers: bool) -> _Run:
         else:
             ctx.triton = _start_triton(stack, plan, paths, Path(tmp), run)
         for name in sorted({t for s in plan for t in s.transports}):
-            why = registry.REGISTRY[name].available(ctx)
+            why = registry.missing(registry.REGISTRY[name]) or registry.REGISTRY[name].available(ctx)
             if why is not None:
                 run.skipped[name] = why
         plan = [replace(s, transports=tuple(t for t in s.transports if t not in run.skipped))
@@ -213,7 +213,10 @@ def _output(run: _Run, doc: dict[str, Any], json_path: Path | None, plot_path: P
     print()
     print(report.format_goals(doc["goals"]))
     if run.skipped:
-        print("not measured: " + "; ".join(f"{k} ({v})" for k, v in run.skipped.items()))
+        why: dict[str, list[str]] = {}  # one entry per reason: "a, b (needs tritonclient ...)"
+        for name, reason in run.skipped.items():
+            why.setdefault(reason, []).append(name)
+        print("not measured: " + "; ".join(f"{', '.join(k)} ({v})" for v, k in why.items()))
     for f in run.failures:
         print(f"FAILED {f['scenario']}: {f['transport']}: {f['error'].splitlines()[0][:300]}")
     print(f"bench took {doc['duration_s']:.0f} s")
@@ -243,12 +246,16 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
     plan = _plan(quick, sizes, transports, peers, reals, seconds)
     loadavg = [round(v, 2) for v in os.getloadavg()]
     print(f"fenceline bench: {len(plan)} scenarios on {report.machine()['cpu'] or 'this CPU'}, "
-          f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
+          f"{len(os.sched_getaffinity(0))} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
           f"{' with a Triton peer' if peers else ''}", flush=True)
     run = _measure(plan, reals, peers)
+    if real_model and realmodel.find_model() is None:
+        package = realmodel.PACKAGE.replace("_", "-")
+        run.skipped[realmodel.NAME] = f"needs {package}, from the [bench] extra: pip install '.[bench]'"
     machine_floors = _floors()
     real_size = next((s.size for s in plan if s.model in run.real_checks), None)
-    goals = report.goals(run.rows, real_size) + report.floor_goals(run.rows, machine_floors)
+    goals = (report.machine_goals(run.rows) + report.goals(run.rows, real_size)
+             + report.floor_goals(run.rows, machine_floors))
     doc = report.document(
         run.rows, goals, quick=quick, peers=peers,
         duration_s=round(time.monotonic() - t_start, 1), loadavg_start=loadavg,

@@ -4,7 +4,7 @@ are measured in the same run, on the same models, beside fenceline's.
 
 The server runs in its own process (``python -m fenceline.bench.triton serve ...``), started and
 stopped by :class:`TritonPeer`; nvidia-pytriton is only needed there (``pip install
-'fenceline[bench]'``).
+'.[bench]'``).
 
 Facts this module is built around:
 - pytriton's python-backend stub links the system libpython; from a venv it is found only with
@@ -44,7 +44,7 @@ def available() -> str | None:
         import pytriton  # noqa: F401
         import tritonclient.http  # noqa: F401
     except ImportError as e:
-        return f"{e.name} is not installed (pip install 'fenceline[bench]')"
+        return f"{e.name} is not installed (pip install '.[bench]')"
     return None
 
 

@@ -1,4 +1,4 @@
-"""``fenceline serve | demo | bench``."""
+"""The ``fenceline`` command: one subcommand per task (``fenceline --help`` lists them)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fenceline import __version__
 from fenceline.config import LOG_LEVELS, RUN_PATHS, setting_help
 from fenceline.errors import FencelineError, InvalidArgument, Unsupported
 from fenceline.logs import LOG_FORMATS
+from fenceline.runtime.model_config import CONTROL_MODES
 
 S = argparse.SUPPRESS  # an absent flag: the settings object decides (environment, default)
 
@@ -24,6 +25,16 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         default="the builtin models, when no --model is given either"))
     p.add_argument("--model", action="append", default=S, metavar="NAME=PATH",
                    help=h("models", "an extra model; repeatable; env takes JSON {NAME: PATH}"))
+    p.add_argument("--model-control-mode", default=S, choices=CONTROL_MODES, help=h(
+        "model_control_mode", "as Triton's: none loads every model at start; explicit loads "
+        "those of --load-model and lets clients load and unload; poll rescans the repository "
+        "(docs/triton.md)"))
+    p.add_argument("--load-model", dest="load_models", action="append", default=S,
+                   metavar="NAME", help=h(
+        "load_models", "explicit mode: a model to load at start; repeatable; * loads all; env "
+        "takes JSON [NAME, ...]"))
+    p.add_argument("--repository-poll-secs", type=float, default=S, metavar="S", help=h(
+        "repository_poll_secs", "poll mode: seconds between rescans of the repository"))
     p.add_argument("--host", default=S, help=h("host", "HTTP bind address"))
     p.add_argument("--port", type=int, default=S, help=h("port", "HTTP port (0: any free one)"))
     p.add_argument("--socket", type=Path, default=S, help=h(
@@ -67,6 +78,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "max_inflight", "HTTP runs in flight per client"))
     p.add_argument("--max-sessions-per-device", type=int, default=S, help=h(
         "max_sessions_per_device", "CUDA sessions per GPU, over all clients"))
+    p.add_argument("--max-connections", type=int, default=S, metavar="N", help=h(
+        "max_connections", "IPC connections served at once, over all users; one more is "
+        "answered resource_exhausted and closed"))
+    p.add_argument("--max-connections-per-user", type=int, default=S, metavar="N", help=h(
+        "max_connections_per_user", "IPC connections of one user (uid) at once, at most "
+        "--max-connections"))
+    p.add_argument("--ipc-send-timeout-s", type=float, default=S, metavar="S", help=h(
+        "ipc_send_timeout_s", "close an IPC connection whose renderer does not take a reply "
+        "within this (it does not read its socket)"))
     p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=S,
                    help=h("client_shared_memory", "let KServe clients register Triton system "
                           "shared-memory regions (off: those routes answer 501)"))
@@ -89,9 +109,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command and flag (the docs' commands are checked against it)."""
-    parser = argparse.ArgumentParser(prog="fenceline", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="fenceline",
+        description="A local inference service for renderers: shared frames and timeline "
+        "fences into ONNX Runtime, run in place.",
+        epilog="Run 'fenceline COMMAND --help' for the flags of a command. Documentation: "
+        "README.md and docs/ in the source tree; with the service running, /ui and /docs.",
+    )
     parser.add_argument("--version", action="version", version=f"fenceline {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands",
+                                metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the service")
     _serve_args(serve)
@@ -133,17 +160,38 @@ def build_parser() -> argparse.ArgumentParser:
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
-                       help="with --scaling or --gst: onnxruntime's intra-op threads per run "
+                       help="with --scaling, --gst or --obs: onnxruntime's intra-op threads per run "
                        "on both sides (default: the model's, a pool sized to the machine)")
+    bench.add_argument("--cpus", type=int, metavar="N",
+                       help="run everything (service, renderers, floors) on the first N CPUs "
+                       "this process may use: a small machine's shape on a large one")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
                        help="fps through the GStreamer element beside appsink -> onnxruntime "
                             "(docs/gstreamer.md)")
+    bench.add_argument("--obs", action="store_true",
+                       help="OBS's fps and video-thread time per frame with the fenceline filter "
+                            "beside onnxruntime inside filter_video (docs/obs.md)")
     bench.add_argument("--rounds", type=int,
-                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1)")
+                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1); "
+                            "--obs: rounds per side and model (default 2; --quick 1)")
     bench.add_argument("--frames", type=int,
                        help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
+
+    tr = sub.add_parser("trace", help="record a running service's per-frame trace as Chrome "
+                        "trace-event JSON (Perfetto, chrome://tracing; docs/tracing.md)")
+    tr.add_argument("--url", default="http://127.0.0.1:8000",
+                    help="the service's HTTP address (default %(default)s)")
+    tr.add_argument("--seconds", type=float, default=2.0,
+                    help="longest recording, at most 60 (default %(default)s)")
+    tr.add_argument("--frames", type=int, default=10_000,
+                    help="stop after this many frames, at most 1,000,000 (default %(default)s)")
+    tr.add_argument("--out", type=Path, default=Path("fenceline-trace.json"),
+                    help="where the JSON goes (default %(default)s)")
+    tr.add_argument("--png", type=Path,
+                    help="also draw a few frames of it as a PNG timeline here")
+    tr.add_argument("--token-file", type=Path, help="the service's --token-file, when it has one")
 
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
@@ -152,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument(
         "--hostile", type=int, default=0, metavar="N",
         help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
-        "frames with fds, dying while the service waits or before it replies",
+        "frames with fds, dying while the service waits or before it replies, or after "
+        "queueing their own socket end in the service (docs/reliability.md)",
     )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
@@ -175,6 +224,10 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.cli.demo import demo as run_demo
 
             return run_demo(args.frames, args.out)
+        if args.command == "trace":
+            from fenceline.cli.trace import trace_from_args
+
+            return trace_from_args(args)
         if args.command == "soak":
             from fenceline.cli.soak import soak_from_args
 
@@ -185,8 +238,12 @@ def _main(argv: list[str] | None) -> int:
                 "and runs its lanes in forkserver processes, none of which Windows has; "
                 "`fenceline demo` runs here (docs/windows.md)"
             )
-        if args.intra_op_threads is not None and not (args.scaling or args.gst):
-            raise InvalidArgument("--intra-op-threads goes with --scaling or --gst")
+        if args.cpus is not None:
+            from fenceline.bench.report import confine
+
+            print(f"fenceline bench: confined to CPUs {confine(args.cpus)}", flush=True)
+        if args.intra_op_threads is not None and not (args.scaling or args.gst or args.obs):
+            raise InvalidArgument("--intra-op-threads goes with --scaling, --gst or --obs")
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 
@@ -196,6 +253,11 @@ def _main(argv: list[str] | None) -> int:
             return run_scaling(parse_counts(args.scaling), size=sizes[0],
                                seconds=args.seconds or 10.0, json_path=args.json,
                                plot_path=args.plot, intra_op_threads=args.intra_op_threads)
+        if args.obs:
+            from fenceline.bench.obs_fps import run_obs_bench
+
+            return run_obs_bench(quick=args.quick, json_path=args.json, seconds=args.seconds,
+                                 rounds=args.rounds, intra_op_threads=args.intra_op_threads)
         if args.gst:
             from fenceline.bench.gst_fps import run_gst_bench
 

@@ -68,6 +68,13 @@ def gst_plugin_dir() -> Path:
     return _find("lib/gstreamer-1.0/libgstfenceline.so").parent
 
 
+def obs_plugin_dir() -> Path:
+    """The directory holding the OBS filter module ``fenceline-obs.so`` and the headless OBS
+    program ``fenceline-obs-driver`` (docs/obs.md). They are built only where libobs's
+    development package was installed when fenceline was; else this raises ClientError."""
+    return _find("lib/obs/fenceline-obs.so").parent
+
+
 def c_compile_flags() -> list[str]:
     return [f"-I{c_include_dir()}"]
 
@@ -89,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pkgconfig-path", action="store_true", help="directory for PKG_CONFIG_PATH")
     p.add_argument("--gst-plugin-path", action="store_true",
                    help="directory for GST_PLUGIN_PATH (the fencelinefilter element)")
+    p.add_argument("--obs-plugin-path", action="store_true",
+                   help="directory holding the OBS filter module fenceline-obs.so")
     args = p.parse_args(argv)
     try:
         out: list[str] = []
@@ -102,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             out.append(str(c_pkgconfig_dir()))
         if args.gst_plugin_path:
             out.append(str(gst_plugin_dir()))
+        if args.obs_plugin_path:
+            out.append(str(obs_plugin_dir()))
         if not out:
             out = [*c_compile_flags(), *c_link_flags()]
     except ClientError as e:

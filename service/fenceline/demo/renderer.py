@@ -43,18 +43,36 @@ def to_image(chw: np.ndarray) -> Image.Image:
     return Image.fromarray((rgb * 255 + 0.5).astype(np.uint8))
 
 
+# What the picture says under the two halves: what the model did, so that the flatter, lighter
+# "after" reads as the tone mapping it is, not as a fault.
+CAPTION = (
+    "The model (image_filter), run in place on the renderer's shared frame: a 3x3 sharpen, then "
+    "exposure x2 and Reinhard tone mapping, y = 2x / (1 + 2x).",
+    "Tone mapping squeezes every brightness into 0..1: the light that clips to white on the left "
+    "keeps its shape on the right, and darks lift,",
+    "so the right half looks flatter and lighter: that is what the filter does. Edges look crisper "
+    "from the sharpen.",
+)
+LABELS = ("before: the renderer's frame (values above 1 clip to white)",
+          "after: the service's output in the same memory")
+
+
 def write_before_after(before: np.ndarray, after: np.ndarray, path: str) -> None:
+    """The two frames side by side, each labelled, with a caption saying what the model did."""
     half = (W // 2, H // 2)
     a = to_image(before).resize(half, Image.Resampling.BILINEAR)
     b = to_image(after).resize(half, Image.Resampling.BILINEAR)
-    canvas = Image.new("RGB", (half[0] * 2 + 8, half[1]), (20, 20, 20))
+    line_h = 14
+    caption_h = 12 + line_h * len(CAPTION)
+    canvas = Image.new("RGB", (half[0] * 2 + 8, half[1] + caption_h), (20, 20, 20))
     canvas.paste(a, (0, 0))
     canvas.paste(b, (half[0] + 8, 0))
     draw = ImageDraw.Draw(canvas)
-    labels = ((10, "before: the renderer's frame"), (half[0] + 18, "after: sharpen + tone map, in place"))
-    for x, label in labels:
-        draw.rectangle((x - 4, 8, x + 6 * len(label) + 4, 26), fill=(0, 0, 0))
+    for x, label in zip((10, half[0] + 18), LABELS, strict=True):
+        draw.rectangle((x - 4, 8, x + draw.textlength(label) + 4, 26), fill=(0, 0, 0))
         draw.text((x, 11), label, fill=(255, 255, 255))
+    for i, line in enumerate(CAPTION):
+        draw.text((10, half[1] + 6 + i * line_h), line, fill=(230, 230, 230))
     canvas.save(path)
 
 

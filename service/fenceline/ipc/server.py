@@ -34,6 +34,8 @@ from fenceline.ipc import access
 from fenceline.ipc.access import socket_error
 from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
+from fenceline.ipc.limits import ConnectionLimits
+from fenceline.ipc.refusals import Refusals
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -79,11 +81,18 @@ class Connection:
         self.runtime = server.runtime
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
+        # The process that connected, watched beside the socket: its end of the socket may
+        # outlive it (docs/reliability.md, "A renderer dies"). The Windows pipe watches its own.
+        self._process = (
+            _native.PeerProcess(sock.fileno()) if isinstance(sock, socket.socket) else None)
+        self._pidfd = -1 if self._process is None else self._process.pidfd
+        self._send_timeout_ms = server.limits.send_timeout_ms
         # A long fence wait ends early when the renderer dies: nobody reads the channel
-        # meanwhile, so the wait itself asks the transport whether its peer is gone.
-        # (A function of the channel, not a bound method: the connection must not reach itself,
-        # or it and its channel's handles would wait for the cycle collector.)
-        self._cancel = Cancel(server.runtime.closing, functools.partial(self.peer_gone, sock))
+        # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
+        # of the channel, not a bound method: the connection must not reach itself, or it and
+        # its channel's handles would wait for the cycle collector.)
+        self._cancel = Cancel(
+            server.runtime.closing, functools.partial(self.peer_gone, sock, self._process))
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -112,12 +121,15 @@ class Connection:
         loop = isinstance(self.sock, socket.socket)
         fd = self.sock.fileno() if loop else -1
         try:
+            if self._process is not None and self._process.exited():
+                return  # gone before it was served: what it queued is purged at close
             while True:
                 failure: object = None
                 try:
                     if loop:
                         data, fds, problem, failure = table.serve_loop(
-                            fd, self.owner, waiting.gate().native, self._spin)
+                            fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
+                            self._send_timeout_ms)
                     else:
                         data, fds, problem = self._receive()
                         if data and problem is None and not fds:
@@ -129,6 +141,9 @@ class Connection:
                 except (OSError, FencelineError):
                     break
                 if data is None:
+                    if not (self._gone() or self.runtime.closing.is_set()):
+                        # Neither the peer's end nor its exit: a reply it did not take in time.
+                        self._log_send_timeout()
                     break
                 if isinstance(failure, FencelineError):  # a run that failed in native code
                     metrics.errors.labels("ipc", failure.code).inc()
@@ -180,18 +195,31 @@ class Connection:
         raise NotImplementedError
 
     @staticmethod
-    def peer_gone(channel: Any) -> bool:
-        """True once the renderer at the other end of ``channel`` closed it or died; never
-        blocks. Each transport has its own way to see it: the Windows pipe's is
-        fenceline.ipc.pipe_server's."""
-        return _hung_up(channel)
+    def peer_gone(channel: Any, process: Any = None) -> bool:
+        """True once the renderer at the other end of ``channel`` closed it or its ``process``
+        (a ``_native.PeerProcess``) exited; never blocks. Each transport has its own way to see
+        it: the Windows pipe's is fenceline.ipc.pipe_server's."""
+        return _hung_up(channel) or (process is not None and process.exited())
 
     def _send(self, data: bytes) -> bool:
+        """False when the peer is gone, or did not take the message within the send timeout:
+        the connection then closes."""
         try:
-            _native.send_message(self.sock.fileno(), data)
+            _native.send_message(self.sock.fileno(), data, self._send_timeout_ms, self._pidfd)
             return True
+        except TimeoutError:
+            self._log_send_timeout()
+            return False
         except OSError:
             return False
+
+    def _log_send_timeout(self) -> None:
+        log.warning("%s: a reply was not taken within %d ms (--ipc-send-timeout-s); closing the "
+                    "connection", self.owner, self._send_timeout_ms)
+
+    def _gone(self) -> bool:
+        """True once the peer closed its end or its process exited."""
+        return self.peer_gone(self.sock, self._process)
 
     @staticmethod
     def _close_fds(fds: list[int]) -> None:
@@ -296,7 +324,8 @@ class Connection:
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
             self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
-            adapter_luid=req.adapter_luid, caller=self.caller, **self._with_handles(roles, fd),
+            adapter_luid=req.adapter_luid, current_value=req.current_value, caller=self.caller,
+            **self._with_handles(roles, fd),
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
@@ -327,6 +356,9 @@ class Connection:
         if obj.get("kind") == "model":
             # Models are named, not owned: any client may read their metadata, as over HTTP.
             return self.runtime.models.get(str(obj.get("id", "")), obj.get("version")).metadata()
+        if obj.get("kind") == "models":
+            # The names a client may choose from (the OBS filter's model list); the id is unused.
+            return {"models": self.runtime.models.names()}
         kind, id_ = obj.get("kind"), self._id(body)
         describe = {
             "memory": self.runtime.describe_memory,
@@ -334,7 +366,7 @@ class Connection:
             "session": self.runtime.describe_session,
         }.get(str(kind))
         if describe is None:
-            raise InvalidRequest("DESCRIBE kind is memory, fence, session or model")
+            raise InvalidRequest("DESCRIBE kind is memory, fence, session, model or models")
         return describe(self.owner, id_)
 
     # -- lifetime -------------------------------------------------------------------------
@@ -345,8 +377,15 @@ class Connection:
             try:
                 self.runtime.release_owner(self.owner)
             finally:
+                if isinstance(self.sock, socket.socket):
+                    # What the peer left queued goes now, fds included, whoever else holds
+                    # the socket: a queued message may carry the peer's own end.
+                    with contextlib.suppress(OSError, ValueError):
+                        _native.purge_messages(self.sock.fileno())
                 with contextlib.suppress(OSError):
                     self.sock.close()
+                if self._process is not None:
+                    self._process.close()
                 self.runtime.metrics.ipc_connections.dec()
 
 
@@ -402,9 +441,11 @@ class IpcServer(ServerBase):
         path: Path | None = None,
         spin_ns: int = 100_000,
         allow_uids: frozenset[int] | None = None,
+        limits: ConnectionLimits | None = None,
         run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns, run_path)
+        super().__init__(runtime, spin_ns, limits, run_path)
+        self._refusals = Refusals()
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
@@ -510,20 +551,8 @@ class IpcServer(ServerBase):
         self._admit(conn, f"uid {uid}", pid, uid in self.allow_uids,
                     lambda number: Connection(self, conn, number))
 
-    def _answer_refusal(self, channel: Any, err: FencelineError) -> None:
-        """Closing at once would drop the answer: a Unix socket closed with unread data resets
-        its peer."""
-        conn: socket.socket = channel
-        with conn:
-            conn.settimeout(1.0)
-            request_id = 0
-            with contextlib.suppress(OSError, FencelineError):
-                request_id = codec.decode(conn.recv(codec.MAX_FRAME)).request_id
-            with contextlib.suppress(OSError):
-                conn.send(codec.encode_error(request_id, err))
-                conn.shutdown(socket.SHUT_WR)
-                while conn.recv(codec.MAX_FRAME):
-                    pass
+    def _refuse(self, channel: Any, err: FencelineError) -> None:
+        self._refusals.add(channel, err)  # one thread for all (fenceline.ipc.refusals)
 
     def _wake(self, c: Served) -> None:
         with contextlib.suppress(OSError):
@@ -544,3 +573,4 @@ class IpcServer(ServerBase):
             with contextlib.suppress(OSError):
                 self.path.unlink()
         self._stop_connections(timeout)
+        self._refusals.close()

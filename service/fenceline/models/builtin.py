@@ -15,6 +15,10 @@
   happen in the graph, so a caller hands over its frames untouched; the fourth channel passes
   through unchanged. The filter treats every colour channel alike, so one model serves every
   channel order.
+- ``image_filter_rgba8_slow``: ``image_filter_rgba8``'s bytes, after a Loop on one pixel that
+  takes 0.15 to 0.4 s on one core (this machine; the service runs it faster than a bare
+  onnxruntime session) whatever the frame size: a model slower than a video frame
+  (the OBS filter's tests and bench, docs/obs.md).
 """
 
 from __future__ import annotations
@@ -136,7 +140,10 @@ def image_filter_model(height: int = 720, width: int = 1280, exposure: float = 2
     return _model(graph)
 
 
-def packed_image_filter_model(channels: int, exposure: float = 2.0) -> bytes:
+def packed_image_filter_model(channels: int, exposure: float = 2.0, spin_trips: int = 0) -> bytes:
+    """The packed-pixel filter; ``spin_trips`` > 0 adds a Loop of that many exact multiplies by
+    one on one pixel, whose result (times zero) is added before the final cast: the same bytes
+    out, only later (a model slower than a video frame, for the OBS filter's tests)."""
     if channels not in (3, 4):
         raise ValueError("packed pixels have 3 or 4 channels")
     shape: list[int | str] = [1, "height", "width", channels]
@@ -177,6 +184,32 @@ def packed_image_filter_model(channels: int, exposure: float = 2.0) -> bytes:
         helper.make_node("Mul", ["toned_nhwc", "to_byte"], ["bytes"]),
         helper.make_node("Add", ["bytes", "half"], ["rounded"]),
     ]
+    if spin_trips > 0:
+        nodes[-1].output[0] = "rounded_fast"
+        body = helper.make_graph(
+            [helper.make_node("Mul", ["acc_in", "one_b"], ["acc_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+            "spin",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 1, 1, 1])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 1, 1, 1])],
+            [numpy_helper.from_array(np.ones([1], np.float32), "one_b")],
+        )
+        inits += [
+            numpy_helper.from_array(np.zeros([4], np.int64), "first_start"),
+            numpy_helper.from_array(np.ones([4], np.int64), "first_end"),
+            numpy_helper.from_array(np.array(spin_trips, np.int64), "trips"),
+            numpy_helper.from_array(np.array(True), "cond"),
+            numpy_helper.from_array(np.zeros([1], np.float32), "zero"),
+        ]
+        nodes += [
+            helper.make_node("Slice", ["pixels", "first_start", "first_end"], ["first"]),
+            helper.make_node("Loop", ["trips", "cond", "first"], ["spun"], body=body),
+            helper.make_node("Mul", ["spun", "zero"], ["nothing"]),
+            helper.make_node("Add", ["rounded_fast", "nothing"], ["rounded"]),
+        ]
     if channels == 4:
         nodes += [
             helper.make_node("Concat", ["rounded", "alpha"], ["joined"], axis=3),
@@ -206,6 +239,7 @@ BUILTIN: dict[str, Callable[[], bytes]] = {
     "image_filter": lambda: image_filter_model(),
     "image_filter_rgba8": lambda: packed_image_filter_model(4),
     "image_filter_rgb8": lambda: packed_image_filter_model(3),
+    "image_filter_rgba8_slow": lambda: packed_image_filter_model(4, spin_trips=160_000),
     "nan_guard_64x64": lambda: nan_guard_model([1, 3, 64, 64]),
     "slow_add_64x64": lambda: slow_add_model([1, 3, 64, 64], 250_000),
     "add_dynamic": lambda: add_model([1, 3, "height", "width"]),

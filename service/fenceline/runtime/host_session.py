@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from fenceline import _native
+from fenceline import _native, trace
 from fenceline._native import WAIT_REACHED
 from fenceline.errors import Conflict, TimedOut
 from fenceline.interop.host_fence import FenceImport
@@ -108,6 +108,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             for handle in self._unsealed:
                 handle.check()
             assert self.model.session is not None
+            model_start = time.perf_counter_ns() if trace.active() else 0
             try:
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
                 self.model.session.run_with_iobinding(self._binding)
@@ -117,6 +118,8 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             self._check_lost()
             self._signal_handle.signal(target)
             end = time.perf_counter_ns()
+            if model_start:
+                trace.mark_run(self.trace_tag, target, waited, model_start, inferred, end)
             return self.record_run(end, target, waited - start, inferred - waited, end - start)
 
     def infer(self) -> int:

@@ -1,11 +1,15 @@
-"""Triton's ``config.pbtxt``: the fields fenceline honours, and one warning naming the rest.
+"""Triton's ``config.pbtxt``: the fields fenceline honours, one warning naming the rest of
+Triton's fields, and a refusal for anything that is not one of Triton's fields.
 
 Honoured: ``name`` (must be the directory's), ``platform``/``backend`` (ONNX Runtime only),
 ``version_policy`` (which ``<version>/`` directories load), ``default_model_filename``,
 ``max_batch_size: 0``, and ``input``/``output`` (``name``, ``data_type``, ``dims``), which are
-checked against the model file. Every other field, such as ``dynamic_batching``,
-``instance_group``, ``input.reshape`` or a non-zero ``max_batch_size``, changes nothing in
-fenceline; loading the model logs one warning naming them all.
+checked against the model file. Every other field of Triton's ``ModelConfig``, such as
+``dynamic_batching``, ``instance_group``, ``input.reshape`` or a non-zero ``max_batch_size``,
+changes nothing in fenceline; loading the model logs one warning naming them all. A field that
+is not Triton's (a typo such as ``foo_bar: 3`` or ``max_batch: 8``) or a value of the wrong
+kind refuses the model, as Triton refuses it, with one line naming the file, the line and the
+field: a typo must not silently do nothing.
 
 The file is protobuf text format; a small reader here avoids needing Triton's generated
 classes, which come only with tritonclient's gRPC extra.
@@ -23,7 +27,39 @@ from fenceline.errors import InvalidArgument
 
 log = logging.getLogger("fenceline.runtime")
 
-Message = dict[str, list[Any]]
+# Triton's --model-control-mode (runtime/model_control.py).
+ControlMode = Literal["none", "explicit", "poll"]
+CONTROL_MODES: tuple[ControlMode, ...] = ("none", "explicit", "poll")
+
+
+class Message(dict[str, list[Any]]):
+    """A message: every field maps to the list of its values; ``lines`` has the line where each
+    field first appears."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, int] = {}
+
+
+# The fields of Triton's ModelConfig, ModelInput and ModelOutput messages (model_config.proto);
+# anything else is not a Triton config and is refused.
+TRITON_FIELDS = frozenset({
+    "name", "platform", "backend", "runtime", "version_policy", "max_batch_size", "input",
+    "output", "batch_input", "batch_output", "optimization", "dynamic_batching",
+    "sequence_batching", "ensemble_scheduling", "instance_group", "default_model_filename",
+    "cc_model_filenames", "metric_tags", "parameters", "model_warmup", "model_operations",
+    "model_transaction_policy", "model_repository_agents", "response_cache", "model_metrics",
+})
+TENSOR_FIELDS = {
+    "input": frozenset({"name", "data_type", "format", "dims", "reshape", "is_shape_tensor",
+                        "allow_ragged_batch", "optional", "is_non_linear_format_io"}),
+    "output": frozenset({"name", "data_type", "dims", "reshape", "label_filename",
+                         "is_shape_tensor", "is_non_linear_format_io"}),
+}
+DATA_TYPES = frozenset({
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
+    "FP32", "FP64", "STRING", "BF16",
+})
 
 _TOKEN = re.compile(
     r"""(?P<space>\s+|\#[^\n]*)
@@ -68,13 +104,15 @@ class _Reader:
         return kind, text
 
     def message(self, close: str | None) -> Message:
-        out: Message = {}
+        out = Message()
         while self.peek() != close:
             if self.peek() is None:
                 self.fail(f"missing {close!r}")
+            line = self.tokens[self.i][2]
             kind, name = self.take()
             if kind != "word":
                 self.fail(f"expected a field name, not {name!r}")
+            out.lines.setdefault(name, line)
             colon = self.peek() == ":"
             if colon:
                 self.take()
@@ -171,32 +209,39 @@ class ModelConfig:
 
     @classmethod
     def from_message(cls, msg: Message, dir_name: str, where: str) -> ModelConfig:
+        _check_fields(msg, TRITON_FIELDS, "", where)
         ignored: list[str] = []
-        name = _one(msg, "name", where)
+        name = _one(msg, "name", where, str)
         if name is not None and name != dir_name:
             raise InvalidArgument(
-                f"{where}: name is {name!r} but the directory is {dir_name!r}; Triton and "
-                "fenceline name a model by its directory"
+                f"{_at(msg, 'name', where)}: name is {name!r} but the directory is "
+                f"{dir_name!r}; Triton and fenceline name a model by its directory"
             )
-        platform, backend = _one(msg, "platform", where), _one(msg, "backend", where)
+        platform, backend = _one(msg, "platform", where, str), _one(msg, "backend", where, str)
         if platform not in (None, "onnxruntime_onnx") or backend not in (None, "onnxruntime"):
+            key = "platform" if platform not in (None, "onnxruntime_onnx") else "backend"
             raise InvalidArgument(
-                f"{where}: fenceline runs ONNX models with ONNX Runtime only (platform "
-                f"'onnxruntime_onnx', backend 'onnxruntime'), not {platform or backend!r}"
+                f"{_at(msg, key, where)}: fenceline runs ONNX models with ONNX Runtime only "
+                f"(platform 'onnxruntime_onnx', backend 'onnxruntime'), not {platform or backend!r}"
             )
-        batch = _one(msg, "max_batch_size", where) or 0
+        batch = _one(msg, "max_batch_size", where, int) or 0
+        if batch < 0:
+            raise InvalidArgument(
+                f"{_at(msg, 'max_batch_size', where)}: field 'max_batch_size' is a count, 0 or more"
+            )
         if batch != 0:
             ignored.append(f"max_batch_size: {batch}")
-        inputs = tuple(_tensor(t, "input", where, ignored) for t in msg.get("input", []))
-        outputs = tuple(_tensor(t, "output", where, ignored) for t in msg.get("output", []))
+        inputs = tuple(_tensor(t, "input", where, ignored, msg) for t in msg.get("input", []))
+        outputs = tuple(_tensor(t, "output", where, ignored, msg) for t in msg.get("output", []))
         honoured = {"name", "platform", "backend", "max_batch_size", "version_policy",
                     "default_model_filename", "input", "output"}  # fmt: skip
         ignored += sorted(set(msg) - honoured)
-        filename = _one(msg, "default_model_filename", where) or "model.onnx"
+        filename = _one(msg, "default_model_filename", where, str) or "model.onnx"
         if "/" in filename or filename in (".", ".."):
-            raise InvalidArgument(f"{where}: default_model_filename must be a file name")
-        if not isinstance(batch, int) or batch < 0:
-            raise InvalidArgument(f"{where}: max_batch_size is a count, 0 or more")
+            raise InvalidArgument(
+                f"{_at(msg, 'default_model_filename', where)}: field 'default_model_filename' "
+                "must be a file name"
+            )
         return cls(_policy(msg, where), filename, batch, inputs, outputs, tuple(ignored))
 
     def check(self, model: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
@@ -234,24 +279,63 @@ class ModelConfig:
             )
 
 
-def _one(msg: Message, key: str, where: str) -> Any:
+def _at(msg: Message, key: str, where: str) -> str:
+    """``FILE:LINE`` of ``key`` in ``msg`` (its first line), for an error naming it."""
+    return f"{where}:{msg.lines.get(key, 1)}" if isinstance(msg, Message) else where
+
+
+def _check_fields(msg: Message, known: frozenset[str], prefix: str, where: str) -> None:
+    """Refuses the first field (by line) that Triton's message does not have."""
+    unknown = sorted(set(msg) - known, key=lambda k: msg.lines.get(k, 0))
+    if unknown:
+        key = unknown[0]
+        message = "ModelConfig" if not prefix else f"Model{prefix.title()}"
+        raise InvalidArgument(
+            f"{_at(msg, key, where)}: unknown field '{prefix}{'.' if prefix else ''}{key}': not "
+            f"a field of Triton's {message}; fix or remove it (the model is not loaded)"
+        )
+
+
+_KINDS: dict[type, str] = {str: "a string", int: "an integer", dict: "a message { ... }"}
+
+
+def _one(msg: Message, key: str, where: str, kind: type | None = None) -> Any:
     values = msg.get(key, [])
     if len(values) > 1:
-        raise InvalidArgument(f"{where}: {key} is given {len(values)} times")
-    return values[0] if values else None
+        raise InvalidArgument(f"{_at(msg, key, where)}: field {key!r} is given {len(values)} times")
+    value = values[0] if values else None
+    if value is not None and kind is not None and (
+        not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+    ):
+        raise InvalidArgument(
+            f"{_at(msg, key, where)}: field {key!r} is {_KINDS[kind]}, not {value!r}"
+        )
+    return value
 
 
-def _tensor(msg: Any, role: str, where: str, ignored: list[str]) -> TensorConfig:
-    if not isinstance(msg, dict):
-        raise InvalidArgument(f"{where}: each {role} is a message {{ name: ... }}")
-    name = _one(msg, "name", where)
-    if not isinstance(name, str):
-        raise InvalidArgument(f"{where}: an {role} without a name")
+def _tensor(msg: Any, role: str, where: str, ignored: list[str], parent: Message) -> TensorConfig:
+    if not isinstance(msg, Message):
+        raise InvalidArgument(
+            f"{_at(parent, role, where)}: field {role!r}: each {role} is a message {{ name: ... }}"
+        )
+    _check_fields(msg, TENSOR_FIELDS[role], role, where)
+    name = _one(msg, "name", where, str)
+    if name is None:
+        raise InvalidArgument(f"{_at(parent, role, where)}: field {role!r}: an {role} without a name")
     data_type = _one(msg, "data_type", where)
-    dt = str(data_type).removeprefix("TYPE_") if data_type is not None else ""
+    dt = ""
+    if data_type is not None:
+        dt = str(data_type).removeprefix("TYPE_")
+        if not isinstance(data_type, str) or not data_type.startswith("TYPE_") or dt not in DATA_TYPES:
+            raise InvalidArgument(
+                f"{_at(msg, 'data_type', where)}: field '{role}.data_type' of {name!r} is "
+                f"{data_type!r}, not one of Triton's TYPE_FP32, TYPE_UINT8, ..."
+            )
     dims = msg.get("dims")
-    if dims is not None and not all(isinstance(d, int) for d in dims):
-        raise InvalidArgument(f"{where}: {role} {name!r}: dims are integers")
+    if dims is not None and not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise InvalidArgument(
+            f"{_at(msg, 'dims', where)}: field '{role}.dims' of {name!r}: dims are integers"
+        )
     for key in sorted(set(msg) - {"name", "data_type", "dims"}):
         label = f"{role}.{key}"
         if label not in ignored:
@@ -263,24 +347,31 @@ def _policy(msg: Message, where: str) -> VersionPolicy:
     policy = _one(msg, "version_policy", where)
     if policy is None:
         return VersionPolicy()
+    at = _at(msg, "version_policy", where)
     if not isinstance(policy, dict) or len(policy) != 1:
-        raise InvalidArgument(f"{where}: version_policy is one of latest {{ }}, all {{ }}, specific {{ }}")
+        raise InvalidArgument(
+            f"{at}: field 'version_policy' is one of latest {{ }}, all {{ }}, specific {{ }}"
+        )
     [(kind, bodies)] = policy.items()
     if len(bodies) != 1:
-        raise InvalidArgument(f"{where}: version_policy {kind} is given {len(bodies)} times")
+        raise InvalidArgument(f"{at}: field 'version_policy.{kind}' is given {len(bodies)} times")
     body = bodies[0]
     if kind == "all":
         return VersionPolicy("all")
     if kind == "latest":
-        n = _one(body, "num_versions", where) if isinstance(body, dict) else None
-        if not isinstance(n, int) or n < 1:
-            raise InvalidArgument(f"{where}: version_policy latest needs num_versions of 1 or more")
+        n = _one(body, "num_versions", where) if isinstance(body, Message) else None
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidArgument(
+                f"{at}: field 'version_policy.latest' needs num_versions of 1 or more"
+            )
         return VersionPolicy("latest", num_versions=n)
     if kind == "specific":
         versions = body.get("versions", []) if isinstance(body, dict) else []
         if not versions or not all(isinstance(v, int) and v >= 0 for v in versions):
-            raise InvalidArgument(f"{where}: version_policy specific needs versions: [1, ...]")
+            raise InvalidArgument(
+                f"{at}: field 'version_policy.specific' needs versions: [1, ...]"
+            )
         return VersionPolicy("specific", versions=tuple(versions))
     raise InvalidArgument(
-        f"{where}: version_policy {kind!r} is not one of latest, all, specific"
+        f"{at}: field 'version_policy.{kind}' is not one of latest, all, specific"
     )

@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 import onnxruntime as ort
 
-from fenceline.errors import InvalidArgument, NotFound, Unsupported
+from fenceline.errors import FencelineError, InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import Datatype, from_ort
-from fenceline.runtime.model_config import ModelConfig
+from fenceline.runtime.model_config import ControlMode, ModelConfig
+from fenceline.runtime.ort_options import cpu_session_options
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -99,11 +100,7 @@ class Model:
             raise Unsupported(
                 f"model {self.name!r} asks for {provider}, which this onnxruntime lacks"
             )
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = self.settings.intra_op_threads
-        # Idle intra-op threads would otherwise spin after each run and take the cores that
-        # renderers and fence waiters need on small machines.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = cpu_session_options(self.settings.intra_op_threads)
         try:
             self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
         except Exception as e:  # onnxruntime raises its own types for a bad file
@@ -146,59 +143,147 @@ class Model:
 
 class ModelRepository:
     """Models by name, each with the versions its ``version_policy`` loads; a request without a
-    version gets the newest."""
+    version gets the newest.
 
-    def __init__(self) -> None:
+    ``root`` (Triton's layout) and ``sources`` (``NAME=PATH`` models) are where models come
+    from; :meth:`load` (re)builds one by name from there, :meth:`unload` forgets it. Sessions
+    and in-flight requests hold the :class:`Model` they started with, so a reload or an unload
+    never pulls a model from under them (runtime.model_control decides when an unload may go
+    ahead)."""
+
+    def __init__(self, root: Path | None = None, sources: dict[str, Path] | None = None,
+                 mode: ControlMode = "none") -> None:
+        self.root = root
+        self.sources = dict(sources or {})
+        self.mode: ControlMode = mode
         self._models: dict[str, dict[str, Model]] = {}
+        self._reasons: dict[str, str] = {}  # why a name that is not loaded is not
         self._lock = threading.Lock()
 
     @classmethod
     def from_sources(
-        cls, repository: Path | None = None, models: dict[str, Path] | None = None
+        cls, repository: Path | None = None, models: dict[str, Path] | None = None, *,
+        mode: ControlMode = "none", load: list[str] | None = None,
     ) -> ModelRepository:
-        repo = cls()
-        if repository is not None:
-            repo.scan(repository)
-        for name, path in (models or {}).items():
-            repo.add(Model(name, "1", Path(path)))
+        """Every model of the sources, or in ``explicit`` mode only those named in ``load``
+        (``["*"]``: all). A model that does not load raises: a service does not start with a
+        model it was told to serve missing."""
+        if repository is not None and not repository.is_dir():
+            raise InvalidArgument(f"model repository {repository} is not a directory")
+        repo = cls(repository, models, mode)
+        names = repo.available()
+        if mode == "explicit" and load != ["*"]:
+            unknown = sorted(set(load or []) - set(names))
+            if unknown:
+                raise NotFound(f"--load-model {unknown[0]}: no such model in the repository; "
+                               f"it has {names}")
+            names = sorted(set(load or []))
+        for name in names:
+            if repo.load(name, skip_empty=True):
+                continue
+            log.warning("skipping %s: %s", name, repo._reasons[name])
         return repo
 
-    def scan(self, root: Path) -> None:
-        if not root.is_dir():
-            raise InvalidArgument(f"model repository {root} is not a directory")
-        for model_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            config = ModelConfig.load(model_dir)
-            filename = config.default_model_filename
-            available = [int(v.name) for v in model_dir.iterdir()
-                         if v.name.isdigit() and (v / filename).is_file()]  # fmt: skip
-            if not available:
-                log.warning("skipping %s: no <version>/%s inside", model_dir, filename)
-                continue
-            settings_path = model_dir / "config.json"
-            settings = ModelSettings.load(settings_path) if settings_path.is_file() else ModelSettings()
-            config.warn_ignored(model_dir.name)
-            versions = config.version_policy.select(available, str(model_dir / "config.pbtxt"))
-            # Directory names as written ("007" stays "007"), ordered by their number.
-            names = {int(v.name): v.name for v in model_dir.iterdir() if v.name.isdigit()}
-            loaded = [names[v] for v in versions]
-            for v in loaded:
-                self.add(Model(model_dir.name, v, model_dir / v / filename, settings, config,
-                               loaded))
+    def available(self) -> list[str]:
+        """Every model name the sources hold, loaded or not."""
+        names = set(self.sources)
+        if self.root is not None and self.root.is_dir():
+            names |= {p.name for p in self.root.iterdir() if p.is_dir()}
+        return sorted(names)
+
+    def load(self, name: str, *, skip_empty: bool = False) -> bool:
+        """(Re)loads ``name`` from its source and serves it; on failure the versions already
+        loaded stay served (as Triton does) and the reason is kept for the index.
+        ``skip_empty``: a model directory with no version inside returns False instead of
+        raising."""
+        try:
+            models = self._build(name)
+        except FencelineError as e:
+            with self._lock:
+                if name not in self._models:
+                    self._reasons[name] = e.message
+            if skip_empty and isinstance(e, _NoVersions):
+                return False
+            raise
+        with self._lock:
+            self._models[name] = {m.version: m for m in models}
+            self._reasons.pop(name, None)
+        for m in models:
+            log.info("loaded model %s version %s from %s", m.name, m.version, m.path)
+        return True
+
+    def _build(self, name: str) -> list[Model]:
+        if name in self.sources:
+            model = Model(name, "1", Path(self.sources[name]))
+            if not model.path.is_file():
+                raise InvalidArgument(f"model {name!r}: no file at {model.path}")
+            model.load()
+            return [model]
+        model_dir = self.root / name if self.root is not None and "/" not in name else None
+        if model_dir is None or name in (".", "..") or not model_dir.is_dir():
+            raise NotFound(f"failed to load '{name}': no model directory named {name!r} in "
+                           f"the repository {self.root}")
+        return self._scan_dir(model_dir)
+
+    @staticmethod
+    def _scan_dir(model_dir: Path) -> list[Model]:
+        config = ModelConfig.load(model_dir)
+        filename = config.default_model_filename
+        available = [int(v.name) for v in model_dir.iterdir()
+                     if v.name.isdigit() and (v / filename).is_file()]  # fmt: skip
+        if not available:
+            raise _NoVersions(f"failed to load '{model_dir.name}': no <version>/{filename} "
+                              f"inside {model_dir}")
+        settings_path = model_dir / "config.json"
+        settings = ModelSettings.load(settings_path) if settings_path.is_file() else ModelSettings()
+        versions = config.version_policy.select(available, str(model_dir / "config.pbtxt"))
+        # Directory names as written ("007" stays "007"), ordered by their number.
+        names = {int(v.name): v.name for v in model_dir.iterdir() if v.name.isdigit()}
+        loaded = [names[v] for v in versions]
+        models = [Model(model_dir.name, v, model_dir / v / filename, settings, config, loaded)
+                  for v in loaded]
+        for m in models:
+            m.load()
+        config.warn_ignored(model_dir.name)
+        return models
 
     def add(self, model: Model) -> None:
+        """Loads one model file and serves it beside the others (tests, builtin models)."""
         if not model.path.is_file():
             raise InvalidArgument(f"model {model.name!r}: no file at {model.path}")
         model.load()
         with self._lock:
             self._models.setdefault(model.name, {})[model.version] = model
+            self._reasons.pop(model.name, None)
         log.info("loaded model %s version %s from %s", model.name, model.version, model.path)
 
+    def unload(self, name: str) -> bool:
+        """Stops serving ``name``; False when it was not loaded."""
+        with self._lock:
+            gone = self._models.pop(name, None)
+            if gone is None:
+                return False
+            self._reasons[name] = "unloaded"
+        log.info("unloaded model %s", name)
+        return True
+
+    def is_loaded(self, model: Model) -> bool:
+        """Whether ``model`` is the object served under its name and version now."""
+        with self._lock:
+            return self._models.get(model.name, {}).get(model.version) is model
+
     def get(self, name: str, version: str | None = None) -> Model:
-        versions = self._models.get(name, {})
+        with self._lock:
+            versions = dict(self._models.get(name, {}))
+            known = name in self._reasons
         model = versions.get(version) if version else self._newest(versions)
         if model is None:
-            suffix = f" version {version}" if version else ""
-            raise NotFound(f"no model named {name!r}{suffix}")
+            # Triton's wording, which clients and their log searches know.
+            if version:
+                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+            if known:
+                raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
         return model
 
     @staticmethod
@@ -207,12 +292,36 @@ class ModelRepository:
                    default=None)
 
     def names(self) -> list[str]:
-        return sorted(self._models)
+        with self._lock:
+            return sorted(self._models)
 
     def newest(self) -> list[Model]:
         """One model per name, its newest version."""
-        return [m for v in self._models.values() if (m := self._newest(v)) is not None]
+        with self._lock:
+            groups = list(self._models.values())
+        return [m for v in groups if (m := self._newest(v)) is not None]
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index: every loaded version ``READY``; every other model of the
+        sources ``UNAVAILABLE`` with the reason (not loaded, unloaded, or why it failed)."""
+        with self._lock:
+            loaded = {n: sorted(v, key=lambda s: int(s) if s.isdigit() else -1)
+                      for n, v in self._models.items()}
+            reasons = dict(self._reasons)
+        out: list[dict[str, Any]] = []
+        for name in sorted(set(self.available()) | set(loaded) | set(reasons)):
+            if name in loaded:
+                out += [{"name": name, "version": v, "state": "READY"} for v in loaded[name]]
+            elif not ready_only:
+                out.append({"name": name, "state": "UNAVAILABLE",
+                            "reason": reasons.get(name, "not loaded")})
+        return out
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         """Every loaded version of every model."""
-        return iter([m for v in list(self._models.values()) for m in v.values()])
+        with self._lock:
+            return iter([m for v in self._models.values() for m in v.values()])
+
+
+class _NoVersions(NotFound):
+    """A model directory with no version to load."""

@@ -8,12 +8,15 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from fenceline import trace
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
+    NotFound,
     ResourceExhausted,
     Unavailable,
 )
@@ -40,7 +43,7 @@ from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
-from fenceline.runtime.models import ModelRepository
+from fenceline.runtime.models import Model, ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
@@ -71,6 +74,8 @@ class Runtime:
         self._inflight: dict[str, int] = {}
         # Sessions being built outside the lock: (owner, device label or "") by reserved id.
         self._pending: dict[str, tuple[str, str]] = {}
+        # The model of each session being built, by reserved id (an unload waits for none).
+        self._pending_models: dict[str, Model] = {}
         self.closing = threading.Event()
 
     # -- capabilities ---------------------------------------------------------------------
@@ -206,21 +211,35 @@ class Runtime:
         adapter_luid: int | None = None,
         nt_handle: int | None = None,
         wake_handle: int | None = None,
+        current_value: int = 0,
         caller: Caller = SERVICE,
     ) -> dict[str, Any]:
         """``nt_handle``: a d3d12_fence, or a host_timeline page's section (with its
-        ``wake_handle``), that the Windows pipe duplicated from the renderer; owned from here on."""
+        ``wake_handle``), that the Windows pipe duplicated from the renderer; owned from here on.
+        ``current_value``: a GPU fence's value now, as the renderer states it (the service
+        signals only above it)."""
         self._check_import_quota(owner, fd, nt_handle, wake_handle)
         fence: FenceHandle
         if fence_type in D3D12_FENCE_TYPES:
             close_nt_handles(wake_handle)
             fence = import_d3d12_fence(
-                fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid
+                fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid,
+                current_value=current_value,
             )
         elif fence_type in VK_FENCE_TYPES:
             close_nt_handles(nt_handle, wake_handle)
-            fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
+            fence = import_vk_fence(
+                fence_type, fd=fd, device_uuid=device_uuid, current_value=current_value
+            )
         else:
+            if current_value:
+                close_nt_handles(nt_handle, wake_handle)
+                if fd is not None:
+                    os.close(fd)
+                raise InvalidArgument(
+                    "current_value is for GPU fences: the service reads a host fence's value "
+                    "from its page"
+                )
             host_fence = import_fence(
                 fence_type, name=name, fd=fd, nt_handle=nt_handle, wake_handle=wake_handle
             )
@@ -333,9 +352,12 @@ class Runtime:
             if mode == "streaming":
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
-                backend.check_streaming(policy)
+                backend.check_streaming(policy, wait.obj.kind)
+            if not self.models.is_loaded(m):
+                raise NotFound(f"model {m.name!r} was unloaded while the session was set up")
             sid = secrets.token_hex(16)
             self._pending[sid] = (owner, label)
+            self._pending_models[sid] = m
             holders: list[Entry[Any]] = [*used, wait, signal]
             for user in holders:  # held from now on: a release answers conflict
                 user.users.add(sid)
@@ -351,17 +373,20 @@ class Runtime:
                 session.close()
             with self._lock:
                 del self._pending[sid]
+                del self._pending_models[sid]
                 for user in holders:
                     user.users.discard(sid)
             raise
         with self._lock:
             del self._pending[sid]
+            del self._pending_models[sid]
             shutting_down = self.closing.is_set()  # release_owner may have run meanwhile
             if shutting_down:
                 for user in holders:
                     user.users.discard(sid)
             else:
                 entry = self.sessions.add(owner, session, sid)
+                session.trace_tag = trace.tag(entry.id)
                 if stream is not None:
                     self.streams[sid] = stream
         if shutting_down:
@@ -487,6 +512,7 @@ class Runtime:
                     f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
                 )
             self._inflight[owner] = n + 1
+        received = time.perf_counter_ns() if trace.active() else 0
         try:
             result = self._run(
                 session, wait_value, signal_value, timeout_ms, asynchronous,
@@ -497,6 +523,9 @@ class Runtime:
                 self._inflight[owner] -= 1
         if reply is not None:
             reply(result)
+        if received:
+            trace.mark(trace.RECEIVED, session.trace_tag, result.signal_value, received)
+            trace.mark(trace.REPLY_SENT, session.trace_tag, result.signal_value)
         self.metrics.observe_run(
             session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
             result.infer_ns / 1e9,
@@ -527,6 +556,22 @@ class Runtime:
             wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
             asynchronous=asynchronous,
         )
+
+    # -- models ---------------------------------------------------------------------------
+
+    def unload_model(self, name: str) -> bool:
+        """Stops serving model ``name``; refused with ``conflict`` while a session of it exists
+        (release or stop them first). False when it was not loaded. In-flight KServe requests
+        hold their model and finish."""
+        with self._lock:
+            n = sum(1 for e in self.sessions.entries.values() if e.obj.model.name == name)
+            n += sum(1 for m in self._pending_models.values() if m.name == name)
+            if n:
+                raise Conflict(
+                    f"model {name!r} has {n} session(s); release them (or stop their "
+                    "renderers) before unloading it"
+                )
+            return self.models.unload(name)
 
     # -- owners ---------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ class Session(Protocol):
     recent: deque[tuple[int, RunResult]]
     stream: StreamControl | None  # set by the runtime for streaming sessions
     device_label: str  # the GPU's metrics label; "" for host sessions
+    trace_tag: int  # its key in a trace (fenceline.trace.tag), set by the runtime
     runs: int
     last_signal_value: int
 
@@ -110,6 +111,7 @@ class SessionBase(Generic[B, F]):
         self.last_signal_value = 0
         self.stream: StreamControl | None = None  # set by the runtime for streaming sessions
         self.device_label = ""
+        self.trace_tag = 0
         self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._lock = threading.Lock()
         self._closed = False

@@ -110,7 +110,9 @@ class KServeInference:
             self.shm.check_enabled()
         metrics = self.runtime.metrics
         metrics.kserve_in_flight.inc()
+        metrics.triton.started(model.name, model.version)
         ok = False
+        failure = "OTHER"
         try:
             start = time.perf_counter_ns()
             binding = model.session.io_binding()
@@ -125,6 +127,7 @@ class KServeInference:
             try:
                 model.session.run_with_iobinding(binding)
             except Exception as e:  # onnxruntime's own error types
+                failure = "BACKEND"
                 raise ModelError(f"model {model.name!r} failed: {e}") from e
             inferred = time.perf_counter_ns()
             self._collect_late(binding, plan)
@@ -135,11 +138,17 @@ class KServeInference:
             metrics.kserve_in_flight.dec()
             if not ok:
                 metrics.kserve_failures.labels(model.name).inc()
+                metrics.triton.failed(model.name, model.version, failure)
         path = _path_of(req, plan.outputs)
         # No fence to wait for on this path: the wait histogram gets zero.
         metrics.observe_run(model.name, "kserve", (end - start) / 1e9, 0.0,
                             (inferred - bound) / 1e9)
         metrics.kserve_requests.labels(model.name, path).inc()
+        metrics.triton.succeeded(
+            model.name, model.version, request_us=(end - start) / 1e3, queue_us=0.0,
+            input_us=(bound - start) / 1e3, infer_us=(inferred - bound) / 1e3,
+            output_us=(end - inferred) / 1e3,
+        )
         return InferResult(model.name, model.version, req.id, plan.outputs, path)
 
     def _check_inputs(self, model: Model, req: InferRequest) -> None:

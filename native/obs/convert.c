@@ -1,0 +1,57 @@
+#include "convert.h"
+
+#include <media-io/video-io.h>
+#include <string.h>
+
+int fl_obs_frame_layout(int obs_video_format, fl_obs_layout *out) {
+  switch (obs_video_format) {
+  case VIDEO_FORMAT_RGBA: *out = (fl_obs_layout){0, 1, 2, 3, 4}; return 1;
+  case VIDEO_FORMAT_BGRA: *out = (fl_obs_layout){2, 1, 0, 3, 4}; return 1;
+  case VIDEO_FORMAT_BGRX: *out = (fl_obs_layout){2, 1, 0, -1, 4}; return 1;
+  case VIDEO_FORMAT_BGR3: *out = (fl_obs_layout){2, 1, 0, -1, 3}; return 1;
+  default: return 0;
+  }
+}
+
+fl_obs_layout fl_obs_model_layout(int bgr, int channels) {
+  fl_obs_layout l = bgr ? (fl_obs_layout){2, 1, 0, 3, 4} : (fl_obs_layout){0, 1, 2, 3, 4};
+  if (channels == 3) {
+    l.a = -1;
+    l.bytes = 3;
+  }
+  return l;
+}
+
+static int same(fl_obs_layout x, fl_obs_layout y) {
+  /* Padding (BGRX) against alpha: the model sees the padding byte as alpha and whatever it
+   * writes there is padding again, so a BGRX frame travels to a BGRA model unchanged. */
+  int xa = x.a < 0 && x.bytes == 4 ? 3 : x.a;
+  int ya = y.a < 0 && y.bytes == 4 ? 3 : y.a;
+  return x.r == y.r && x.g == y.g && x.b == y.b && x.bytes == y.bytes && xa == ya;
+}
+
+void fl_obs_convert(const uint8_t *src, size_t src_stride, fl_obs_layout from, uint8_t *dst,
+                    size_t dst_stride, fl_obs_layout to, uint32_t width, uint32_t height,
+                    int keep_alpha) {
+  if (same(from, to)) {
+    size_t row = (size_t)width * (size_t)from.bytes;
+    if (src_stride == row && dst_stride == row) {
+      memcpy(dst, src, row * height);
+      return;
+    }
+    for (uint32_t y = 0; y < height; y++)
+      memcpy(dst + y * dst_stride, src + y * src_stride, row);
+    return;
+  }
+  for (uint32_t y = 0; y < height; y++) {
+    const uint8_t *s = src + y * src_stride;
+    uint8_t *d = dst + y * dst_stride;
+    for (uint32_t x = 0; x < width; x++, s += from.bytes, d += to.bytes) {
+      d[to.r] = s[from.r];
+      d[to.g] = s[from.g];
+      d[to.b] = s[from.b];
+      if (to.a >= 0 && !keep_alpha)
+        d[to.a] = from.a >= 0 ? s[from.a] : 255;
+    }
+  }
+}

@@ -1,0 +1,30 @@
+/* Pixels between OBS's packed frame formats and a model's packed uint8 layout (docs/obs.md). */
+#ifndef FENCELINE_OBS_CONVERT_H
+#define FENCELINE_OBS_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where each colour sits in one pixel: byte offsets of red, green, blue and alpha (alpha -1:
+ * none, or padding that nobody reads), and the bytes per pixel. */
+typedef struct fl_obs_layout {
+  int r, g, b, a;
+  int bytes;
+} fl_obs_layout;
+
+/* The layout of an OBS video_format (RGBA, BGRA, BGRX, BGR3); 0 for one the filter does not
+ * take. */
+int fl_obs_frame_layout(int obs_video_format, fl_obs_layout *out);
+
+/* A model's layout: `order` "rgba" or "bgra", `channels` 4 or 3. */
+fl_obs_layout fl_obs_model_layout(int bgr, int channels);
+
+/* Copies height rows of width pixels from src (rows src_stride bytes apart, layout from) into
+ * dst (layout to): rows are copied whole where the layouts are equal, else pixel by pixel.
+ * Channels the source lacks: alpha becomes 255. When keep_alpha is set, dst's alpha bytes are
+ * left as they are (the frame's own alpha under a 3-channel model's colours). */
+void fl_obs_convert(const uint8_t *src, size_t src_stride, fl_obs_layout from, uint8_t *dst,
+                    size_t dst_stride, fl_obs_layout to, uint32_t width, uint32_t height,
+                    int keep_alpha);
+
+#endif

@@ -1,0 +1,446 @@
+/* fenceline-obs-driver: headless OBS (libobs, OpenGL on an X display such as Xvfb) with one async
+ * source of known frames and a filter, for the tests, the bench and docs/obs.md.
+ *
+ *   fenceline-obs-driver list PLUGIN.so
+ *       loads the plugin and prints its filter's id, name and settings as JSON.
+ *   fenceline-obs-driver run PLUGIN.so [key=value ...]
+ *       renders a scene for `seconds`; prints a JSON line of counters every `every_ms` and a
+ *       last one with "done": true. Keys: width height fps seconds every_ms filter (a source id;
+ *       "none": no filter) model socket frames_in_flight fallback channel_order model_path
+ *       intra_op_threads (the filter's settings) format (rgba, bgra, bgrx) out (a file that receives every frame as
+ *       it leaves the source's filters, RGBA or as `format`) save (a file that receives the
+ *       scene's sources as JSON afterwards) load (a file saved so, loaded instead of building
+ *       the scene) plugin2 (another module to load, e.g. the reference filter).
+ *
+ * Frame k of the source is pixel (x, y, channel c) = (x * 3 + y * 7 + (k % 16) * 13 + c * 50)
+ * mod 256, alpha 255 (tests/integration/test_obs.py makes the same frames). */
+#include <X11/Xlib.h>
+#include <obs-nix-platform.h>
+#include <obs.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <util/base.h>
+#include <util/platform.h>
+#include <util/threading.h>
+
+#define PERIOD 16
+
+static const char *arg(int argc, char **argv, const char *key, const char *dflt) {
+  size_t n = strlen(key);
+  for (int i = 3; i < argc; i++)
+    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=')
+      return argv[i] + n + 1;
+  return dflt;
+}
+
+/* ---- the source of known frames --------------------------------------------------------------- */
+
+typedef struct known {
+  obs_source_t *source;
+  pthread_t thread;
+  volatile int stop;
+  uint32_t width, height, fps;
+  enum video_format format;
+} known;
+
+static const char *known_name(void *unused) {
+  (void)unused;
+  return "known frames";
+}
+
+static void fill(uint8_t *p, uint32_t w, uint32_t h, uint32_t k, enum video_format format) {
+  int swap = format != VIDEO_FORMAT_RGBA;
+  for (uint32_t y = 0; y < h; y++)
+    for (uint32_t x = 0; x < w; x++, p += 4) {
+      uint8_t c0 = (uint8_t)(x * 3 + y * 7 + (k % PERIOD) * 13);
+      uint8_t rgb[3] = {c0, (uint8_t)(c0 + 50), (uint8_t)(c0 + 100)};
+      p[0] = rgb[swap ? 2 : 0];
+      p[1] = rgb[1];
+      p[2] = rgb[swap ? 0 : 2];
+      p[3] = 255;
+    }
+}
+
+static void *known_thread(void *arg) {
+  known *s = arg;
+  size_t bytes = (size_t)s->width * s->height * 4;
+  uint8_t *frames[PERIOD];
+  for (uint32_t k = 0; k < PERIOD; k++) {
+    frames[k] = malloc(bytes);
+    fill(frames[k], s->width, s->height, k, s->format);
+  }
+  uint64_t interval = 1000000000ULL / s->fps, next = os_gettime_ns();
+  for (uint32_t k = 0; !s->stop; k++) {
+    struct obs_source_frame f = {0};
+    f.data[0] = frames[k % PERIOD];
+    f.linesize[0] = s->width * 4;
+    f.width = s->width;
+    f.height = s->height;
+    f.format = s->format;
+    f.full_range = true;
+    f.timestamp = os_gettime_ns();
+    obs_source_output_video(s->source, &f);
+    next += interval;
+    uint64_t now = os_gettime_ns();
+    if (next > now)
+      os_sleepto_ns(next);
+    else
+      next = now;
+  }
+  for (uint32_t k = 0; k < PERIOD; k++)
+    free(frames[k]);
+  return NULL;
+}
+
+static void *known_create(obs_data_t *settings, obs_source_t *source) {
+  known *s = bzalloc(sizeof *s);
+  s->source = source;
+  s->width = (uint32_t)obs_data_get_int(settings, "width");
+  s->height = (uint32_t)obs_data_get_int(settings, "height");
+  s->fps = (uint32_t)obs_data_get_int(settings, "fps");
+  const char *fmt = obs_data_get_string(settings, "format");
+  s->format = strcmp(fmt, "bgra") == 0   ? VIDEO_FORMAT_BGRA
+              : strcmp(fmt, "bgrx") == 0 ? VIDEO_FORMAT_BGRX
+                                         : VIDEO_FORMAT_RGBA;
+  pthread_create(&s->thread, NULL, known_thread, s);
+  return s;
+}
+
+static void known_destroy(void *data) {
+  known *s = data;
+  s->stop = 1;
+  pthread_join(s->thread, NULL);
+  bfree(s);
+}
+
+static struct obs_source_info known_info = {
+    .id = "fenceline_known_frames",
+    .type = OBS_SOURCE_TYPE_INPUT,
+    .output_flags = OBS_SOURCE_ASYNC_VIDEO,
+    .get_name = known_name,
+    .create = known_create,
+    .destroy = known_destroy,
+};
+
+/* ---- rendered frames ---------------------------------------------------------------------- */
+
+/* The raw video callback counts the frames OBS's video output delivers. The bytes are read at
+ * the end of the source's filter chain instead, by the probe filter below (added after the
+ * fenceline filter, so it runs after it): libobs 29 hands a raw callback of an unscaled RGBA
+ * output an all-zero image here (the llvmpipe OpenGL path), and a scaled output is filtered
+ * bilinearly, so neither shows the filter's bytes exactly. */
+typedef struct sink {
+  volatile long frames;
+} sink;
+
+static void on_frame(void *param, struct video_data *frame) {
+  (void)frame;
+  sink *k = param;
+  os_atomic_inc_long(&k->frames);
+}
+
+typedef struct probe {
+  FILE *out;
+} probe;
+
+static FILE *probe_out; /* the run's `out` file, set before the probe is created */
+
+static const char *probe_name(void *unused) {
+  (void)unused;
+  return "fenceline test probe";
+}
+
+static void *probe_create(obs_data_t *settings, obs_source_t *source) {
+  (void)settings;
+  (void)source;
+  probe *p = bzalloc(sizeof *p);
+  p->out = probe_out;
+  return p;
+}
+
+static void probe_destroy(void *data) { bfree(data); }
+
+static struct obs_source_frame *probe_video(void *data, struct obs_source_frame *frame) {
+  probe *p = data;
+  if (p->out)
+    for (uint32_t y = 0; y < frame->height; y++)
+      fwrite(frame->data[0] + (size_t)y * frame->linesize[0], 1, (size_t)frame->width * 4, p->out);
+  return frame;
+}
+
+static struct obs_source_info probe_info = {
+    .id = "fenceline_test_probe",
+    .type = OBS_SOURCE_TYPE_FILTER,
+    .output_flags = OBS_SOURCE_VIDEO | OBS_SOURCE_ASYNC,
+    .get_name = probe_name,
+    .create = probe_create,
+    .destroy = probe_destroy,
+    .filter_video = probe_video,
+};
+
+/* ---- libobs ------------------------------------------------------------------------------- */
+
+static int start_obs(uint32_t width, uint32_t height, uint32_t fps) {
+  Display *display = XOpenDisplay(NULL);
+  if (display == NULL) {
+    fprintf(stderr, "no X display (DISPLAY=%s): run under Xvfb (xvfb-run -a ...)\n",
+            getenv("DISPLAY") ? getenv("DISPLAY") : "");
+    return -1;
+  }
+  obs_set_nix_platform(OBS_NIX_PLATFORM_X11_EGL);
+  obs_set_nix_platform_display(display);
+  if (!obs_startup("en-US", NULL, NULL)) {
+    fprintf(stderr, "obs_startup failed\n");
+    return -1;
+  }
+  struct obs_video_info ovi = {
+      .graphics_module = "libobs-opengl",
+      .fps_num = fps,
+      .fps_den = 1,
+      .base_width = width,
+      .base_height = height,
+      .output_width = width,
+      .output_height = height,
+      .output_format = VIDEO_FORMAT_RGBA,
+      .gpu_conversion = false,
+      .colorspace = VIDEO_CS_SRGB,
+      .range = VIDEO_RANGE_FULL,
+      .scale_type = OBS_SCALE_POINT,
+  };
+  int rc = obs_reset_video(&ovi);
+  if (rc != OBS_VIDEO_SUCCESS) {
+    fprintf(stderr, "obs_reset_video failed: %d\n", rc);
+    return -1;
+  }
+  obs_register_source(&known_info);
+  obs_register_source(&probe_info);
+  return 0;
+}
+
+static int load_plugin(const char *path) {
+  obs_module_t *module = NULL;
+  int rc = obs_open_module(&module, path, "");
+  if (rc != MODULE_SUCCESS) {
+    fprintf(stderr, "obs_open_module(%s) failed: %d\n", path, rc);
+    return -1;
+  }
+  if (!obs_init_module(module)) {
+    fprintf(stderr, "obs_init_module(%s) failed\n", path);
+    return -1;
+  }
+  return 0;
+}
+
+static void print_stats(obs_source_t *filter, sink *k, double t, uint64_t frames0,
+                        uint64_t lagged0, int done) {
+  printf("{\"t\": %.3f, \"rendered\": %llu, \"lagged\": %llu, \"frame_time_ns\": %llu, "
+         "\"callbacks\": %ld",
+         t, (unsigned long long)(obs_get_total_frames() - frames0),
+         (unsigned long long)(obs_get_lagged_frames() - lagged0),
+         (unsigned long long)obs_get_average_frame_time_ns(), k->frames);
+  if (filter) {
+    calldata_t cd = {0};
+    if (proc_handler_call(obs_source_get_proc_handler(filter), "get_stats", &cd)) {
+      const char *names[] = {"frames",   "submitted",  "filtered", "shown", "dropped",
+                             "fallbacks", "failures", "reconnects", "imports", "video_ns",
+                             "video_ns_p50"};
+      for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        printf(", \"%s\": %lld", names[i], calldata_int(&cd, names[i]));
+      printf(", \"connected\": %s", calldata_bool(&cd, "connected") ? "true" : "false");
+      obs_data_t *d = obs_data_create();
+      obs_data_set_string(d, "status", calldata_string(&cd, "status"));
+      const char *json = obs_data_get_json(d);
+      /* {"status": "..."}: the escaped string without the braces */
+      const char *open = strchr(json, '{');
+      const char *close = strrchr(json, '}');
+      if (open && close && close > open)
+        printf(", %.*s", (int)(close - open - 1), open + 1);
+      obs_data_release(d);
+    }
+    calldata_free(&cd);
+  }
+  printf(", \"done\": %s}\n", done ? "true" : "false");
+  fflush(stdout);
+}
+
+static int cmd_list(const char *plugin) {
+  if (start_obs(64, 64, 30) != 0 || load_plugin(plugin) != 0)
+    return 1;
+  const char *id = NULL;
+  int found = 0;
+  for (size_t i = 0; obs_enum_filter_types(i, &id); i++) {
+    if (strcmp(id, "fenceline_filter") != 0)
+      continue;
+    found = 1;
+    obs_data_t *settings = obs_get_source_defaults(id);
+    obs_data_t *defaults = obs_data_get_defaults(settings);
+    printf("{\"id\": \"%s\", \"name\": \"%s\", \"properties\": [", id,
+           obs_source_get_display_name(id));
+    obs_properties_t *props = obs_get_source_properties(id);
+    const char *sep = "";
+    for (obs_property_t *p = obs_properties_first(props); p; obs_property_next(&p), sep = ", ")
+      printf("%s\"%s\"", sep, obs_property_name(p));
+    printf("], \"models\": [");
+    obs_property_t *model = obs_properties_get(props, "model");
+    for (size_t m = 0; model && m < obs_property_list_item_count(model); m++)
+      printf("%s\"%s\"", m ? ", " : "", obs_property_list_item_string(model, m));
+    printf("], \"defaults\": %s}\n", obs_data_get_json(defaults));
+    obs_properties_destroy(props);
+    obs_data_release(defaults);
+    obs_data_release(settings);
+  }
+  obs_shutdown();
+  if (!found)
+    fprintf(stderr, "%s registers no fenceline_filter\n", plugin);
+  return found ? 0 : 1;
+}
+
+static obs_source_t *find_filter(obs_source_t *source) {
+  obs_source_t *found = NULL;
+  obs_source_t *f = obs_source_get_filter_by_name(source, "fenceline");
+  if (f)
+    found = f; /* a reference the caller releases */
+  return found;
+}
+
+static void keep_loaded(void *param, obs_source_t *source) {
+  obs_source_t **loaded = param;
+  const char *name = obs_source_get_name(source);
+  if (strcmp(name, "scene") == 0 && loaded[0] == NULL)
+    loaded[0] = obs_source_get_ref(source);
+  else if (strcmp(name, "known") == 0 && loaded[1] == NULL)
+    loaded[1] = obs_source_get_ref(source);
+}
+
+static int cmd_run(int argc, char **argv) {
+  uint32_t width = (uint32_t)atoi(arg(argc, argv, "width", "128"));
+  uint32_t height = (uint32_t)atoi(arg(argc, argv, "height", "96"));
+  uint32_t fps = (uint32_t)atoi(arg(argc, argv, "fps", "30"));
+  double seconds = atof(arg(argc, argv, "seconds", "3"));
+  int every_ms = atoi(arg(argc, argv, "every_ms", "250"));
+  const char *filter_id = arg(argc, argv, "filter", "fenceline_filter");
+  const char *load = arg(argc, argv, "load", NULL);
+  const char *save = arg(argc, argv, "save", NULL);
+  const char *out = arg(argc, argv, "out", NULL);
+  const char *plugin2 = arg(argc, argv, "plugin2", NULL);
+  if (start_obs(width, height, fps) != 0 || load_plugin(argv[2]) != 0 ||
+      (plugin2 && load_plugin(plugin2) != 0))
+    return 1;
+
+  obs_source_t *scene_source = NULL, *source = NULL, *filter = NULL;
+  if (load) {
+    obs_data_t *saved = obs_data_create_from_json_file(load);
+    if (saved == NULL) {
+      fprintf(stderr, "cannot read %s\n", load);
+      return 1;
+    }
+    obs_data_array_t *sources = obs_data_get_array(saved, "sources");
+    /* obs_load_sources releases what it made: keep a reference to the two we use. */
+    obs_source_t *loaded[2] = {NULL, NULL};
+    obs_load_sources(sources, keep_loaded, loaded);
+    obs_data_array_release(sources);
+    obs_data_release(saved);
+    scene_source = loaded[0];
+    source = loaded[1];
+    if (scene_source == NULL || source == NULL) {
+      fprintf(stderr, "%s has no scene \"scene\" with a source \"known\"\n", load);
+      return 1;
+    }
+  } else {
+    obs_scene_t *scene = obs_scene_create("scene");
+    scene_source = obs_source_get_ref(obs_scene_get_source(scene));
+    obs_scene_release(scene);
+    obs_data_t *s = obs_data_create();
+    obs_data_set_int(s, "width", width);
+    obs_data_set_int(s, "height", height);
+    obs_data_set_int(s, "fps", fps);
+    obs_data_set_string(s, "format", arg(argc, argv, "format", "rgba"));
+    source = obs_source_create("fenceline_known_frames", "known", s, NULL);
+    obs_data_release(s);
+    if (strcmp(filter_id, "none") != 0) {
+      obs_data_t *fs = obs_data_create();
+      const char *keys[] = {"model", "socket", "fallback", "channel_order", "model_path"};
+      for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (arg(argc, argv, keys[i], NULL))
+          obs_data_set_string(fs, keys[i], arg(argc, argv, keys[i], NULL));
+      const char *ints[] = {"frames_in_flight", "intra_op_threads"};
+      for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        if (arg(argc, argv, ints[i], NULL))
+          obs_data_set_int(fs, ints[i], atoi(arg(argc, argv, ints[i], "0")));
+      obs_source_t *f = obs_source_create(filter_id, "fenceline", fs, NULL);
+      obs_data_release(fs);
+      if (f == NULL) {
+        fprintf(stderr, "no filter %s (is its plugin loaded?)\n", filter_id);
+        return 1;
+      }
+      obs_source_filter_add(source, f);
+      obs_source_release(f);
+    }
+    obs_scene_add(obs_scene_from_source(scene_source), source);
+  }
+  filter = find_filter(source);
+  if (out) {
+    if ((probe_out = fopen(out, "wb")) == NULL) {
+      fprintf(stderr, "cannot write %s\n", out);
+      return 1;
+    }
+    obs_source_t *p = obs_source_create_private("fenceline_test_probe", "probe", NULL);
+    obs_source_filter_add(source, p);
+    obs_source_release(p);
+  }
+  obs_set_output_source(0, scene_source);
+
+  sink k = {0};
+  obs_add_raw_video_callback(NULL, on_frame, &k);
+  uint64_t t0 = os_gettime_ns(), frames0 = obs_get_total_frames(),
+           lagged0 = obs_get_lagged_frames();
+  double t = 0;
+  while (t < seconds) {
+    os_sleep_ms((uint32_t)every_ms);
+    t = (double)(os_gettime_ns() - t0) / 1e9;
+    print_stats(filter, &k, t, frames0, lagged0, 0);
+  }
+  obs_remove_raw_video_callback(on_frame, &k);
+  print_stats(filter, &k, (double)(os_gettime_ns() - t0) / 1e9, frames0, lagged0, 1);
+  obs_set_output_source(0, NULL);
+  if (save) {
+    obs_data_array_t *sources = obs_save_sources();
+    obs_data_t *all = obs_data_create();
+    obs_data_set_array(all, "sources", sources);
+    obs_data_save_json_safe(all, save, "tmp", "bak");
+    obs_data_array_release(sources);
+    obs_data_release(all);
+  }
+  obs_source_release(filter);
+  obs_source_remove(source);
+  obs_source_release(source);
+  obs_source_remove(scene_source);
+  obs_source_release(scene_source);
+  obs_shutdown();
+  if (probe_out)
+    fclose(probe_out);
+  return 0;
+}
+
+/* libobs's log goes to stderr: stdout carries only the JSON lines. */
+static void log_to_stderr(int level, const char *format, va_list args, void *param) {
+  (void)param;
+  if (level > LOG_INFO && getenv("FENCELINE_OBS_DEBUG") == NULL)
+    return;
+  vfprintf(stderr, format, args);
+  fputc('\n', stderr);
+}
+
+int main(int argc, char **argv) {
+  base_set_log_handler(log_to_stderr, NULL);
+  if (argc >= 3 && strcmp(argv[1], "list") == 0)
+    return cmd_list(argv[2]);
+  if (argc >= 3 && strcmp(argv[1], "run") == 0)
+    return cmd_run(argc, argv);
+  fprintf(stderr, "usage: %s list PLUGIN.so | run PLUGIN.so [key=value ...]\n", argv[0]);
+  return 2;
+}

@@ -1,0 +1,181 @@
+/* fenceline_filter: an OBS Studio video filter that runs each frame of an async source through
+ * a model in the fenceline service (docs/obs.md). OBS calls filter_video on its video thread;
+ * the runner (runner.c) copies the frame into shared memory the service imported once, runs it
+ * on its own thread and hands back the newest result, so OBS never waits for the model. */
+#include <obs-module.h>
+#include <util/platform.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runner.h"
+
+OBS_DECLARE_MODULE()
+
+MODULE_EXPORT const char *obs_module_description(void) {
+  return "fenceline: run models on sources through the fenceline service";
+}
+
+typedef struct filter {
+  obs_source_t *source;
+  fl_obs_runner *runner;
+  int warned_format;
+} filter;
+
+static const char *filter_name(void *type_data) {
+  (void)type_data;
+  return "fenceline model filter";
+}
+
+static void read_config(obs_data_t *settings, fl_obs_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->model, sizeof c->model, "%s", obs_data_get_string(settings, "model"));
+  snprintf(c->socket, sizeof c->socket, "%s", obs_data_get_string(settings, "socket"));
+  c->frames_in_flight = (int)obs_data_get_int(settings, "frames_in_flight");
+  c->fallback = strcmp(obs_data_get_string(settings, "fallback"), "unfiltered") == 0
+                    ? FL_OBS_FALLBACK_UNFILTERED
+                    : FL_OBS_FALLBACK_LAST_GOOD;
+  c->bgr = strcmp(obs_data_get_string(settings, "channel_order"), "bgr") == 0;
+}
+
+static void filter_update(void *data, obs_data_t *settings) {
+  filter *f = data;
+  fl_obs_config c;
+  read_config(settings, &c);
+  fl_obs_runner_configure(f->runner, &c);
+}
+
+/* proc "get_stats": the counters and the status line, for scripts and tests. */
+static void proc_stats(void *data, calldata_t *cd) {
+  filter *f = data;
+  fl_obs_counters c;
+  fl_obs_runner_counters(f->runner, &c);
+  calldata_set_int(cd, "frames", (long long)c.frames);
+  calldata_set_int(cd, "submitted", (long long)c.submitted);
+  calldata_set_int(cd, "filtered", (long long)c.filtered);
+  calldata_set_int(cd, "shown", (long long)c.shown);
+  calldata_set_int(cd, "dropped", (long long)c.dropped);
+  calldata_set_int(cd, "fallbacks", (long long)c.fallbacks);
+  calldata_set_int(cd, "failures", (long long)c.failures);
+  calldata_set_int(cd, "reconnects", (long long)c.reconnects);
+  calldata_set_int(cd, "imports", (long long)c.imports);
+  calldata_set_int(cd, "video_ns", (long long)c.video_ns);
+  calldata_set_int(cd, "video_ns_p50", (long long)c.video_ns_p50);
+  calldata_set_bool(cd, "connected", fl_obs_runner_connected(f->runner) != 0);
+  char status[768];
+  fl_obs_runner_status(f->runner, status, sizeof status);
+  calldata_set_string(cd, "status", status);
+}
+
+static void *filter_create(obs_data_t *settings, obs_source_t *source) {
+  filter *f = bzalloc(sizeof *f);
+  f->source = source;
+  f->runner = fl_obs_runner_create();
+  if (f->runner == NULL) {
+    blog(LOG_ERROR, "[fenceline] could not start the filter's worker thread");
+    bfree(f);
+    return NULL;
+  }
+  proc_handler_add(obs_source_get_proc_handler(source),
+                   "void get_stats(out int frames, out int submitted, out int filtered, "
+                   "out int shown, out int dropped, out int fallbacks, out int failures, "
+                   "out int reconnects, out int imports, out int video_ns, out int video_ns_p50, "
+                   "out bool connected, "
+                   "out string status)",
+                   proc_stats, f);
+  filter_update(f, settings);
+  return f;
+}
+
+static void filter_destroy(void *data) {
+  filter *f = data;
+  fl_obs_runner_destroy(f->runner);
+  bfree(f);
+}
+
+static void filter_defaults(obs_data_t *settings) {
+  obs_data_set_default_string(settings, "model", "");
+  obs_data_set_default_string(settings, "socket", "");
+  obs_data_set_default_int(settings, "frames_in_flight", 2);
+  obs_data_set_default_string(settings, "fallback", "last_good");
+  obs_data_set_default_string(settings, "channel_order", "rgb");
+}
+
+static obs_properties_t *filter_properties(void *data) {
+  filter *f = data;
+  obs_properties_t *props = obs_properties_create();
+  /* The models come from the service at the chosen socket; the list is editable so a model can
+   * be named while the service is down. */
+  obs_property_t *model = obs_properties_add_list(props, "model", "Model", OBS_COMBO_TYPE_EDITABLE,
+                                                  OBS_COMBO_FORMAT_STRING);
+  const char *sock = "";
+  obs_data_t *settings = f ? obs_source_get_settings(f->source) : NULL;
+  if (settings)
+    sock = obs_data_get_string(settings, "socket");
+  char *names = fl_obs_list_models(sock, 500);
+  for (const char *n = names; n && *n; n += strlen(n) + 1)
+    obs_property_list_add_string(model, n, n);
+  free(names);
+  obs_data_release(settings);
+  obs_properties_add_text(props, "socket", "Socket (empty: $FENCELINE_SOCKET, then the default)",
+                          OBS_TEXT_DEFAULT);
+  obs_properties_add_int(props, "frames_in_flight", "Frames in flight", 1, FL_OBS_MAX_IN_FLIGHT,
+                         1);
+  obs_property_t *fb = obs_properties_add_list(props, "fallback",
+                                               "While the service is behind or gone, show",
+                                               OBS_COMBO_TYPE_LIST, OBS_COMBO_FORMAT_STRING);
+  obs_property_list_add_string(fb, "the last filtered frame", "last_good");
+  obs_property_list_add_string(fb, "the unfiltered frame", "unfiltered");
+  obs_property_t *order = obs_properties_add_list(props, "channel_order",
+                                                  "The model's channel order",
+                                                  OBS_COMBO_TYPE_LIST, OBS_COMBO_FORMAT_STRING);
+  obs_property_list_add_string(order, "RGB(A)", "rgb");
+  obs_property_list_add_string(order, "BGR(A)", "bgr");
+  char status[768] = "";
+  if (f)
+    fl_obs_runner_status(f->runner, status, sizeof status);
+  obs_property_t *st = obs_properties_add_text(props, "status", status, OBS_TEXT_INFO);
+  obs_property_text_set_info_word_wrap(st, true);
+  return props;
+}
+
+static struct obs_source_frame *filter_video(void *data, struct obs_source_frame *frame) {
+  filter *f = data;
+  uint64_t t0 = os_gettime_ns();
+  fl_obs_layout layout;
+  if (!fl_obs_frame_layout(frame->format, &layout)) {
+    if (!f->warned_format) {
+      blog(LOG_WARNING,
+           "[fenceline] frames of format %s pass unfiltered: the filter takes RGBA, BGRA, BGRX "
+           "and BGR3",
+           get_video_format_name(frame->format));
+      f->warned_format = 1;
+    }
+    char why[128];
+    snprintf(why, sizeof why, "frames of format %s are not supported",
+             get_video_format_name(frame->format));
+    fl_obs_runner_unsupported(f->runner, why);
+    return frame;
+  }
+  fl_obs_runner_frame(f->runner, frame->data[0], frame->linesize[0], frame->width, frame->height,
+                      layout);
+  fl_obs_runner_add_video_ns(f->runner, os_gettime_ns() - t0);
+  return frame;
+}
+
+static struct obs_source_info fenceline_filter = {
+    .id = "fenceline_filter",
+    .type = OBS_SOURCE_TYPE_FILTER,
+    .output_flags = OBS_SOURCE_VIDEO | OBS_SOURCE_ASYNC,
+    .get_name = filter_name,
+    .create = filter_create,
+    .destroy = filter_destroy,
+    .update = filter_update,
+    .get_defaults = filter_defaults,
+    .get_properties = filter_properties,
+    .filter_video = filter_video,
+};
+
+bool obs_module_load(void) {
+  obs_register_source(&fenceline_filter);
+  return true;
+}

@@ -1,0 +1,647 @@
+#include "runner.h"
+
+#include <errno.h>
+#include <fenceline/fenceline_client.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <util/base.h>
+
+/* How long the worker waits before it connects again after a failure. */
+#define RETRY_NS 1000000000LL
+/* The client's deadline for each call: a service that hangs costs the worker this long, never
+ * OBS's threads. */
+#define CLIENT_TIMEOUT_NS 5000000000LL
+#define CONNECT_TIMEOUT_NS 2000000000LL
+/* The run's input fence is signalled before the run is sent: the service never waits long. */
+#define RUN_TIMEOUT_MS 1000u
+
+typedef enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_RUNNING, SLOT_READY, SLOT_HELD } slot_state;
+
+typedef struct slot {
+  FlFrame *frame;
+  FlMemoryImport *import;
+  FlSession *session;
+  uint8_t *in, *out;
+  slot_state state;
+  uint64_t seq;
+} slot;
+
+/* Everything made for one connection and one frame size. The worker creates and releases it; the
+ * video thread uses it under the lock while r->pool points to it. */
+typedef struct pool {
+  uint32_t width, height;
+  fl_obs_layout layout; /* the model's */
+  size_t bytes;         /* one image in the model's layout */
+  FlFence *in_fence, *out_fence;
+  FlFenceImport *in_import, *out_import;
+  slot slots[FL_OBS_MAX_SLOTS];
+  int count, in_flight;
+  uint64_t next_seq;
+} pool;
+
+struct fl_obs_runner {
+  const FlApi *api;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int stop;
+
+  fl_obs_config config; /* under mu */
+  uint64_t config_gen;  /* bumped by every change that needs a new connection */
+  uint32_t want_w, want_h;
+  int want_valid;
+
+  /* The worker's own. */
+  FlClient *client;
+  uint64_t client_gen;
+  char input_name[256], output_name[256];
+  int channels;
+  int64_t model_h, model_w;
+
+  pool *pool; /* under mu */
+  uint32_t refused_w, refused_h; /* a size the model does not take (until the config changes) */
+  uint64_t refused_gen;
+  int64_t retry_at_ns; /* no connection attempt before this (monotonic) */
+
+  uint8_t *last_good; /* the last shown result, kept across a lost connection */
+  size_t last_good_cap;
+  uint32_t lg_w, lg_h;
+  fl_obs_layout lg_layout;
+  int lg_valid;
+
+  fl_obs_counters c;
+  uint64_t recent_ns[FL_OBS_RECENT]; /* the video thread's time in the filter, last frames */
+  uint64_t recent_count;
+  char status[512];
+  int outage; /* a failure was logged and no connection has worked since */
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void set_status(fl_obs_runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_status(fl_obs_runner *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->status, sizeof r->status, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- the pool ------------------------------------------------------------------------------ */
+
+static void pool_release(const FlApi *api, pool *p) {
+  if (p == NULL)
+    return;
+  for (int i = 0; i < p->count; i++) {
+    api->ReleaseSession(p->slots[i].session);
+    api->ReleaseMemoryImport(p->slots[i].import);
+    api->ReleaseFrame(p->slots[i].frame);
+  }
+  api->ReleaseFenceImport(p->in_import);
+  api->ReleaseFenceImport(p->out_import);
+  api->ReleaseFence(p->in_fence);
+  api->ReleaseFence(p->out_fence);
+  free(p);
+}
+
+/* Makes the pool for width x height on r->client; on failure returns the status (the caller's). */
+static FlStatus *pool_create(fl_obs_runner *r, uint32_t width, uint32_t height, int in_flight,
+                             int bgr, pool **out) {
+  const FlApi *api = r->api;
+  pool *p = calloc(1, sizeof *p);
+  if (p == NULL)
+    return NULL; /* reported by the caller as out of memory */
+  p->width = width;
+  p->height = height;
+  p->layout = fl_obs_model_layout(bgr, r->channels);
+  p->bytes = (size_t)width * height * (size_t)r->channels;
+  p->in_flight = in_flight;
+  p->count = in_flight + 2;
+  FlStatus *st = api->CreateFence(NULL, &p->in_fence);
+  if (!st)
+    st = api->CreateFence(NULL, &p->out_fence);
+  if (!st)
+    st = api->ImportFence(r->client, p->in_fence, &p->in_import);
+  if (!st)
+    st = api->ImportFence(r->client, p->out_fence, &p->out_import);
+  int64_t shape[4] = {1, (int64_t)height, (int64_t)width, r->channels};
+  for (int i = 0; !st && i < p->count; i++) {
+    slot *s = &p->slots[i];
+    st = api->CreateFrame(NULL, 2 * (uint64_t)p->bytes, &s->frame);
+    if (!st)
+      st = api->ImportFrame(r->client, s->frame, FL_ACCESS_READ_WRITE, &s->import);
+    if (st)
+      break;
+    s->in = api->GetFrameData(s->frame);
+    s->out = s->in + p->bytes;
+    FlTensorView in = {sizeof in, r->input_name, s->import, 0, "UINT8", shape, 4};
+    FlTensorView outv = {sizeof outv, r->output_name, s->import, p->bytes, "UINT8", shape, 4};
+    FlSessionDesc desc = {sizeof desc, r->config.model, &in, 1, &outv, 1, p->in_import,
+                          p->out_import};
+    st = api->CreateSession(r->client, &desc, &s->session);
+  }
+  if (st) {
+    pool_release(api, p);
+    return st;
+  }
+  *out = p;
+  return NULL;
+}
+
+/* Under mu: keeps the shown result for the fallback, then detaches the pool. */
+static pool *detach_pool(fl_obs_runner *r) {
+  pool *p = r->pool;
+  r->pool = NULL;
+  if (p == NULL)
+    return NULL;
+  /* Another model's output is no fallback for the one now chosen. */
+  for (int i = 0; r->client_gen == r->config_gen && i < p->count; i++) {
+    if (p->slots[i].state != SLOT_HELD)
+      continue;
+    if (r->last_good_cap < p->bytes) {
+      uint8_t *b = realloc(r->last_good, p->bytes);
+      if (b == NULL)
+        break;
+      r->last_good = b;
+      r->last_good_cap = p->bytes;
+    }
+    memcpy(r->last_good, p->slots[i].out, p->bytes);
+    r->lg_w = p->width;
+    r->lg_h = p->height;
+    r->lg_layout = p->layout;
+    r->lg_valid = 1;
+  }
+  return p;
+}
+
+/* ---- the connection ------------------------------------------------------------------------ */
+
+static const char *code_name(const FlApi *api, FlStatus *st) {
+  return api->GetErrorCodeName(api->GetErrorCode(st));
+}
+
+/* Connects and checks the model (worker only, without the lock). 0 on success, else the status
+ * line says why. */
+static int connect_client(fl_obs_runner *r, const fl_obs_config *cfg, char *why, size_t why_size) {
+  const FlApi *api = r->api;
+  const char *sock = cfg->socket[0] ? cfg->socket : NULL;
+  FlClient *client = NULL;
+  FlStatus *st = api->CreateClientWithTimeout(sock, "obs", CONNECT_TIMEOUT_NS, &client);
+  why[0] = 0;
+  if (!st) {
+    api->SetClientTimeout(client, CLIENT_TIMEOUT_NS);
+    FlModelMetadata *md = NULL;
+    st = api->GetModelMetadata(client, cfg->model, NULL, &md);
+    if (!st) {
+      FlTensorInfo in = {sizeof in, 0, 0, 0, 0}, out = {sizeof out, 0, 0, 0, 0};
+      if (api->GetModelInputCount(md) != 1 || api->GetModelOutputCount(md) != 1)
+        snprintf(why, why_size, "model '%s' must have one input and one output", cfg->model);
+      else if ((st = api->GetModelInput(md, 0, &in)) == NULL &&
+               (st = api->GetModelOutput(md, 0, &out)) == NULL) {
+        int ok = in.rank == 4 && out.rank == 4 && strcmp(in.datatype, "UINT8") == 0 &&
+                 strcmp(out.datatype, "UINT8") == 0 && (in.shape[3] == 3 || in.shape[3] == 4);
+        for (size_t i = 0; ok && i < 4; i++)
+          ok = in.shape[i] == out.shape[i] || in.shape[i] < 0 || out.shape[i] < 0;
+        if (!ok) {
+          snprintf(why, why_size,
+                   "model '%s' must take and return uint8 [1, height, width, 3 or 4] pixels",
+                   cfg->model);
+        } else {
+          snprintf(r->input_name, sizeof r->input_name, "%s", in.name);
+          snprintf(r->output_name, sizeof r->output_name, "%s", out.name);
+          r->channels = (int)in.shape[3];
+          r->model_h = in.shape[1];
+          r->model_w = in.shape[2];
+        }
+      }
+      api->ReleaseModelMetadata(md);
+    }
+  }
+  if (st) {
+    snprintf(why, why_size, "%s: %s", code_name(api, st), api->GetErrorMessage(st));
+    api->ReleaseStatus(st);
+  }
+  if (why[0]) {
+    api->ReleaseClient(client);
+    return -1;
+  }
+  r->client = client;
+  return 0;
+}
+
+static void fail(fl_obs_runner *r, const char *what) {
+  /* Under mu. One log line per outage; the status line always has the latest reason. */
+  r->c.failures++;
+  set_status(r, "not running: %s (retrying every second)", what);
+  if (!r->outage) {
+    blog(LOG_WARNING, "[fenceline] %s; showing the %s frame until the service is back", what,
+         r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD ? "last good" : "unfiltered");
+    r->outage = 1;
+  }
+  r->retry_at_ns = now_ns() + RETRY_NS;
+}
+
+/* ---- the worker ------------------------------------------------------------------------------ */
+
+static slot *oldest(pool *p, slot_state state) {
+  slot *best = NULL;
+  for (int i = 0; p && i < p->count; i++)
+    if (p->slots[i].state == state && (best == NULL || p->slots[i].seq < best->seq))
+      best = &p->slots[i];
+  return best;
+}
+
+static int pool_fits(const fl_obs_runner *r) {
+  return r->pool && r->pool->width == r->want_w && r->pool->height == r->want_h &&
+         r->client_gen == r->config_gen;
+}
+
+/* Under mu: what the worker should do next. 0 nothing, 1 set up (connect and pool), 2 run. */
+static int next_job(fl_obs_runner *r) {
+  if (!r->want_valid || r->config.model[0] == 0) {
+    if (r->config.model[0] == 0)
+      set_status(r, "no model chosen");
+    return r->pool || r->client ? 1 : 0; /* 1: tear down what a cleared model left */
+  }
+  if (!pool_fits(r)) {
+    if (r->refused_gen == r->config_gen && r->refused_w == r->want_w && r->refused_h == r->want_h)
+      return 0;
+    return now_ns() >= r->retry_at_ns ? 1 : 0;
+  }
+  return oldest(r->pool, SLOT_QUEUED) ? 2 : 0;
+}
+
+static void *worker(void *arg) {
+  fl_obs_runner *r = arg;
+  const FlApi *api = r->api;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    int job;
+    while (!r->stop && (job = next_job(r)) == 0) {
+      if (r->want_valid && r->config.model[0] && !pool_fits(r) && r->retry_at_ns > now_ns() &&
+          !(r->refused_gen == r->config_gen && r->refused_w == r->want_w &&
+            r->refused_h == r->want_h)) {
+        int64_t at = r->retry_at_ns;
+        struct timespec ts = {(time_t)(at / 1000000000LL), (long)(at % 1000000000LL)};
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+      } else {
+        pthread_cond_wait(&r->cv, &r->mu);
+      }
+    }
+    if (r->stop)
+      break;
+    if (job == 1) {
+      /* Set up: drop the old pool (and the connection if the settings changed), then connect and
+       * make the pool for the frames' size. */
+      pool *old = detach_pool(r);
+      fl_obs_config cfg = r->config;
+      uint64_t gen = r->config_gen;
+      uint32_t w = r->want_w, h = r->want_h;
+      int need_client = r->client == NULL || r->client_gen != gen;
+      int want = r->want_valid && cfg.model[0];
+      pthread_mutex_unlock(&r->mu);
+      pool_release(api, old);
+      if (need_client) {
+        api->ReleaseClient(r->client);
+        r->client = NULL;
+      }
+      int ok = want;
+      char why[400];
+      if (ok && need_client && connect_client(r, &cfg, why, sizeof why) != 0) {
+        ok = 0;
+        pthread_mutex_lock(&r->mu);
+        fail(r, why);
+        pthread_mutex_unlock(&r->mu);
+      }
+      pool *p = NULL;
+      if (ok) {
+        pthread_mutex_lock(&r->mu);
+        r->client_gen = gen; /* read under the lock by the video thread's checks */
+        pthread_mutex_unlock(&r->mu);
+        if ((r->model_h > 0 && r->model_h != h) || (r->model_w > 0 && r->model_w != w)) {
+          pthread_mutex_lock(&r->mu);
+          set_status(r, "not running: model '%s' takes %lldx%lld frames, these are %ux%u",
+                     cfg.model, (long long)r->model_w, (long long)r->model_h, w, h);
+          r->refused_w = w;
+          r->refused_h = h;
+          r->refused_gen = gen;
+          pthread_mutex_unlock(&r->mu);
+          ok = 0;
+        } else {
+          FlStatus *st = pool_create(r, w, h, cfg.frames_in_flight, cfg.bgr, &p);
+          if (st || p == NULL) {
+            char what[400];
+            snprintf(what, sizeof what, "sharing frames with the service failed: %s: %s",
+                     st ? code_name(api, st) : "out_of_memory",
+                     st ? api->GetErrorMessage(st) : "");
+            api->ReleaseStatus(st);
+            api->ReleaseClient(r->client);
+            r->client = NULL;
+            pthread_mutex_lock(&r->mu);
+            fail(r, what);
+            pthread_mutex_unlock(&r->mu);
+            ok = 0;
+          }
+        }
+      }
+      pthread_mutex_lock(&r->mu);
+      if (ok) {
+        r->pool = p;
+        r->c.imports += (uint64_t)p->count;
+        if (r->outage) {
+          r->c.reconnects++;
+          blog(LOG_INFO, "[fenceline] connected again: model '%s'", cfg.model);
+          r->outage = 0;
+        }
+        set_status(r, "running '%s' on %ux%u frames, %d in flight", cfg.model, w, h,
+                   cfg.frames_in_flight);
+      }
+      continue;
+    }
+    /* job 2: run the oldest queued frame. */
+    slot *s = oldest(r->pool, SLOT_QUEUED);
+    s->state = SLOT_RUNNING;
+    FlSession *session = s->session;
+    uint64_t seq = s->seq;
+    pthread_mutex_unlock(&r->mu);
+    FlRunResult res = {sizeof res, 0, 0, 0, 0, 0};
+    FlStatus *st = api->Run(session, seq, seq, RUN_TIMEOUT_MS, &res);
+    pthread_mutex_lock(&r->mu);
+    if (st == NULL) {
+      s->state = SLOT_READY;
+      r->c.filtered++;
+    } else {
+      s->state = SLOT_FREE;
+      char what[400];
+      snprintf(what, sizeof what, "a run failed: %s: %s", code_name(api, st),
+               api->GetErrorMessage(st));
+      api->ReleaseStatus(st);
+      /* Whatever failed, start again from a new connection: a killed or restarted service
+       * lost every import, and the next attempt says what is wrong now. */
+      pool *old = detach_pool(r);
+      FlClient *client = r->client;
+      r->client = NULL;
+      fail(r, what);
+      pthread_mutex_unlock(&r->mu);
+      pool_release(api, old);
+      api->ReleaseClient(client);
+      pthread_mutex_lock(&r->mu);
+    }
+  }
+  pool *old = detach_pool(r);
+  pthread_mutex_unlock(&r->mu);
+  pool_release(api, old);
+  api->ReleaseClient(r->client);
+  r->client = NULL;
+  return NULL;
+}
+
+fl_obs_runner *fl_obs_runner_create(void) {
+  fl_obs_runner *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return NULL;
+  r->api = FlGetApi(FL_API_VERSION);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  r->config.frames_in_flight = 2;
+  set_status(r, "no model chosen");
+  if (r->api == NULL || pthread_create(&r->thread, NULL, worker, r) != 0) {
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+    return NULL;
+  }
+  return r;
+}
+
+void fl_obs_runner_destroy(fl_obs_runner *r) {
+  if (r == NULL)
+    return;
+  pthread_mutex_lock(&r->mu);
+  r->stop = 1;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  pthread_join(r->thread, NULL);
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+  free(r->last_good);
+  free(r);
+}
+
+void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
+  pthread_mutex_lock(&r->mu);
+  int reconnect = strcmp(r->config.model, config->model) != 0 ||
+                  strcmp(r->config.socket, config->socket) != 0 ||
+                  r->config.frames_in_flight != config->frames_in_flight ||
+                  r->config.bgr != config->bgr;
+  r->config = *config;
+  if (r->config.frames_in_flight < 1)
+    r->config.frames_in_flight = 1;
+  if (r->config.frames_in_flight > FL_OBS_MAX_IN_FLIGHT)
+    r->config.frames_in_flight = FL_OBS_MAX_IN_FLIGHT;
+  if (reconnect) {
+    r->config_gen++;
+    r->retry_at_ns = 0;
+    r->lg_valid = 0; /* another model's output is no fallback for this one */
+    if (config->model[0])
+      set_status(r, "connecting");
+  }
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void show(const uint8_t *src, fl_obs_layout from, uint8_t *data, uint32_t stride,
+                 uint32_t width, uint32_t height, fl_obs_layout layout) {
+  /* A 3-channel model's result keeps the frame's own alpha. */
+  fl_obs_convert(src, (size_t)width * (size_t)from.bytes, from, data, stride, layout, width,
+                 height, from.a < 0);
+}
+
+int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
+                        uint32_t height, fl_obs_layout layout) {
+  int replaced = 0, wake = 0;
+  pthread_mutex_lock(&r->mu);
+  r->c.frames++;
+  if (!r->want_valid || r->want_w != width || r->want_h != height) {
+    r->want_w = width;
+    r->want_h = height;
+    r->want_valid = 1;
+    r->retry_at_ns = 0;
+    wake = 1;
+  }
+  pool *p = r->pool;
+  if (p && p->width == width && p->height == height) {
+    /* The newest finished result is shown; older ones it overtook are let go. */
+    slot *best = NULL, *held = NULL;
+    for (int i = 0; i < p->count; i++) {
+      slot *s = &p->slots[i];
+      if (s->state == SLOT_READY && (best == NULL || s->seq > best->seq))
+        best = s;
+    }
+    for (int i = 0; i < p->count; i++) {
+      slot *s = &p->slots[i];
+      if (best && (s->state == SLOT_HELD || (s->state == SLOT_READY && s != best)))
+        s->state = SLOT_FREE;
+      if (s->state == SLOT_HELD)
+        held = s;
+    }
+    if (best) {
+      best->state = SLOT_HELD;
+      held = best;
+    }
+    /* This frame goes to the service unless frames_in_flight are already there: then it
+     * replaces the oldest that has not started (the service runs the newest it can), or, when
+     * every one has started, it is not run. Either way one frame is dropped and counted. */
+    int busy = 0;
+    slot *free_slot = NULL;
+    for (int i = 0; i < p->count; i++) {
+      slot *s = &p->slots[i];
+      if (s->state == SLOT_QUEUED || s->state == SLOT_RUNNING)
+        busy++;
+      else if (s->state == SLOT_FREE && free_slot == NULL)
+        free_slot = s;
+    }
+    slot *target = busy < p->in_flight ? free_slot : NULL;
+    if (target == NULL) {
+      r->c.dropped++;
+      target = oldest(p, SLOT_QUEUED);
+    }
+    if (target) {
+      fl_obs_convert(data, stride, layout, target->in, (size_t)width * (size_t)p->layout.bytes,
+                     p->layout, width, height, 0);
+      target->seq = ++p->next_seq;
+      target->state = SLOT_QUEUED;
+      FlStatus *st = r->api->SignalFence(p->in_fence, target->seq);
+      r->api->ReleaseStatus(st); /* values only go up here: it cannot fail */
+      r->c.submitted++;
+      wake = 1;
+    }
+    if (held && (best || r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD)) {
+      show(held->out, p->layout, data, stride, width, height, layout);
+      replaced = 1;
+    } else if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid &&
+               r->lg_w == width && r->lg_h == height) {
+      /* A new pool (after a reconnection) before its first result. */
+      show(r->last_good, r->lg_layout, data, stride, width, height, layout);
+      replaced = 1;
+    }
+    if (best)
+      r->c.shown++;
+    else
+      r->c.fallbacks++;
+  } else {
+    r->c.fallbacks++;
+    if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid && r->lg_w == width &&
+        r->lg_h == height) {
+      show(r->last_good, r->lg_layout, data, stride, width, height, layout);
+      replaced = 1;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  /* After the unlock: the worker it wakes takes the lock at once. */
+  if (wake)
+    pthread_cond_signal(&r->cv);
+  return replaced;
+}
+
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns) {
+  pthread_mutex_lock(&r->mu);
+  r->c.video_ns += ns;
+  r->recent_ns[r->recent_count++ % FL_OBS_RECENT] = ns;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why) {
+  pthread_mutex_lock(&r->mu);
+  r->c.frames++;
+  r->c.fallbacks++;
+  set_status(r, "not running: %s", why);
+  pthread_mutex_unlock(&r->mu);
+}
+
+void fl_obs_runner_counters(fl_obs_runner *r, fl_obs_counters *out) {
+  uint64_t recent[FL_OBS_RECENT];
+  pthread_mutex_lock(&r->mu);
+  *out = r->c;
+  size_t n = r->recent_count < FL_OBS_RECENT ? (size_t)r->recent_count : FL_OBS_RECENT;
+  memcpy(recent, r->recent_ns, n * sizeof *recent);
+  pthread_mutex_unlock(&r->mu);
+  qsort(recent, n, sizeof *recent, cmp_u64);
+  out->video_ns_p50 = n ? recent[n / 2] : 0;
+}
+
+void fl_obs_runner_status(fl_obs_runner *r, char *buf, size_t size) {
+  pthread_mutex_lock(&r->mu);
+  snprintf(buf, size, "%s; frames %llu, filtered %llu, dropped %llu", r->status,
+           (unsigned long long)r->c.frames, (unsigned long long)r->c.filtered,
+           (unsigned long long)r->c.dropped);
+  pthread_mutex_unlock(&r->mu);
+}
+
+int fl_obs_runner_connected(fl_obs_runner *r) {
+  pthread_mutex_lock(&r->mu);
+  int ok = r->pool != NULL;
+  pthread_mutex_unlock(&r->mu);
+  return ok;
+}
+
+/* ---- models -------------------------------------------------------------------------------- */
+
+/* Appends the JSON strings of the array under "models" in json to a NUL-separated list. Names
+ * are the service's model names (letters, digits, '.', '_', '-'): no escapes to undo. */
+static char *parse_models(const char *json) {
+  const char *p = strstr(json, "\"models\"");
+  if (p == NULL || (p = strchr(p, '[')) == NULL)
+    return NULL;
+  const char *end = strchr(p, ']');
+  if (end == NULL)
+    return NULL;
+  char *list = calloc((size_t)(end - p) + 2, 1);
+  if (list == NULL)
+    return NULL;
+  char *w = list;
+  for (const char *q = p; q < end; q++) {
+    if (*q != '"')
+      continue;
+    const char *close = memchr(q + 1, '"', (size_t)(end - q - 1));
+    if (close == NULL)
+      break;
+    memcpy(w, q + 1, (size_t)(close - q - 1));
+    w += close - q - 1;
+    *w++ = 0;
+    q = close;
+  }
+  *w = 0;
+  return list;
+}
+
+char *fl_obs_list_models(const char *socket, int timeout_ms) {
+  const FlApi *api = FlGetApi(FL_API_VERSION);
+  FlClient *client = NULL;
+  FlStatus *st = api->CreateClientWithTimeout(socket && socket[0] ? socket : NULL, "obs-list",
+                                              (int64_t)timeout_ms * 1000000LL, &client);
+  char *json = NULL, *list = NULL;
+  if (!st)
+    st = api->Describe(client, "models", "", &json);
+  if (!st)
+    list = parse_models(json);
+  api->ReleaseStatus(st);
+  api->FreeString(json);
+  api->ReleaseClient(client);
+  return list;
+}

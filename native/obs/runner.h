@@ -1,0 +1,79 @@
+/* The fenceline side of the OBS filter: one connection, a pool of shared-memory slots the service
+ * imported once, and a worker thread that runs the model on them (docs/obs.md). OBS's threads
+ * only copy frames in and results out under a short lock; they never wait for the service. */
+#ifndef FENCELINE_OBS_RUNNER_H
+#define FENCELINE_OBS_RUNNER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "convert.h"
+
+#define FL_OBS_MAX_IN_FLIGHT 8
+/* Slots: the frames in flight, one result waiting to be shown and the one shown. */
+#define FL_OBS_MAX_SLOTS (FL_OBS_MAX_IN_FLIGHT + 2)
+
+typedef enum fl_obs_fallback {
+  FL_OBS_FALLBACK_LAST_GOOD = 0, /* show the newest filtered frame again */
+  FL_OBS_FALLBACK_UNFILTERED = 1 /* show the source's frame as it is */
+} fl_obs_fallback;
+
+/* What the user chose (the filter's settings). Strings are owned by the struct. */
+typedef struct fl_obs_config {
+  char model[256];
+  char socket[1024]; /* "" : $FENCELINE_SOCKET, then the service's default path */
+  int frames_in_flight;
+  fl_obs_fallback fallback;
+  int bgr; /* the model takes BGR(A) rather than RGB(A) */
+} fl_obs_config;
+
+typedef struct fl_obs_counters {
+  uint64_t frames;     /* frames the filter saw */
+  uint64_t submitted;  /* handed to the service */
+  uint64_t filtered;   /* runs that finished */
+  uint64_t shown;      /* frames the filter replaced with a result */
+  uint64_t dropped;    /* frames never run: the service was behind (the newest replaced them) */
+  uint64_t fallbacks;  /* frames shown with the fallback (no result newer than the last shown) */
+  uint64_t failures;   /* runs or connections that failed */
+  uint64_t reconnects; /* connections made after a failure */
+  uint64_t imports;    /* slots the service imported (pool size, per connection) */
+  uint64_t video_ns;   /* time OBS's video thread spent in the filter, all frames together */
+  uint64_t video_ns_p50; /* the median of that time over the last FL_OBS_RECENT frames */
+} fl_obs_counters;
+
+#define FL_OBS_RECENT 256
+
+typedef struct fl_obs_runner fl_obs_runner;
+
+/* Starts the worker, which connects on its own (and again after every failure). NULL only when
+ * out of memory or threads. */
+fl_obs_runner *fl_obs_runner_create(void);
+/* Stops the worker (waiting for a run in flight, at most the client's deadline) and releases
+ * everything. Accepts NULL. */
+void fl_obs_runner_destroy(fl_obs_runner *r);
+/* New settings: a changed model or socket reconnects. */
+void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config);
+
+/* One frame of OBS's video thread: packed pixels `data` (rows `stride` bytes apart) in layout
+ * `layout`. Copies the newest result (or the fallback) over the frame in place and hands a copy
+ * of the frame to the service. Returns 1 when the frame's bytes were replaced. Never waits for
+ * the service. */
+int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
+                        uint32_t height, fl_obs_layout layout);
+/* Adds to the video thread's time in the filter (measured by the caller around the frame). */
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns);
+/* A frame the filter cannot take (its format): counted and shown unfiltered. */
+void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why);
+
+void fl_obs_runner_counters(fl_obs_runner *r, fl_obs_counters *out);
+/* One line for the properties dialog, NUL-terminated into buf. */
+void fl_obs_runner_status(fl_obs_runner *r, char *buf, size_t size);
+/* 1 while connected with a pool for the current frames. */
+int fl_obs_runner_connected(fl_obs_runner *r);
+
+/* The models the service at `socket` ("" : the default) serves, as a NUL-separated list ending
+ * with an empty string, malloc'd (the caller frees it); NULL when it cannot be reached within
+ * timeout_ms. */
+char *fl_obs_list_models(const char *socket, int timeout_ms);
+
+#endif

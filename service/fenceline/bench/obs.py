@@ -1,0 +1,143 @@
+"""Headless OBS for the OBS filter's tests and bench (docs/obs.md): an X server (Xvfb), and
+``fenceline-obs-driver``, a small libobs program that renders one source of known frames
+through a filter and prints its counters as JSON lines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fenceline.client.c_api import obs_plugin_dir
+from fenceline.client.errors import ClientError
+
+PERIOD = 16  # the source repeats its frames after this many
+
+
+def unavailable() -> str | None:
+    """Why the OBS filter cannot run here, or None."""
+    if shutil.which("Xvfb") is None:
+        return "Xvfb is not installed (Debian: xvfb)"
+    try:
+        obs_plugin_dir()
+    except ClientError as e:
+        return f"the OBS filter was not built (Debian: libobs-dev): {e}"
+    return None
+
+
+def plugin() -> Path:
+    return obs_plugin_dir() / "fenceline-obs.so"
+
+
+def driver() -> Path:
+    return obs_plugin_dir() / "fenceline-obs-driver"
+
+
+def known_frame(k: int, width: int, height: int) -> np.ndarray:
+    """Frame k of the driver's source, RGBA (native/obs/driver.c makes the same bytes)."""
+    x = np.arange(width, dtype=np.int64)[None, :]
+    y = np.arange(height, dtype=np.int64)[:, None]
+    c0 = x * 3 + y * 7 + (k % PERIOD) * 13
+    rgba = np.stack([c0, c0 + 50, c0 + 100, np.full_like(c0, 255)], axis=-1) % 256
+    rgba[..., 3] = 255
+    return rgba.astype(np.uint8)
+
+
+@contextlib.contextmanager
+def xvfb() -> Iterator[str]:
+    """An X server of its own for the block; yields its DISPLAY."""
+    read, write = os.pipe()
+    proc = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write), "-nolisten", "tcp", "-screen", "0", "640x480x24"],
+        pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    os.close(write)
+    try:
+        with os.fdopen(read) as f:
+            number = f.readline().strip()
+        if not number:
+            raise RuntimeError(f"Xvfb did not start (exit {proc.poll()})")
+        yield f":{number}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Run:
+    """One driver run: its JSON lines as they came, and its log."""
+
+    proc: subprocess.Popen[str]
+    log: Path
+    lines: list[dict[str, Any]] = field(default_factory=list)
+
+    def next(self, timeout_s: float = 60.0) -> dict[str, Any] | None:
+        """The next counters line; None once the driver has exited."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(timeout_s)
+            return None
+        obj: dict[str, Any] = json.loads(line)
+        self.lines.append(obj)
+        return obj
+
+    def finish(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Reads to the end; the last line (``done``). Raises when the driver failed."""
+        deadline = time.monotonic() + timeout_s
+        while self.next() is not None:
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                break
+        self.close(timeout_s)
+        if self.proc.returncode != 0 or not self.lines or not self.lines[-1].get("done"):
+            raise RuntimeError(f"fenceline-obs-driver exited with {self.proc.returncode}:\n"
+                               f"{self.log_text()[-4000:]}")
+        return self.lines[-1]
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Ends the driver (SIGTERM if it still runs) and closes its pipe. Safe twice."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start(display: str, log: Path, *, plugins: tuple[Path, ...] = (), **settings: object) -> Run:
+    """Starts ``fenceline-obs-driver run`` with key=value settings (native/obs/driver.c)."""
+    args = [str(driver()), "run", str(plugin())]
+    for extra in plugins:
+        args.append(f"plugin2={extra}")
+    args += [f"{k}={v}" for k, v in settings.items()]
+    env = dict(os.environ, DISPLAY=display)
+    with log.open("w") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    return Run(proc, log)
+
+
+def frames(path: Path, width: int, height: int) -> np.ndarray:
+    """The frames the driver's probe wrote (``out=``), as [n, height, width, 4]."""
+    data = np.fromfile(path, dtype=np.uint8)
+    n = data.size // (width * height * 4)
+    return data[: n * width * height * 4].reshape(n, height, width, 4)

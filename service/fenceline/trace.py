@@ -1,0 +1,219 @@
+"""The per-frame trace (docs/tracing.md): records, for a bounded time or number of frames, the
+moments of every frame the service runs, per session, and writes them as Chrome trace-event
+JSON, which Perfetto's UI (ui.perfetto.dev) and chrome://tracing open.
+
+The recorder is native (native/importer/trace.{h,cpp}): the native run path, the Python run
+path and CUDA sessions mark their moments into one buffer. Off by default; off, a moment costs
+one relaxed atomic load. One trace records at a time, for the whole service.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fenceline import _native
+from fenceline.errors import Conflict, InvalidArgument
+
+# The native enum's order (trace.h, Moment): append only.
+MOMENTS = (
+    "received", "input_reached", "model_start", "model_end", "signalled", "reply_sent",
+    "enqueued", "gpu_done",
+)  # fmt: skip
+RECEIVED, INPUT_REACHED, MODEL_START, MODEL_END, SIGNALLED, REPLY_SENT, ENQUEUED, GPU_DONE = range(8)
+
+MAX_SECONDS = 60.0
+MAX_FRAMES = 1_000_000
+DEFAULT_SECONDS = 2.0
+DEFAULT_FRAMES = 10_000
+# Room per frame: a frame marks at most seven moments (a CUDA run: received, model start and
+# end, signalled, enqueued, GPU done, reply sent).
+MOMENTS_PER_FRAME = 8
+
+# Spans drawn for each frame, between two of its moments: (name, from, to, track). Track
+# "gpu" is the session's second row, for the stream's own time.
+SPANS = (
+    ("wait for input", RECEIVED, INPUT_REACHED, "cpu"),
+    ("model", MODEL_START, MODEL_END, "cpu"),
+    ("signal", MODEL_END, SIGNALLED, "cpu"),
+    ("reply", SIGNALLED, REPLY_SENT, "cpu"),
+    ("enqueue", RECEIVED, ENQUEUED, "cpu"),
+    ("GPU", ENQUEUED, GPU_DONE, "gpu"),
+)
+
+_one = threading.Lock()  # one recording at a time
+_stop = threading.Event()  # ends the recording in progress early
+
+
+def active() -> bool:
+    """Whether a trace is recording (one native call)."""
+    return bool(_native.trace_on())
+
+
+def tag(session_id: str) -> int:
+    """The trace's key of a session: the first 8 bytes of its id, as the native path reads
+    them from a RUN frame."""
+    return int.from_bytes(bytes.fromhex(session_id[:16]), sys.byteorder)
+
+
+def mark(moment: int, session: int, frame: int, t_ns: int = 0) -> None:
+    """Records one moment while a trace is on (``t_ns`` 0: now); costs a native call."""
+    _native.trace_mark(moment, session, frame, t_ns)
+
+
+def mark_run(session: int, frame: int, waited: int, start: int, ended: int,
+             signalled: int) -> None:
+    """A host run's moments (the runtime marks its receipt and reply)."""
+    for moment, t in ((INPUT_REACHED, waited), (MODEL_START, start), (MODEL_END, ended),
+                      (SIGNALLED, signalled)):
+        _native.trace_mark(moment, session, frame, t)
+
+
+@dataclass(frozen=True)
+class Limits:
+    seconds: float = DEFAULT_SECONDS
+    frames: int = DEFAULT_FRAMES
+
+    def __post_init__(self) -> None:
+        if not 0 < self.seconds <= MAX_SECONDS:
+            raise InvalidArgument(f"a trace records for more than 0 and at most {MAX_SECONDS:g} s, "
+                                  f"not {self.seconds:g}")
+        if not 0 < self.frames <= MAX_FRAMES:
+            raise InvalidArgument(f"a trace records 1 to {MAX_FRAMES} frames, not {self.frames}")
+
+
+@dataclass(frozen=True)
+class Recording:
+    events: list[tuple[int, int, int, int, int]]  # (t_ns, moment, session, frame, thread)
+    dropped: int
+    started_ns: int
+    ended_ns: int
+
+
+def record(limits: Limits, cancel: threading.Event | None = None) -> Recording:
+    """Records until ``limits.seconds`` pass, ``limits.frames`` frames were received,
+    :func:`stop` is called or ``cancel`` is set; raises Conflict while another trace records."""
+    if not _one.acquire(blocking=False):
+        raise Conflict("a trace is already recording; wait for it to end")
+    try:
+        _stop.clear()
+        capacity = limits.frames * MOMENTS_PER_FRAME
+        if not _native.trace_start(capacity, limits.frames):
+            raise Conflict("a trace is already recording; wait for it to end")
+        started = time.perf_counter_ns()
+        deadline = time.monotonic() + limits.seconds
+        try:
+            while (time.monotonic() < deadline and not _native.trace_filled()
+                   and not _stop.is_set() and not (cancel is not None and cancel.is_set())):
+                time.sleep(0.005)
+        finally:
+            ended = time.perf_counter_ns()
+            events, dropped = _native.trace_stop()
+        return Recording(events, dropped, started, ended)
+    finally:
+        _one.release()
+
+
+def recording() -> bool:
+    """Whether a trace records now."""
+    return _one.locked()
+
+
+def stop() -> bool:
+    """Ends the recording in progress early (its caller gets what it recorded); False when none
+    records."""
+    if not _one.locked():
+        return False
+    _stop.set()
+    return True
+
+
+def chrome_trace(rec: Recording, labels: Mapping[int, str],
+                 pid: int | None = None) -> dict[str, Any]:
+    """The recording as Chrome trace-event JSON (the "JSON Object Format"): one process (the
+    service), two rows per session (its CPU-side work and, for CUDA sessions, its stream), and
+    per frame a ``frame N`` slice with its stages inside. Times in microseconds from the
+    recording's start. ``labels``: a name per session tag (e.g. ``session 1a2b3c4d
+    (add_720p)``); an unknown tag gets its hex."""
+    pid = os.getpid() if pid is None else pid
+    frames: dict[tuple[int, int], dict[int, int]] = {}
+    threads: dict[tuple[int, int], int] = {}
+    for t_ns, moment, session, frame, thread in rec.events:
+        moments = frames.setdefault((session, frame), {})
+        # A moment seen twice (cannot happen on one path) keeps its first time.
+        moments.setdefault(moment, t_ns)
+        if moment == RECEIVED:
+            threads[(session, frame)] = thread
+    sessions = sorted({s for s, _ in frames})
+    rows: dict[tuple[int, str], int] = {}
+    out: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+         "args": {"name": f"fenceline service (pid {pid})"}},
+    ]
+
+    def row(session: int, track: str) -> int:
+        key = (session, track)
+        if key not in rows:
+            rows[key] = tid = len(rows) + 1
+            name = labels.get(session) or f"session {session.to_bytes(8, sys.byteorder).hex()}"
+            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                        "args": {"name": name if track == "cpu" else f"{name} GPU"}})
+            out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                        "args": {"sort_index": tid}})
+        return rows[key]
+
+    def us(t_ns: int) -> float:
+        return round((t_ns - rec.started_ns) / 1e3, 3)
+
+    for session in sessions:
+        row(session, "cpu")
+    for (session, frame), moments in sorted(frames.items(), key=lambda kv: min(kv[1].values())):
+        first, last = min(moments.values()), max(moments.values())
+        cpu_end = max(t for m, t in moments.items() if m != GPU_DONE) if any(
+            m != GPU_DONE for m in moments) else first
+        args: dict[str, Any] = {"frame": frame,
+                                **{MOMENTS[m]: us(t) for m, t in sorted(moments.items())}}
+        if (session, frame) in threads:
+            args["thread"] = threads[(session, frame)]
+        if len(moments) > 1:
+            args["total_us"] = round((last - first) / 1e3, 3)
+        out.append({"name": f"frame {frame}", "cat": "frame", "ph": "X", "pid": pid,
+                    "tid": row(session, "cpu"), "ts": us(first),
+                    "dur": round((cpu_end - first) / 1e3, 3), "args": args})
+        for name, a, b, track in SPANS:
+            if a in moments and b in moments and moments[b] >= moments[a]:
+                out.append({"name": name, "cat": "stage", "ph": "X", "pid": pid,
+                            "tid": row(session, track), "ts": us(moments[a]),
+                            "dur": round((moments[b] - moments[a]) / 1e3, 3),
+                            "args": {"frame": frame}})
+    return {
+        "traceEvents": out,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "recorder": "fenceline",
+            "duration_us": round((rec.ended_ns - rec.started_ns) / 1e3, 3),
+            "frames": len(frames),
+            "moments": len(rec.events),
+            "dropped_moments": rec.dropped,
+        },
+    }
+
+
+def session_labels(entries: Iterable[tuple[str, str]]) -> dict[int, str]:
+    """(session id, model name) pairs -> labels by tag."""
+    return {tag(sid): f"session {sid[:8]} ({model})" for sid, model in entries}
+
+
+def trace_service(limits: Limits, sessions: Callable[[], Iterable[tuple[str, str]]],
+                  cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Records and returns the Chrome trace; ``sessions`` names them (read at the start and at
+    the end, so sessions made or released meanwhile are named too)."""
+    before = list(sessions())
+    rec = record(limits, cancel)
+    labels = session_labels([*before, *sessions()])
+    return chrome_trace(rec, labels)

@@ -1,0 +1,286 @@
+"""The OBS filter (fenceline_filter) in headless OBS: libobs renders a source of known frames
+through the filter under Xvfb, against a real service in its own process. Outputs equal
+onnxruntime's byte for byte; the service killed mid-stream and started again; a model slower
+than a frame; settings saved and loaded with the scene (docs/obs.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from fenceline.bench import obs, obs_fps
+from fenceline.models import build_repository
+from tests.support.service import Service, start_service, stop_service
+
+WHY = obs.unavailable()
+if WHY is not None and os.environ.get("FENCELINE_REQUIRE_OBS"):
+    raise RuntimeError(f"FENCELINE_REQUIRE_OBS is set but {WHY}")
+pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["image_filter_rgba8", "image_filter_rgb8", "image_filter_rgba8_slow"]
+W, H, FPS = 128, 96, 30
+
+
+@pytest.fixture(scope="module")
+def obs_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repository(tmp_path_factory.mktemp("obs-models"), MODELS)
+
+
+@pytest.fixture(scope="module")
+def display() -> Iterator[str]:
+    with obs.xvfb() as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def obs_service(obs_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    svc = start_service(obs_repo, tmp_path_factory.mktemp("obs-service"))
+    yield svc
+    stop_service(svc)
+    assert "Traceback" not in svc.log_text(), svc.log_text()
+
+
+def expected(repo: Path, model: str, fmt: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The source's frames as the filter receives them (RGBA or BGRA bytes), and onnxruntime's
+    output for each, as the filter must hand them back: converted to the model's RGB(A) and
+    back, the frame's own alpha under a 3-channel model."""
+    sess = ort.InferenceSession(str(repo / model / "1" / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+    ins, outs = [], []
+    for k in range(obs.PERIOD):
+        rgba = obs.known_frame(k, W, H)
+        channels = sess.get_inputs()[0].shape[3]
+        (y,) = sess.run(None, {"image": rgba[None, ..., :channels]})
+        out = rgba.copy()
+        out[..., :channels] = y[0]
+        if fmt == "bgra":
+            rgba, out = rgba[..., [2, 1, 0, 3]], out[..., [2, 1, 0, 3]]
+        ins.append(np.ascontiguousarray(rgba))
+        outs.append(np.ascontiguousarray(out))
+    return ins, outs
+
+
+def classify(got: np.ndarray, ins: list[np.ndarray], outs: list[np.ndarray]) -> list[str]:
+    """Each frame as "F<k>" (the model's output for input k), "R<k>" (input k unfiltered) or
+    "?" (neither)."""
+    tags = []
+    for frame in got:
+        tag = next((f"F{k}" for k, o in enumerate(outs) if np.array_equal(frame, o)), None)
+        tag = tag or next((f"R{k}" for k, i in enumerate(ins) if np.array_equal(frame, i)), "?")
+        tags.append(tag)
+    return tags
+
+
+def check_filtered(tags: list[str], min_filtered: float) -> None:
+    """Every frame is a filtered one, except unfiltered frames before the first result."""
+    first = next((i for i, t in enumerate(tags) if t.startswith("F")), None)
+    assert first is not None, tags
+    assert all(t.startswith("R") for t in tags[:first]), tags[:first]
+    assert all(t.startswith("F") for t in tags[first:]), tags
+    assert sum(t.startswith("F") for t in tags) >= min_filtered * len(tags), tags
+
+
+def test_the_plugin_loads_and_lists_the_services_models(obs_service: Service,
+                                                        display: str) -> None:
+    env = dict(os.environ, DISPLAY=display, FENCELINE_SOCKET=str(obs_service.socket))
+    out = subprocess.run([str(obs.driver()), "list", str(obs.plugin())], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    info = json.loads(out.stdout)
+    assert info["id"] == "fenceline_filter"
+    assert info["name"] == "fenceline model filter"
+    assert info["properties"] == ["model", "socket", "frames_in_flight", "fallback",
+                                  "channel_order", "status"]
+    assert info["models"] == sorted(MODELS)  # from $FENCELINE_SOCKET, the socket left empty
+    assert info["defaults"] == {"model": "", "socket": "", "frames_in_flight": 2,
+                                "fallback": "last_good", "channel_order": "rgb"}
+
+
+@pytest.mark.parametrize(("fmt", "model"), [("rgba", "image_filter_rgba8"),
+                                            ("bgra", "image_filter_rgb8")])
+def test_frames_equal_onnxruntime_byte_for_byte(obs_service: Service, obs_repo: Path,
+                                                display: str, tmp_path: Path, fmt: str,
+                                                model: str) -> None:
+    run = obs.start(display, tmp_path / "obs.log", model=model, socket=obs_service.socket,
+                    format=fmt, width=W, height=H, fps=FPS, seconds=2.5,
+                    out=tmp_path / "out.raw")
+    last = run.finish()
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H), *expected(obs_repo, model, fmt))
+    check_filtered(tags, 0.8)
+    # Consecutive frames of the source, one behind: the newest result each frame.
+    assert len(set(tags)) >= obs.PERIOD, tags
+    assert last["imports"] == 4  # frames_in_flight 2 + 2, imported once for the whole run
+    assert last["failures"] == 0 and last["connected"], last
+    assert last["filtered"] >= len(tags) - 3, last
+
+
+def wait_for(run: obs.Run, what: str, ok: object) -> dict[str, object]:
+    while (line := run.next()) is not None:
+        if ok(line):  # type: ignore[operator]
+            return line
+    raise AssertionError(f"the driver ended before {what}:\n{run.log_text()[-3000:]}")
+
+
+def test_service_killed_mid_stream_then_restarted(obs_repo: Path, display: str,
+                                                  tmp_path: Path) -> None:
+    svc_dir = tmp_path / "service"
+    svc_dir.mkdir()
+    svc = start_service(obs_repo, svc_dir)
+    sock = svc.socket
+    run = obs.start(display, tmp_path / "obs.log", model="image_filter_rgba8", socket=sock,
+                    width=W, height=H, fps=FPS, seconds=30, every_ms=100,
+                    out=tmp_path / "out.raw")
+    restarted: Service | None = None
+    try:
+        before = wait_for(run, "the first results", lambda c: c["filtered"] >= 15)
+        svc.proc.send_signal(signal.SIGKILL)
+        svc.proc.wait()
+        gone = wait_for(run, "the filter noticed", lambda c: not c["connected"])
+        assert gone["failures"] >= 1
+        # OBS goes on rendering without the service, showing the last good frame.
+        during = wait_for(run, "OBS rendered on",
+                          lambda c: c["rendered"] >= gone["rendered"] + 30)
+        assert during["filtered"] == gone["filtered"]
+        restarted = start_service(obs_repo, svc_dir)
+        assert restarted.socket == sock
+        back = wait_for(run, "the reconnection",
+                        lambda c: c["reconnects"] >= 1 and c["filtered"] >= during["filtered"] + 15)
+        assert back["connected"]
+        assert back["imports"] == 2 * before["imports"]  # a new pool on the new service
+    finally:
+        run.close()
+        if restarted is not None:
+            stop_service(restarted)
+        stop_service(svc)
+    log = run.log_text()
+    # Logged once for the outage (however many attempts), once when back.
+    assert log.count("[fenceline] a run failed") == 1, log[-3000:]
+    assert log.count("[fenceline] connected again") == 1, log[-3000:]
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H),
+                    *expected(obs_repo, "image_filter_rgba8", "rgba"))
+    check_filtered(tags, 0.9)  # during the outage: the last good frame, again and again
+
+
+def test_a_model_slower_than_a_frame_drops_frames_not_obs_frame_rate(
+        obs_service: Service, obs_repo: Path, display: str, tmp_path: Path) -> None:
+    # image_filter_rgba8_slow takes 0.15 s or more a frame, over four frame intervals at 30 fps.
+    seconds = 3.0
+    run = obs.start(display, tmp_path / "obs.log", model="image_filter_rgba8_slow",
+                    socket=obs_service.socket, width=W, height=H, fps=FPS, seconds=seconds,
+                    out=tmp_path / "out.raw")
+    last = run.finish()
+    # OBS's video thread never waits for the model: it renders its frames (a filter that ran
+    # the model there would render at most 7 a second) and lags on few of them.
+    assert last["rendered"] >= 0.8 * FPS * seconds, last
+    assert last["lagged"] <= 0.1 * last["rendered"], last
+    # The service runs what it can; the rest are dropped by the filter and counted.
+    assert 0 < last["filtered"] <= 0.5 * last["frames"], last
+    assert last["dropped"] >= 0.4 * last["frames"], last
+    assert last["submitted"] + last["dropped"] >= last["frames"] - 2, last
+    # Held frames are shown again between results (last good output): all of them filtered.
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H),
+                    *expected(obs_repo, "image_filter_rgba8", "rgba"))  # the slow one's bytes
+    check_filtered(tags, 0.5)
+
+
+def test_settings_are_saved_and_loaded_with_the_scene(obs_service: Service, obs_repo: Path,
+                                                      display: str, tmp_path: Path) -> None:
+    scene = tmp_path / "scene.json"
+    first = obs.start(display, tmp_path / "first.log", model="image_filter_rgba8",
+                      socket=obs_service.socket, frames_in_flight=3, fallback="unfiltered",
+                      width=W, height=H, fps=FPS, seconds=1, save=scene).finish()
+    assert first["imports"] == 5
+    saved = json.loads(scene.read_text())
+    (known,) = [s for s in saved["sources"] if s["name"] == "known"]
+    (filt,) = known["filters"]
+    assert filt["id"] == "fenceline_filter"
+    assert filt["settings"] == {"model": "image_filter_rgba8", "socket": str(obs_service.socket),
+                                "frames_in_flight": 3, "fallback": "unfiltered"}
+    # A new OBS loads the scene: the filter comes back with its settings and runs.
+    second = obs.start(display, tmp_path / "second.log", load=scene, width=W, height=H,
+                       fps=FPS, seconds=1.5, out=tmp_path / "out.raw").finish()
+    assert second["imports"] == 5 and second["filtered"] > 10, second
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H),
+                    *expected(obs_repo, "image_filter_rgba8", "rgba"))
+    # fallback "unfiltered": a frame with no new result shows the source's own.
+    assert "?" not in tags, tags
+    assert sum(t.startswith("F") for t in tags) >= 0.7 * len(tags), tags
+
+
+def test_the_bench_in_process_filter_runs_the_model_on_obs_video_thread(
+        obs_repo: Path, display: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's comparison (fenceline bench --obs): onnxruntime inside filter_video. With a
+    model slower than a frame, OBS's video thread waits for every run and lags."""
+    ref = obs_fps.reference_plugin()
+    if ref is None:
+        pytest.skip("the in-process filter needs Python's embedding library")
+    # Its embedded Python imports onnxruntime and fenceline from this interpreter's paths.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    run = obs.start(display, tmp_path / "obs.log", plugins=(ref,),
+                    filter="fenceline_reference_filter", width=W, height=H, fps=FPS, seconds=3,
+                    model_path=obs_repo / "image_filter_rgba8_slow" / "1" / "model.onnx",
+                    out=tmp_path / "out.raw")
+    last = run.finish()
+    assert str(last["status"]).startswith("running"), last
+    assert last["lagged"] >= 0.5 * last["rendered"], last
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H),
+                    *expected(obs_repo, "image_filter_rgba8", "rgba"))  # the slow one's bytes
+    assert set(t[0] for t in tags) == {"F"}, tags  # every frame it saw, run in place
+
+
+def docs_block(first_line: str) -> str:
+    """The ```sh block of docs/obs.md that starts with `first_line`."""
+    text = (ROOT / "docs" / "obs.md").read_text()
+    for block in re.findall(r"^```sh\n(.*?)^```$", text, re.S | re.M):
+        if block.startswith(first_line):
+            return str(block)
+    raise AssertionError(f"docs/obs.md has no block starting {first_line!r}")
+
+
+def test_docs_run_it_headless_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/obs.md "Run it headless", verbatim, in a fresh directory holding this venv as .venv;
+    the service's port and socket come from FENCELINE_* (8000 may be taken here), the filter
+    finds the socket the same way. The background service is stopped when the block ends."""
+    block = docs_block(".venv/bin/python -c 'from pathlib import Path; from fenceline.models "
+                       "import build_repository;")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    (tmp_path / "block.sh").write_text(block)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCELINE_")}
+    env.update(FENCELINE_PORT="0", FENCELINE_SOCKET=str(tmp_path / "fl.sock"),
+               XDG_RUNTIME_DIR=str(run_dir))
+    r = subprocess.run(
+        ["bash", "-c", 'set -e; trap "kill \\$(jobs -p) 2>/dev/null; wait" EXIT; source ./block.sh'],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    listed, ran = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert listed["id"] == "fenceline_filter"
+    assert listed["models"] == ["image_filter_rgba8", "image_filter_rgba8_slow"]
+    assert ran["done"] and ran["connected"] and ran["filtered"] > 30, ran
+    # The sample output in the docs has the same keys as the real thing.
+    text = (ROOT / "docs" / "obs.md").read_text()
+    samples = [json.loads(x) for x in re.findall(r"^(\{.*\})$", text, re.M)]
+    assert [sorted(s) for s in samples] == [sorted(listed), sorted(ran)]
+    assert samples[0] == listed
+
+
+def test_docs_plugin_link_block_puts_the_module_where_obs_studio_looks(tmp_path: Path) -> None:
+    """docs/obs.md's link into ~/.config/obs-studio/plugins, verbatim, with HOME a fresh folder."""
+    block = docs_block("mkdir -p ~/.config/obs-studio/plugins/fenceline-obs/bin/64bit")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, check=True, timeout=120)
+    link = tmp_path / "home/.config/obs-studio/plugins/fenceline-obs/bin/64bit/fenceline-obs.so"
+    assert link.resolve() == obs.plugin().resolve()

@@ -1,0 +1,161 @@
+"""The per-frame trace (fenceline.trace, docs/tracing.md) of a live service: `fenceline trace`
+and POST /v2/interop/trace against renderers in their own processes and in this one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from fenceline import trace
+from fenceline.client import Fence, IpcClient, SharedFrame, View
+from tests.integration.test_status import renderer
+from tests.support.service import free_port
+
+SHAPE = [1, 3, 64, 64]
+NBYTES = int(np.prod(SHAPE)) * 4
+HOST_ORDER = ("received", "input_reached", "model_start", "model_end", "signalled", "reply_sent")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fenceline", "trace", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def frames_of(doc: dict[str, Any], label: str) -> list[dict[str, Any]]:
+    """The ``frame N`` slices on the row named ``label``."""
+    tids = [e["tid"] for e in doc["traceEvents"]
+            if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == label]
+    assert len(tids) == 1, [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    return [e for e in doc["traceEvents"]
+            if e["ph"] == "X" and e["cat"] == "frame" and e["tid"] == tids[0]]
+
+
+def test_trace_records_each_frame_of_a_renderer_in_order(service: Any, tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    with renderer(service.socket, "--fps", "400", "--seconds", "30") as (_, ids):
+        done = cli("--url", service.url, "--seconds", "20", "--frames", "40", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "40 frames" in done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["frames"] == 40
+    assert doc["otherData"]["dropped_moments"] == 0
+    frames = frames_of(doc, f"session {ids['session'][:8]} (add_64x64)")
+    assert len(frames) == 40
+    values = [f["args"]["frame"] for f in frames]
+    assert values == list(range(values[0], values[0] + 40))  # every frame, in order
+    for f in frames:
+        times = [f["args"][m] for m in HOST_ORDER]
+        assert times == sorted(times), f
+        assert f["ts"] == times[0] and abs(f["ts"] + f["dur"] - times[-1]) < 0.01
+    stages = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "stage"
+              and e["args"]["frame"] == values[0]]
+    assert [s["name"] for s in stages] == ["wait for input", "model", "signal", "reply"]
+    first = frames[0]
+    for s in stages:  # inside their frame, so Perfetto nests them under it
+        assert first["ts"] <= s["ts"] and s["ts"] + s["dur"] <= first["ts"] + first["dur"] + 0.01
+
+
+def test_a_run_that_waits_for_its_input_fence_is_traced_by_the_python_path(
+    service: Any,
+) -> None:
+    """A RUN sent before the input fence is signalled is served by Python (the native path
+    only takes a reached fence): its frame shows the wait."""
+    with (IpcClient(service.socket) as client, SharedFrame(2 * NBYTES) as frame, Fence() as ready,
+          Fence() as done):
+        memory = client.import_memory(frame)
+        session = client.create_session(
+            "add_64x64", {"x": View(memory, "FP32", SHAPE, 0)},
+            {"y": View(memory, "FP32", SHAPE, NBYTES)}, client.import_fence(ready),
+            client.import_fence(done))
+        got: list[httpx.Response] = []
+        tracer = threading.Thread(target=lambda: got.append(httpx.post(
+            service.url + "/v2/interop/trace", json={"seconds": 20, "frames": 1}, timeout=60)))
+        tracer.start()
+        while not trace_on(service.url):
+            pass
+        signal = threading.Timer(0.05, ready.signal, (1,))
+        signal.start()
+        assert client.run(session["id"], 1).signal_value == 1
+        signal.join()
+        tracer.join()
+    doc = got[0].json()
+    (f,) = frames_of(doc, f"session {session['id'][:8]} (add_64x64)")
+    times = [f["args"][m] for m in HOST_ORDER]
+    assert times == sorted(times)
+    assert f["args"]["input_reached"] - f["args"]["received"] >= 20_000  # us: it waited
+
+
+def trace_on(url: str) -> bool:
+    r = httpx.get(url + "/v2/interop/trace", timeout=10)
+    return bool(r.json()["recording"])
+
+
+def test_one_trace_at_a_time(service: Any) -> None:
+    got: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: got.append(httpx.post(
+        service.url + "/v2/interop/trace", json={"seconds": 1.0}, timeout=30)))
+    first.start()
+    refused = None
+    for _ in range(200):
+        r = httpx.post(service.url + "/v2/interop/trace", json={"seconds": 0.001}, timeout=10)
+        if r.status_code == 409:
+            refused = r
+            break
+    first.join()
+    assert refused is not None and refused.json()["code"] == "conflict"
+    assert "already recording" in refused.json()["error"]
+    assert got[0].status_code == 200
+    assert trace_on(service.url) is False  # and the next one may record
+
+
+def test_trace_limits_are_checked(service: Any) -> None:
+    for body, status, code in (
+        ({"seconds": 0}, 400, "invalid_argument"),
+        ({"seconds": 61}, 400, "invalid_argument"),
+        ({"frames": 0}, 400, "invalid_argument"),
+        ({"frames": 1_000_001}, 400, "invalid_argument"),
+        ({"seconds": 1, "extra": 1}, 422, "invalid_request"),
+    ):
+        r = httpx.post(service.url + "/v2/interop/trace", json=body, timeout=10)
+        assert (r.status_code, r.json()["code"]) == (status, code), r.text
+
+
+def test_trace_cli_says_when_no_service_answers(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = cli("--url", url, "--seconds", "1", "--out", str(tmp_path / "t.json"))
+    assert done.returncode == 2
+    assert f"no fenceline service answers at {url}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_trace_cli_refuses_bad_limits_before_asking(tmp_path: Path) -> None:
+    done = cli("--seconds", "0", "--out", str(tmp_path / "t.json"))
+    assert done.returncode == 2
+    assert "a trace records for more than 0" in done.stderr
+
+
+def test_tracing_is_off_by_default() -> None:
+    assert trace.active() is False
+
+
+def test_a_trace_ended_early_answers_what_it_recorded(service: Any) -> None:
+    got: list[httpx.Response] = []
+    tracer = threading.Thread(target=lambda: got.append(httpx.post(
+        service.url + "/v2/interop/trace", json={"seconds": 60}, timeout=120)))
+    tracer.start()
+    while not httpx.get(service.url + "/v2/interop/trace", timeout=10).json()["recording"]:
+        pass
+    assert httpx.delete(service.url + "/v2/interop/trace", timeout=10).status_code == 204
+    tracer.join()
+    assert got[0].status_code == 200
+    assert got[0].json()["otherData"]["duration_us"] < 60e6
+    assert httpx.get(service.url + "/v2/interop/trace", timeout=10).json() == {"recording": False}
+    assert httpx.delete(service.url + "/v2/interop/trace", timeout=10).status_code == 204
