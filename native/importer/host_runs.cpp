@@ -145,10 +145,13 @@ class RunTable {
   // with the GIL released, and serves the RUNs it can until a frame needs Python. Returns
   // (data, fds, problem, failure) for that frame, as _native.recv_message does plus the
   // FencelineError of a run that failed here (its reply is Python's to send); (None, [], None,
-  // None) once the peer is gone.
+  // None) once the peer is gone: its end closed, its process (pidfd) exited, or a reply not
+  // taken within send_timeout_ms.
   using Got = py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
                                 py::typing::Optional<py::str>, py::object>;
-  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin) {
+  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
+                 std::int64_t send_timeout_ms) {
+    const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
     for (;;) {
       Message m;
       const std::int64_t t0 = fl_htl_now_ns();
@@ -169,7 +172,7 @@ class RunTable {
           ++spin.denied;
           spun = 0;
         }
-        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true);
+        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true, pidfd);
       }
       const std::int64_t received = fl_htl_now_ns();
       spin.observe(received - t0, spun);
@@ -179,7 +182,7 @@ class RunTable {
         try {
           const int served =
               serve_frame(fd, owner, reinterpret_cast<const std::uint8_t *>(m.data.data()),
-                          m.data.size(), received);
+                          m.data.size(), received, pidfd, send_timeout_ns);
           if (served == kAnswered) continue;
           if (served == kPeerGone)
             return py::make_tuple(py::none(), py::list(), py::none(), py::none());
@@ -198,7 +201,7 @@ class RunTable {
 
  private:
   int serve_frame(int fd, const std::string &owner, const std::uint8_t *p, std::size_t n,
-                  std::int64_t received) {
+                  std::int64_t received, int pidfd, std::int64_t send_timeout_ns) {
     if (n != FL_WIRE_HEADER_SIZE + sizeof(FlWireRun) || closing_.load(std::memory_order_relaxed))
       return kNotMine;
     const std::uint16_t kind = u16(p + 6);
@@ -274,14 +277,13 @@ class RunTable {
     put32(reply + 24, micros(waited - start));
     put32(reply + 28, micros(inferred - waited));
     put32(reply + 32, micros(end - start));
-    // As _native.send_message: the GIL is let go only while the socket is full.
+    // As _native.send_message: the GIL is let go only while the socket is full, and a reply
+    // not taken in time, or whose reader's process has exited, ends the connection.
     int err = try_send_message(fd, reinterpret_cast<const char *>(reply), sizeof reply);
-    while (err == EAGAIN) {
-      {
-        py::gil_scoped_release nogil;
-        wait_writable(fd);
-      }
-      err = try_send_message(fd, reinterpret_cast<const char *>(reply), sizeof reply);
+    if (err == EAGAIN) {
+      py::gil_scoped_release nogil;
+      err = send_waiting(fd, reinterpret_cast<const char *>(reply), sizeof reply, pidfd,
+                         send_timeout_ns);
     }
     if (traced) trace::mark(trace::kReplySent, tag, target, now_ns());
     // The metrics come after the reply, as in the Python path (Runtime.run).
@@ -334,10 +336,12 @@ void bind_host_runs(py::module_ &mod) {
       .def("close", &RunTable::close, "From now on every frame goes back to Python.")
       .def("__len__", &RunTable::size)
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
-           py::arg("spin"),
+           py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
-           "None, None) once the peer is gone. Raises when the socket itself fails.");
+           "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
+           "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises "
+           "when the socket itself fails.");
 }
 
 }  // namespace fl

@@ -238,7 +238,7 @@ PYBIND11_MODULE(_native, mod) {
   mod.def(
       "recv_message",
       [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns,
-         std::int64_t nap_ns, bool block)
+         std::int64_t nap_ns, bool block, int pidfd)
           -> py::typing::Optional<
               py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
                                 py::typing::Optional<py::str>, py::int_>> {
@@ -247,7 +247,7 @@ PYBIND11_MODULE(_native, mod) {
         // costs more than the receive when other threads want it.
         if (!fl::try_recv_message(fd, max_bytes, max_fds, m)) {
           py::gil_scoped_release release;
-          m = fl::recv_message(fd, max_bytes, max_fds, nap_ns, spin_ns, block);
+          m = fl::recv_message(fd, max_bytes, max_fds, nap_ns, spin_ns, block, pidfd);
         }
         if (m.pending) return py::none();
         py::object problem = py::none();
@@ -256,9 +256,10 @@ PYBIND11_MODULE(_native, mod) {
         return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem, m.nap_late_ns);
       },
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
-      py::arg("nap_ns") = 0, py::arg("block") = true,
+      py::arg("nap_ns") = 0, py::arg("block") = true, py::arg("pidfd") = -1,
       "Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns "
-      "the fds; (None, [], None, _) at EOF. A message over max_bytes or max_fds has its fds "
+      "the fds; (None, [], None, _) at EOF, and once the process behind pidfd (-1: none; a "
+      "PeerProcess's) has exited while the receive blocked. A message over max_bytes or max_fds has its fds "
       "closed, data holds its first bytes and problem says what was wrong. A message already "
       "there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up "
       "to spin_ns, then blocks; without block it returns None instead of blocking. "
@@ -266,19 +267,24 @@ PYBIND11_MODULE(_native, mod) {
       "none did.");
   mod.def(
       "send_message",
-      [](int fd, const py::bytes &data) {
+      [](int fd, const py::bytes &data, std::int64_t timeout_ms, int pidfd) {
         char *p = nullptr;
         Py_ssize_t n = 0;
         if (PyBytes_AsStringAndSize(data.ptr(), &p, &n) != 0) throw py::error_already_set();
         // A send that does not wait keeps the GIL (the common case); a full socket waits
         // without it.
         int err = fl::try_send_message(fd, p, static_cast<std::size_t>(n));
-        while (err == EAGAIN) {
-          {
-            py::gil_scoped_release release;
-            fl::wait_writable(fd);
-          }
-          err = fl::try_send_message(fd, p, static_cast<std::size_t>(n));
+        if (err == EAGAIN) {
+          py::gil_scoped_release release;
+          err = fl::send_waiting(fd, p, static_cast<std::size_t>(n), pidfd,
+                                 timeout_ms < 0 ? -1 : timeout_ms * 1000000);
+        }
+        if (err == ETIMEDOUT) {
+          const py::tuple args = py::make_tuple(
+              ETIMEDOUT,
+              "the peer did not take the message within " + std::to_string(timeout_ms) + " ms");
+          PyErr_SetObject(PyExc_TimeoutError, args.ptr());
+          throw py::error_already_set();
         }
         if (err != 0) {
           errno = err;
@@ -286,9 +292,36 @@ PYBIND11_MODULE(_native, mod) {
           throw py::error_already_set();
         }
       },
-      py::arg("fd"), py::arg("data"),
-      "Sends one SOCK_SEQPACKET message; raises OSError when the socket failed (the peer is "
-      "gone). Waits with the GIL released only while the socket is full.");
+      py::arg("fd"), py::arg("data"), py::arg("timeout_ms") = -1, py::arg("pidfd") = -1,
+      "Sends one SOCK_SEQPACKET message. Waits with the GIL released only while the socket is "
+      "full: for at most timeout_ms (-1: no limit; then TimeoutError, errno ETIMEDOUT) and only "
+      "while the process behind pidfd (-1: none) lives (else OSError ESRCH). Raises OSError "
+      "when the socket failed (the peer closed its end).");
+  mod.def(
+      "purge_messages",
+      [](int fd) {
+        fl::Purged p;
+        {
+          py::gil_scoped_release release;
+          p = fl::purge_messages(fd);
+        }
+        return py::make_tuple(p.messages, p.fds);
+      },
+      py::arg("fd"),
+      "Shuts a connection's socket down and drops what is queued on it, closing every fd those "
+      "messages carried: (messages, fds) dropped. The socket itself stays open.");
+  py::class_<fl::PeerProcess, std::shared_ptr<fl::PeerProcess>>(
+      mod, "PeerProcess",
+      "The process that connected to a Unix socket, watched through a pidfd (SO_PEERPIDFD, "
+      "else pidfd_open of the SO_PEERCRED pid); liveness says how, or why only the socket's "
+      "hangup is watched. Owns the pidfd: close() (safe twice) closes it.")
+      .def(py::init<int>(), py::arg("sock"))
+      .def_property_readonly("pidfd", &fl::PeerProcess::pidfd, "-1 when not watched or closed")
+      .def_property_readonly("pid", &fl::PeerProcess::pid)
+      .def_property_readonly("liveness", &fl::PeerProcess::liveness)
+      .def("exited", &fl::PeerProcess::exited,
+           "True once the process has exited (never waits).")
+      .def("close", &fl::PeerProcess::close);
 #endif
 
   mod.def(

@@ -1,20 +1,33 @@
 #include "seqpacket.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <limits>
 
 #include "../common/host_timeline.h"
 #include "errors.h"
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5; older headers lack it, older kernels answer ENOPROTOOPT
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434  // the same number on every architecture but alpha
+#endif
+
 namespace fl {
 
 namespace {
+
+// The most fds one queued message can carry (SCM_MAX_FD): a purge takes them all.
+constexpr std::size_t FL_PURGE_MAX_FDS = 253;
 
 // One recvmsg; returns bytes received, 0 at EOF, -1 with errno.
 ssize_t recv_once(int fd, std::string &buf, std::vector<char> &control, int flags,
@@ -136,7 +149,7 @@ bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Messag
 }
 
 Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t nap_ns,
-                     std::int64_t spin_ns, bool block) {
+                     std::int64_t spin_ns, bool block, int pidfd) {
   // Called after try_recv_message found the socket empty: only a nap, a spin or a wakeup
   // gives a reason to try again.
   buffers.prepare(max_bytes, max_fds);
@@ -181,10 +194,17 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
     return out;
   }
   while (!done) {
-    struct pollfd p {
-      fd, POLLIN, 0
-    };
-    if (::poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+    struct pollfd p[2] = {{fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    if (::poll(p, pidfd >= 0 ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+    } else if (pidfd >= 0 && (p[1].revents & POLLIN) != 0) {
+      // The process is gone: what it left queued is nobody's (purge_messages drops it).
+      Message out;
+      out.eof = true;
+      out.peer_exited = true;
+      out.nap_late_ns = nap_late_ns;
+      return out;
+    }
     done = attempt();
   }
   Message out = n < 0 ? failed(err) : finish(fd, n, msg_flags, max_bytes, max_fds);
@@ -200,12 +220,96 @@ int try_send_message(int fd, const char *data, std::size_t size) {
   }
 }
 
-void wait_writable(int fd) {
-  struct pollfd p {
-    fd, POLLOUT, 0
-  };
-  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+int send_waiting(int fd, const char *data, std::size_t size, int pidfd, std::int64_t timeout_ns) {
+  const std::int64_t deadline = timeout_ns < 0 ? -1 : fl_htl_now_ns() + timeout_ns;
+  for (;;) {
+    int wait_ms = -1;
+    if (deadline >= 0) {
+      const std::int64_t left = deadline - fl_htl_now_ns();
+      if (left <= 0) return ETIMEDOUT;
+      // Rounded up: a poll that ends a little early only polls again.
+      wait_ms = static_cast<int>(
+          std::min<std::int64_t>((left + 999999) / 1000000, std::numeric_limits<int>::max()));
+    }
+    struct pollfd p[2] = {{fd, POLLOUT, 0}, {pidfd, POLLIN, 0}};
+    const int ready = ::poll(p, pidfd >= 0 ? 2 : 1, wait_ms);
+    if (ready < 0 && errno != EINTR) return errno;
+    if (ready > 0 && pidfd >= 0 && (p[1].revents & POLLIN) != 0) return ESRCH;
+    // Writable, failed (the send says why), interrupted or timed out: try; a full socket waits
+    // again until the deadline.
+    const int err = try_send_message(fd, data, size);
+    if (err != EAGAIN) return err;
   }
+}
+
+Purged purge_messages(int fd) {
+  Purged out;
+  ::shutdown(fd, SHUT_RDWR);
+  // What can be queued is bounded by the socket's receive buffer; the bound on rounds only
+  // keeps a socket that misbehaves from holding the caller.
+  std::string buf(1, '\0');
+  std::vector<char> control;
+  for (int round = 0; round < 65536; ++round) {
+    control.assign(CMSG_SPACE(sizeof(int) * FL_PURGE_MAX_FDS), 0);
+    int msg_flags = 0;
+    const ssize_t n = recv_once(fd, buf, control, MSG_DONTWAIT | MSG_TRUNC, &msg_flags);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;  // EAGAIN: nothing left
+    }
+    const std::vector<int> fds = take_fds(control);
+    for (int f : fds) ::close(f);
+    out.fds += fds.size();
+    if (n == 0 && fds.empty()) break;  // the end (shut down), or an empty message
+    ++out.messages;
+  }
+  return out;
+}
+
+PeerProcess::PeerProcess(int sock) {
+  struct ucred cred {};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid_ = cred.pid;
+  int pidfd = -1;
+  len = sizeof pidfd;
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
+    pidfd_ = pidfd;
+    liveness_ = "pidfd (SO_PEERPIDFD)";
+  } else if (errno == ESRCH) {
+    gone_ = true;
+    liveness_ = "the process that connected has exited";
+  } else if (pid_ <= 0) {
+    liveness_ = "socket hangup only: the peer's pid is not visible here (another pid namespace)";
+  } else {
+    const long fd = ::syscall(SYS_pidfd_open, pid_, 0);
+    if (fd >= 0) {
+      pidfd_ = static_cast<int>(fd);
+      liveness_ = "pidfd (pidfd_open of the SO_PEERCRED pid)";
+    } else if (errno == ESRCH) {
+      gone_ = true;
+      liveness_ = "the process that connected has exited";
+    } else {
+      liveness_ = "socket hangup only: " + errno_message("pidfd_open", errno) +
+                  (errno == ENOSYS ? " (pidfds need Linux 5.3)" : "");
+    }
+  }
+  if (pidfd_ >= 0) ::fcntl(pidfd_, F_SETFD, FD_CLOEXEC);
+}
+
+PeerProcess::~PeerProcess() { close(); }
+
+bool PeerProcess::exited() const {
+  if (gone_) return true;
+  if (pidfd_ < 0) return false;
+  struct pollfd p {
+    pidfd_, POLLIN, 0
+  };
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
+void PeerProcess::close() {
+  if (pidfd_ >= 0) ::close(pidfd_);
+  pidfd_ = -1;
 }
 
 }  // namespace fl

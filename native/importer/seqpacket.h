@@ -22,6 +22,7 @@ struct Message {
   // wakeup); -1 when there was no nap or the message came during it.
   std::int64_t nap_late_ns = -1;
   bool pending = false;  // nothing came within the nap and spin of a wait that may not block
+  bool peer_exited = false;  // eof because the peer's process exited (recv_message's pidfd)
 };
 
 // One receive that never waits: true with `out` set when a message (or the peer's end) was
@@ -31,15 +32,58 @@ bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Messag
 // Receives one message once try_recv_message found the socket empty (so it does not try again
 // before it waits): a nap of nap_ns on a timer, a spin of spin_ns, then (with `block`) a
 // block; each part is skipped when 0. Without `block` a wait that got nothing returns with
-// `pending` set. A malformed message is consumed and described in `problem`. Throws OsError
-// for failures of the socket itself.
+// `pending` set. A malformed message is consumed and described in `problem`. The block also
+// watches `pidfd` (-1: none): once that process has exited it returns with eof and
+// `peer_exited` set, leaving what it sent queued (purge_messages drops it). Throws OsError for
+// failures of the socket itself.
 Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t nap_ns,
-                     std::int64_t spin_ns, bool block);
+                     std::int64_t spin_ns, bool block, int pidfd = -1);
 
 // One send without waiting: 0 when sent, EAGAIN when the socket's buffer is full (then
-// wait_writable and try again), else the errno.
+// send_waiting), else the errno.
 int try_send_message(int fd, const char *data, std::size_t size);
-// Blocks until the socket can take a message (or has failed: the send then says why).
-void wait_writable(int fd);
+
+// Sends one message once try_send_message found the socket full: waits while it stays full,
+// for at most timeout_ns (< 0: no limit) and only while the process behind pidfd (-1: none)
+// lives. 0 when sent; ETIMEDOUT when the time ran out; ESRCH when that process exited; else
+// the send's errno (the peer closed its end). Blocks: release the GIL around it.
+int send_waiting(int fd, const char *data, std::size_t size, int pidfd, std::int64_t timeout_ns);
+
+// Reads and drops everything queued on a connection that is being closed, closing every fd
+// those messages carried (a message may carry the peer's own end: dropping it lets that end
+// go). The socket is shut down first so that nothing more arrives. Returns {messages, fds}.
+struct Purged {
+  std::size_t messages = 0, fds = 0;
+};
+Purged purge_messages(int fd);
+
+// The process at the other end of a connection (the one that connected: SO_PEERCRED's), watched
+// through a pidfd, so that its exit ends every wait on the connection even where the socket
+// never hangs up: a renderer can queue its own end in a message to the service and die, and the
+// only reference to that end is then in the service's receive queue. The pidfd comes from
+// SO_PEERPIDFD (Linux 6.5: it names the very process that connected), else pidfd_open of the
+// SO_PEERCRED pid (Linux 5.3); without either the connection is watched by its hangup alone,
+// and `liveness()` says why.
+class PeerProcess {
+ public:
+  explicit PeerProcess(int sock);  // never throws
+  ~PeerProcess();
+  PeerProcess(const PeerProcess &) = delete;
+  PeerProcess &operator=(const PeerProcess &) = delete;
+
+  int pidfd() const { return pidfd_; }  // -1: not watched (see liveness), or closed
+  int pid() const { return pid_; }      // SO_PEERCRED's, 0 when not visible here
+  const std::string &liveness() const { return liveness_; }
+  // True once the process has exited (a poll of the pidfd that does not wait), or when it had
+  // exited before the connection was taken.
+  bool exited() const;
+  void close();
+
+ private:
+  int pidfd_ = -1;
+  int pid_ = 0;
+  bool gone_ = false;
+  std::string liveness_;
+};
 
 }  // namespace fl

@@ -6,10 +6,11 @@
  *   fenceline-obs-driver run PLUGIN.so [key=value ...]
  *       renders a scene for `seconds`; prints a JSON line of counters every `every_ms` and a
  *       last one with "done": true. Keys: width height fps seconds every_ms filter (a source id;
- *       "none": no filter) model socket frames_in_flight fallback channel_order format (rgba,
- *       bgra, bgrx) out (a file that receives every rendered frame, RGBA) save (a file that
- *       receives the scene's sources as JSON afterwards) load (a file saved so, loaded instead
- *       of building the scene) plugin2 (another module to load, e.g. the reference filter).
+ *       "none": no filter) model socket frames_in_flight fallback channel_order model_path
+ *       intra_op_threads (the filter's settings) format (rgba, bgra, bgrx) out (a file that receives every frame as
+ *       it leaves the source's filters, RGBA or as `format`) save (a file that receives the
+ *       scene's sources as JSON afterwards) load (a file saved so, loaded instead of building
+ *       the scene) plugin2 (another module to load, e.g. the reference filter).
  *
  * Frame k of the source is pixel (x, y, channel c) = (x * 3 + y * 7 + (k % 16) * 13 + c * 50)
  * mod 256, alpha 255 (tests/integration/test_obs.py makes the same frames). */
@@ -245,7 +246,8 @@ static void print_stats(obs_source_t *filter, sink *k, double t, uint64_t frames
     calldata_t cd = {0};
     if (proc_handler_call(obs_source_get_proc_handler(filter), "get_stats", &cd)) {
       const char *names[] = {"frames",   "submitted",  "filtered", "shown", "dropped",
-                             "fallbacks", "failures", "reconnects", "imports"};
+                             "fallbacks", "failures", "reconnects", "imports", "video_ns",
+                             "video_ns_p50"};
       for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         printf(", \"%s\": %lld", names[i], calldata_int(&cd, names[i]));
       printf(", \"connected\": %s", calldata_bool(&cd, "connected") ? "true" : "false");
@@ -361,12 +363,14 @@ static int cmd_run(int argc, char **argv) {
     obs_data_release(s);
     if (strcmp(filter_id, "none") != 0) {
       obs_data_t *fs = obs_data_create();
-      const char *keys[] = {"model", "socket", "fallback", "channel_order"};
-      for (size_t i = 0; i < 4; i++)
+      const char *keys[] = {"model", "socket", "fallback", "channel_order", "model_path"};
+      for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (arg(argc, argv, keys[i], NULL))
           obs_data_set_string(fs, keys[i], arg(argc, argv, keys[i], NULL));
-      if (arg(argc, argv, "frames_in_flight", NULL))
-        obs_data_set_int(fs, "frames_in_flight", atoi(arg(argc, argv, "frames_in_flight", "2")));
+      const char *ints[] = {"frames_in_flight", "intra_op_threads"};
+      for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        if (arg(argc, argv, ints[i], NULL))
+          obs_data_set_int(fs, ints[i], atoi(arg(argc, argv, ints[i], "0")));
       obs_source_t *f = obs_source_create(filter_id, "fenceline", fs, NULL);
       obs_data_release(fs);
       if (f == NULL) {

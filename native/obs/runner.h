@@ -37,7 +37,11 @@ typedef struct fl_obs_counters {
   uint64_t failures;   /* runs or connections that failed */
   uint64_t reconnects; /* connections made after a failure */
   uint64_t imports;    /* slots the service imported (pool size, per connection) */
+  uint64_t video_ns;   /* time OBS's video thread spent in the filter, all frames together */
+  uint64_t video_ns_p50; /* the median of that time over the last FL_OBS_RECENT frames */
 } fl_obs_counters;
+
+#define FL_OBS_RECENT 256
 
 typedef struct fl_obs_runner fl_obs_runner;
 
@@ -56,6 +60,8 @@ void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config);
  * the service. */
 int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
                         uint32_t height, fl_obs_layout layout);
+/* Adds to the video thread's time in the filter (measured by the caller around the frame). */
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns);
 /* A frame the filter cannot take (its format): counted and shown unfiltered. */
 void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why);
 

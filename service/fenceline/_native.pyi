@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -149,6 +149,29 @@ class HostFence:
     def wake_handle(self) -> int:
         """
         Windows: the wake semaphore's handle; -1 on POSIX.
+        """
+class PeerProcess:
+    """
+    The process that connected to a Unix socket, watched through a pidfd (SO_PEERPIDFD, else pidfd_open of the SO_PEERCRED pid); liveness says how, or why only the socket's hangup is watched. Owns the pidfd: close() (safe twice) closes it.
+    """
+    def __init__(self, sock: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def close(self) -> None:
+        ...
+    def exited(self) -> bool:
+        """
+        True once the process has exited (never waits).
+        """
+    @property
+    def liveness(self) -> str:
+        ...
+    @property
+    def pid(self) -> int:
+        ...
+    @property
+    def pidfd(self) -> int:
+        """
+        -1 when not watched or closed
         """
 class CudaDevice:
     @staticmethod
@@ -350,9 +373,9 @@ class RunTable:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
         """
-    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin) -> tuple[bytes | None, list[int], str | None, typing.Any]:
+    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
-        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone. Raises when the socket itself fails.
+        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails.
         """
 def can_import_fence(kind: str) -> bool:
     ...
@@ -416,13 +439,17 @@ def nt_object_type(role: str) -> str:
     """
     The kernel object type a handle passed in `role` (section, wake, d3d12_heap, d3d12_resource, d3d12_fence) must have. Pure.
     """
-def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0, nap_ns: typing.SupportsInt | typing.SupportsIndex = 0, block: bool = True) -> tuple[bytes | None, list[int], str | None, int] | None:
+def purge_messages(fd: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int]:
     """
-    Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns the fds; (None, [], None, _) at EOF. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. A message already there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up to spin_ns, then blocks; without block it returns None instead of blocking. nap_late_ns: how much later than planned a nap that ran its whole length ended, -1 when none did.
+    Shuts a connection's socket down and drops what is queued on it, closing every fd those messages carried: (messages, fds) dropped. The socket itself stays open.
     """
-def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes) -> None:
+def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0, nap_ns: typing.SupportsInt | typing.SupportsIndex = 0, block: bool = True, pidfd: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None, int] | None:
     """
-    Sends one SOCK_SEQPACKET message; raises OSError when the socket failed (the peer is gone). Waits with the GIL released only while the socket is full.
+    Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns the fds; (None, [], None, _) at EOF, and once the process behind pidfd (-1: none; a PeerProcess's) has exited while the receive blocked. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. A message already there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up to spin_ns, then blocks; without block it returns None instead of blocking. nap_late_ns: how much later than planned a nap that ran its whole length ended, -1 when none did.
+    """
+def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes, timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, pidfd: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+    """
+    Sends one SOCK_SEQPACKET message. Waits with the GIL released only while the socket is full: for at most timeout_ms (-1: no limit; then TimeoutError, errno ETIMEDOUT) and only while the process behind pidfd (-1: none) lives (else OSError ESRCH). Raises OSError when the socket failed (the peer closed its end).
     """
 def trace_filled() -> bool:
     """

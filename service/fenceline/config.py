@@ -16,6 +16,7 @@ from pydantic import ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fenceline.errors import InvalidArgument
+from fenceline.ipc import limits
 from fenceline.logs import LOG_FORMATS, LogFormat
 from fenceline.runtime.model_config import CONTROL_MODES, ControlMode
 
@@ -71,6 +72,10 @@ class ServeSettings(BaseSettings):
     max_mapped_mb: int = 16384
     max_inflight: int = 64
     max_sessions_per_device: int = 1024
+    # IPC connections (fenceline.ipc.limits, docs/reliability.md "Connections")
+    max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
+    max_connections_per_user: int = limits.DEFAULT_MAX_CONNECTIONS_PER_USER
+    ipc_send_timeout_s: float = limits.DEFAULT_SEND_TIMEOUT_S
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -82,6 +87,10 @@ class ServeSettings(BaseSettings):
     def builtin_models(self) -> bool:
         """Whether the service serves the builtin models (no model option given)."""
         return self.model_repository is None and not self.models
+
+    def connection_limits(self) -> limits.ConnectionLimits:
+        return limits.ConnectionLimits(
+            self.max_connections, self.max_connections_per_user, self.ipc_send_timeout_s)
 
     def token(self) -> str | None:
         if self.token_file is None:
@@ -128,13 +137,17 @@ class ServeSettings(BaseSettings):
                             ("--max-sessions", self.max_sessions),
                             ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
                             ("--max-inflight", self.max_inflight),
-                            ("--max-sessions-per-device", self.max_sessions_per_device)):
+                            ("--max-sessions-per-device", self.max_sessions_per_device),
+                            ("--max-connections", self.max_connections),
+                            ("--max-connections-per-user", self.max_connections_per_user)):
             if value <= 0:
                 raise InvalidArgument(f"{flag} must be positive")
         if not 0 < self.http_header_timeout_s <= 3600:
             raise InvalidArgument("--http-header-timeout-s is a number of seconds in (0, 3600]")
         if not 0 < self.http_body_idle_s <= 3600:
             raise InvalidArgument("--http-body-idle-s is a number of seconds in (0, 3600]")
+        if not 0 < self.ipc_send_timeout_s <= 3600:
+            raise InvalidArgument("--ipc-send-timeout-s is a number of seconds in (0, 3600]")
         if self.log_level not in LOG_LEVELS:
             raise InvalidArgument(f"--log-level is one of {', '.join(LOG_LEVELS)}")
         return self

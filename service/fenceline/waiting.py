@@ -319,11 +319,12 @@ class AdaptiveSpin:
 
     # -- sockets --------------------------------------------------------------------------
 
-    def receive(self, fd: int, max_bytes: int, max_fds: int
+    def receive(self, fd: int, max_bytes: int, max_fds: int, pidfd: int = -1
                 ) -> tuple[bytes | None, list[int], str | None]:
         """One SOCK_SEQPACKET message from ``fd`` as ``_native.recv_message`` returns it, waited
         for as :meth:`plan` says: the nap and the spin while this waiter holds a spinner slot
-        (without one it blocks at once), then a block."""
+        (without one it blocks at once), then a block, which ends as at the peer's end once the
+        process behind ``pidfd`` (-1: none; the service's PeerProcess) has exited."""
         nap, spin = planned = self.plan()
         t0 = time.perf_counter_ns()
         if nap or spin:
@@ -338,7 +339,7 @@ class AdaptiveSpin:
                 if got is not None:
                     self.observe_planned(time.perf_counter_ns() - t0, planned, got[3])
                     return got[0], got[1], got[2]
-        got = _native.recv_message(fd, max_bytes, max_fds, 0, 0, True)
+        got = _native.recv_message(fd, max_bytes, max_fds, 0, 0, True, pidfd)
         self.observe_planned(time.perf_counter_ns() - t0, planned, -1)
         # A blocking receive returns a message or the peer's end, never None.
         return (None, [], None) if got is None else (got[0], got[1], got[2])

@@ -140,6 +140,18 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{HERE}::test_gstreamer_run_it_block_runs_as_written",
         "tests/integration/test_gstreamer.py::test_every_packed_format_runs_through_its_model",
     ],
+    ("docs/obs.md", "sudo apt-get install libobs-dev xvfb xauth libgl1-mesa-dri"): [
+        ".ci/run",
+        "tests/integration/test_obs.py::test_the_plugin_loads_and_lists_the_services_models",
+    ],
+    ("docs/obs.md", "mkdir -p ~/.config/obs-studio/plugins/fenceline-obs/bin/64bit"): [
+        "tests/integration/test_obs.py::test_docs_plugin_link_block_puts_the_module_where_obs_studio_looks",
+    ],
+    ("docs/obs.md", ".venv/bin/python -c 'from pathlib import Path; from fenceline.models import "
+     "build_repository; build_repository(Path(\"models\"), [\"image_filter_rgba8\", "
+     "\"image_filter_rgba8_slow\"])'"): [
+        "tests/integration/test_obs.py::test_docs_run_it_headless_block_runs_as_written",
+    ],
     ("docs/http.md", "sudo install -d -m 0711 -o fenceline /run/fenceline"): [
         "tests/integration/test_multi_user.py::test_an_allowed_user_connects_and_the_service_keeps_its_own_uid",
     ],

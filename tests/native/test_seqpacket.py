@@ -1,15 +1,21 @@
 """The importer's SOCK_SEQPACKET receive and send, on real socket pairs: a message already
 there, a nap that ends before the message and one that it cuts short, the end of the peer, a
 message too long or with too many fds, a send to a peer that is gone, a send that must wait for
-room (without the GIL), and the spinner slot a socket wait takes (fenceline.waiting)."""
+room (without the GIL) and one that is not taken in time, the peer's process watched through a
+pidfd, purging what a closed connection left queued, and the spinner slot a socket wait takes
+(fenceline.waiting)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +143,86 @@ def test_a_socket_wait_spins_only_with_a_spinner_slot(
     a.send(b"there")
     assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"there", [], None)
     assert waiter.denied == 0 and gate.spinning() == 0  # the slot is given back
+
+
+def _fill(a: socket.socket) -> None:
+    a.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        while True:
+            a.send(b"x" * 512)
+    a.setblocking(True)
+
+
+def test_a_send_that_is_not_taken_in_time_raises_timeout_error(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, _ = pair
+    _fill(a)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="within 150 ms"):
+        _native.send_message(a.fileno(), b"one more", 150)
+    assert 0.14 <= time.monotonic() - start < 5
+
+
+def _connected_child(tmp_path: Path) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """A socket accepted from a child process that connected, then passed its end to a
+    grandchild that lives on: the child's death does not hang the socket up."""
+    path = tmp_path / "s"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        child = subprocess.Popen([sys.executable, "-c", (
+            "import os, select, socket, time\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+            f"s.connect({str(path)!r})\n"
+            "if os.fork() == 0:  # lives until the test closes its end\n"
+            "    p = select.poll(); p.register(s, select.POLLRDHUP); p.poll(30_000); os._exit(0)\n"
+            "time.sleep(30)\n")])
+        conn, _ = listener.accept()
+    return conn, child
+
+
+def test_the_peer_process_is_watched_beyond_its_socket(tmp_path: Path) -> None:
+    conn, child = _connected_child(tmp_path)
+    with conn:
+        peer = _native.PeerProcess(conn.fileno())
+        assert peer.pid == child.pid and peer.pidfd >= 0, peer.liveness
+        assert not peer.exited()
+        _fill(conn)
+        outcome: list[object] = []
+
+        def send() -> None:  # waits in the full socket until the process exits
+            try:
+                _native.send_message(conn.fileno(), b"late", 60_000, peer.pidfd)
+            except OSError as e:
+                outcome.append(e.errno)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(0.1)
+        child.kill()
+        child.wait(10)
+        start = time.monotonic()
+        sender.join(10)
+        assert outcome == [errno.ESRCH] and time.monotonic() - start < 1
+        assert peer.exited()
+        # The grandchild still holds the socket, so only the pidfd ends a blocked receive.
+        data, fds, _, _ = _native.recv_message(conn.fileno(), MAX, MAX_FDS, 0, 0, True, peer.pidfd)
+        assert (data, fds) == (None, [])
+        peer.close()
+        peer.close()
+        assert peer.pidfd == -1
+
+
+def test_purging_a_connection_closes_the_fds_queued_on_it(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    before = set(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        r, w = os.pipe()
+        socket.send_fds(a, [b"frame"], [r, w])
+        os.close(r)
+        os.close(w)
+    socket.send_fds(a, [b"its own end"], [a.fileno()])
+    assert _native.purge_messages(b.fileno()) == (4, 7)
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert a.recv(16) == b""  # shut down: the peer sees the end

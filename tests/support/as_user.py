@@ -4,7 +4,8 @@ JSON line each. Imports happen first because the checkout may not be readable by
 
 Commands: ``hold`` (create a named frame with a marker and a named fence, keep them until
 exit), ``ipc`` (connect and HELLO), ``ipc_import`` (memory or fence by name, or a memfd by fd),
-``http`` (one request: method, url, json, headers)."""
+``http`` (one request: method, url, json, headers), ``runs`` (a renderer running add_64x64 for
+``seconds``: its runs, wrong outputs and latency percentiles)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import encodings.idna  # noqa: F401  (httpx asks for it on first use)
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ import numpy as np
 
 import fenceline.ipc.server  # noqa: F401  (IpcClient imports it lazily)
 from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame
+from tests.support.helpers import open_session
 
 MARKER = 0x5EC12E7
 
@@ -69,6 +72,23 @@ def run(cmd: dict[str, Any], held: list[Any], http: httpx.Client) -> dict[str, A
                 with SharedFrame(4096) as frame:
                     return {"ok": True, "id": c.import_memory(frame)}
             return {"ok": True, "id": c.import_memory(name=cmd["name"])}
+    if op == "runs":
+        with IpcClient(cmd["socket"]) as c:
+            s = open_session(c, "add_64x64", [1, 3, 64, 64])
+            took, wrong, value = [], 0, 0
+            end = time.monotonic() + cmd["seconds"]
+            while time.monotonic() < end:
+                value += 1
+                s.x[:] = value
+                t0 = time.perf_counter_ns()
+                s.wait.signal(value)
+                c.run(s.session_id, value)
+                took.append(time.perf_counter_ns() - t0)
+                wrong += int(not np.all(s.y == value + 1))
+            s.close()
+        took.sort()
+        return {"runs": len(took), "wrong": wrong, "p50_us": took[len(took) // 2] / 1e3,
+                "p99_us": took[len(took) * 99 // 100] / 1e3}
     if op == "http":
         r = http.request(cmd["method"], cmd["url"], json=cmd.get("json"), headers=cmd.get("headers"))
         body = r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else None

@@ -75,6 +75,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "max_inflight", "HTTP runs in flight per client"))
     p.add_argument("--max-sessions-per-device", type=int, default=S, help=h(
         "max_sessions_per_device", "CUDA sessions per GPU, over all clients"))
+    p.add_argument("--max-connections", type=int, default=S, metavar="N", help=h(
+        "max_connections", "IPC connections served at once, over all users; one more is "
+        "answered resource_exhausted and closed"))
+    p.add_argument("--max-connections-per-user", type=int, default=S, metavar="N", help=h(
+        "max_connections_per_user", "IPC connections of one user (uid) at once, at most "
+        "--max-connections"))
+    p.add_argument("--ipc-send-timeout-s", type=float, default=S, metavar="S", help=h(
+        "ipc_send_timeout_s", "close an IPC connection whose renderer does not take a reply "
+        "within this (it does not read its socket)"))
     p.add_argument("--client-shared-memory", action=argparse.BooleanOptionalAction, default=S,
                    help=h("client_shared_memory", "let KServe clients register Triton system "
                           "shared-memory regions (off: those routes answer 501)"))
@@ -148,15 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
-                       help="with --scaling or --gst: onnxruntime's intra-op threads per run "
+                       help="with --scaling, --gst or --obs: onnxruntime's intra-op threads per run "
                        "on both sides (default: the model's, a pool sized to the machine)")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
                        help="fps through the GStreamer element beside appsink -> onnxruntime "
                             "(docs/gstreamer.md)")
+    bench.add_argument("--obs", action="store_true",
+                       help="OBS's fps and video-thread time per frame with the fenceline filter "
+                            "beside onnxruntime inside filter_video (docs/obs.md)")
     bench.add_argument("--rounds", type=int,
-                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1)")
+                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1); "
+                            "--obs: rounds per side and model (default 2; --quick 1)")
     bench.add_argument("--frames", type=int,
                        help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
@@ -181,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument(
         "--hostile", type=int, default=0, metavar="N",
         help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
-        "frames with fds, dying while the service waits or before it replies",
+        "frames with fds, dying while the service waits or before it replies, or after "
+        "queueing their own socket end in the service (docs/reliability.md)",
     )
     soak.add_argument("--warmup", type=float, default=10.0)
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
@@ -218,8 +232,8 @@ def _main(argv: list[str] | None) -> int:
                 "and runs its lanes in forkserver processes, none of which Windows has; "
                 "`fenceline demo` runs here (docs/windows.md)"
             )
-        if args.intra_op_threads is not None and not (args.scaling or args.gst):
-            raise InvalidArgument("--intra-op-threads goes with --scaling or --gst")
+        if args.intra_op_threads is not None and not (args.scaling or args.gst or args.obs):
+            raise InvalidArgument("--intra-op-threads goes with --scaling, --gst or --obs")
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 
@@ -229,6 +243,11 @@ def _main(argv: list[str] | None) -> int:
             return run_scaling(parse_counts(args.scaling), size=sizes[0],
                                seconds=args.seconds or 10.0, json_path=args.json,
                                plot_path=args.plot, intra_op_threads=args.intra_op_threads)
+        if args.obs:
+            from fenceline.bench.obs_fps import run_obs_bench
+
+            return run_obs_bench(quick=args.quick, json_path=args.json, seconds=args.seconds,
+                                 rounds=args.rounds, intra_op_threads=args.intra_op_threads)
         if args.gst:
             from fenceline.bench.gst_fps import run_gst_bench
 

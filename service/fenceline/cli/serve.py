@@ -136,10 +136,11 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
             runtime, str(settings.socket) if settings.socket else None,
             spin_ns=settings.ipc_spin_us * 1000,
         )
+        ipc.limits = settings.connection_limits()
     else:
         ipc = IpcServer(
             runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000,
-            allow_uids=settings.allow_uids,
+            allow_uids=settings.allow_uids, limits=settings.connection_limits(),
         )
     ipc.start()
     model_control = ModelControl(runtime, settings.repository_poll_secs)

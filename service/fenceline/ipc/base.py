@@ -1,6 +1,7 @@
 """What the Unix socket server (ipc/server.py) and the Windows pipe server (ipc/pipe_server.py)
-share: the set of live connections, admission (the allow-list, shutdown), refusing a peer with
-an ERROR frame, forgetting a closed connection and stopping. Each transport only moves bytes:
+share: the set of live connections, admission (the allow-list, shutdown, the connection limits
+of fenceline.ipc.limits), refusing a peer with an ERROR frame, forgetting a closed connection
+and stopping. Each transport only moves bytes:
 it accepts and identifies a peer, answers a refusal over its own kind of channel and wakes a
 connection's blocked receive at stop."""
 
@@ -12,7 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from fenceline.errors import FencelineError, PermissionDenied, Unavailable
+from fenceline.errors import FencelineError, PermissionDenied, ResourceExhausted, Unavailable
+from fenceline.ipc.limits import ConnectionLimits
 from fenceline.runtime.service import Runtime
 
 log = logging.getLogger("fenceline.ipc")
@@ -20,19 +22,25 @@ log = logging.getLogger("fenceline.ipc")
 
 class Connection(Protocol):
     """What the server needs of a connection (ipc/server.py's Connection): its channel, its
-    thread, and close(), which releases what it owns."""
+    peer ("uid 1000": what the per-user limit counts), its thread, and close(), which releases
+    what it owns."""
 
     sock: Any
+    peer: str
     thread: threading.Thread
 
     def close(self) -> None: ...
 
 
 class ServerBase:
-    def __init__(self, runtime: Runtime, spin_ns: int) -> None:
+    def __init__(
+        self, runtime: Runtime, spin_ns: int, limits: ConnectionLimits | None = None
+    ) -> None:
         self.runtime = runtime
         self.spin_ns = spin_ns
+        self.limits = limits or ConnectionLimits()
         self._connections: set[Connection] = set()
+        self._per_peer: dict[str, int] = {}  # connections held by each peer (user)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._thread: threading.Thread | None = None
@@ -64,9 +72,19 @@ class ServerBase:
         if self.runtime.closing.is_set():
             self._refuse(channel, Unavailable("the service is shutting down"))
             return
+        # Only the accept thread admits, so the counts can only fall between this check and the
+        # connection's entry below.
+        with self._lock:
+            over = self.limits.refusal(peer, len(self._connections), self._per_peer.get(peer, 0))
+        if over is not None:
+            log.warning("refused IPC peer pid %d %s: %s", pid, peer, over)
+            self.runtime.metrics.errors.labels("ipc", ResourceExhausted.code).inc()
+            self._refuse(channel, ResourceExhausted(over))
+            return
         c = connection(next(self._numbers))
         with self._lock:
             self._connections.add(c)
+            self._per_peer[c.peer] = self._per_peer.get(c.peer, 0) + 1
         self.runtime.metrics.ipc_connections.inc()
         self.runtime.metrics.ipc_connections_total.inc()
         try:
@@ -86,6 +104,9 @@ class ServerBase:
         with self._lock:
             if c in self._connections:
                 self._connections.remove(c)
+                left = self._per_peer.pop(c.peer) - 1
+                if left:
+                    self._per_peer[c.peer] = left
                 return True
             return False
 

@@ -32,6 +32,8 @@ from fenceline.ipc import access
 from fenceline.ipc.access import socket_error
 from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
+from fenceline.ipc.limits import ConnectionLimits
+from fenceline.ipc.refusals import Refusals
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -74,9 +76,15 @@ class Connection:
         self.runtime = server.runtime
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
+        # The process that connected, watched beside the socket: its end of the socket may
+        # outlive it (docs/reliability.md, "A renderer dies"). The Windows pipe has none here.
+        self._process = (
+            _native.PeerProcess(sock.fileno()) if isinstance(sock, socket.socket) else None)
+        self._pidfd = -1 if self._process is None else self._process.pidfd
+        self._send_timeout_ms = server.limits.send_timeout_ms
         # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
-        # so the wait itself looks for the hangup.
-        self._cancel = Cancel(server.runtime.closing, lambda: _hung_up(sock))
+        # so the wait itself looks for the hangup and the process's exit.
+        self._cancel = Cancel(server.runtime.closing, self._gone)
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -103,17 +111,23 @@ class Connection:
         table = self.runtime.run_table if isinstance(self.sock, socket.socket) else None
         fd = -1 if table is None else self.sock.fileno()
         try:
+            if self._process is not None and self._process.exited():
+                return  # gone before it was served: what it queued is purged at close
             while True:
                 failure: object = None
                 try:
                     if table is not None:
                         data, fds, problem, failure = table.serve_loop(
-                            fd, self.owner, waiting.gate().native, self._spin)
+                            fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
+                            self._send_timeout_ms)
                     else:
                         data, fds, problem = self._receive()
                 except (OSError, FencelineError):
                     break
                 if data is None:
+                    if not (self._gone() or self.runtime.closing.is_set()):
+                        # Neither the peer's end nor its exit: a reply it did not take in time.
+                        self._log_send_timeout()
                     break
                 if isinstance(failure, FencelineError):  # a run that failed in native code
                     metrics.errors.labels("ipc", failure.code).inc()
@@ -165,11 +179,24 @@ class Connection:
         raise NotImplementedError
 
     def _send(self, data: bytes) -> bool:
+        """False when the peer is gone, or did not take the message within the send timeout:
+        the connection then closes."""
         try:
-            _native.send_message(self.sock.fileno(), data)
+            _native.send_message(self.sock.fileno(), data, self._send_timeout_ms, self._pidfd)
             return True
+        except TimeoutError:
+            self._log_send_timeout()
+            return False
         except OSError:
             return False
+
+    def _log_send_timeout(self) -> None:
+        log.warning("%s: a reply was not taken within %d ms (--ipc-send-timeout-s); closing the "
+                    "connection", self.owner, self._send_timeout_ms)
+
+    def _gone(self) -> bool:
+        """True once the peer closed its end or its process exited."""
+        return _hung_up(self.sock) or (self._process is not None and self._process.exited())
 
     @staticmethod
     def _close_fds(fds: list[int]) -> None:
@@ -317,8 +344,15 @@ class Connection:
             try:
                 self.runtime.release_owner(self.owner)
             finally:
+                if isinstance(self.sock, socket.socket):
+                    # What the peer left queued goes now, fds included, whoever else holds
+                    # the socket: a queued message may carry the peer's own end.
+                    with contextlib.suppress(OSError, ValueError):
+                        _native.purge_messages(self.sock.fileno())
                 with contextlib.suppress(OSError):
                     self.sock.close()
+                if self._process is not None:
+                    self._process.close()
                 self.runtime.metrics.ipc_connections.dec()
 
 
@@ -374,8 +408,10 @@ class IpcServer(ServerBase):
         path: Path | None = None,
         spin_ns: int = 100_000,
         allow_uids: frozenset[int] | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
-        super().__init__(runtime, spin_ns)
+        super().__init__(runtime, spin_ns, limits)
+        self._refusals = Refusals()
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
@@ -481,20 +517,8 @@ class IpcServer(ServerBase):
         self._admit(conn, f"uid {uid}", pid, uid in self.allow_uids,
                     lambda number: Connection(self, conn, number))
 
-    def _answer_refusal(self, channel: Any, err: FencelineError) -> None:
-        """Closing at once would drop the answer: a Unix socket closed with unread data resets
-        its peer."""
-        conn: socket.socket = channel
-        with conn:
-            conn.settimeout(1.0)
-            request_id = 0
-            with contextlib.suppress(OSError, FencelineError):
-                request_id = codec.decode(conn.recv(codec.MAX_FRAME)).request_id
-            with contextlib.suppress(OSError):
-                conn.send(codec.encode_error(request_id, err))
-                conn.shutdown(socket.SHUT_WR)
-                while conn.recv(codec.MAX_FRAME):
-                    pass
+    def _refuse(self, channel: Any, err: FencelineError) -> None:
+        self._refusals.add(channel, err)  # one thread for all (fenceline.ipc.refusals)
 
     def _wake(self, c: Served) -> None:
         with contextlib.suppress(OSError):
@@ -514,3 +538,4 @@ class IpcServer(ServerBase):
             with contextlib.suppress(OSError):
                 self.path.unlink()
         self._stop_connections(timeout)
+        self._refusals.close()

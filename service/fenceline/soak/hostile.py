@@ -15,6 +15,12 @@ Modes:
   and an oversized one, each carrying two fds.
 - ``die-waiting``: a RUN on a fence that is never signalled, then sleep until killed.
 - ``die-before-reply``: a RUN, the fence signalled, and SIGKILL of itself before the reply.
+- ``own-end-send-blocked``: RUNs without reading a reply until the service's send blocks (its
+  output fence stops advancing), then a frame carrying its own end of the connection
+  (SCM_RIGHTS), then sleep until killed: the socket cannot hang up while that end waits in the
+  service's receive queue, so only the process's exit (or the send timeout) ends the connection.
+- ``own-end-fence-wait``: the same frame while the service waits on a fence that is never
+  signalled (600 s timeout), then sleep until killed.
 
 Each prints one JSON line when it is set up (``{"ready": ...}``) and one with what it saw at the
 end; ``die-*`` never reach the end. Everything it shares is named ``fenceline-hostile-<pid>``, so
@@ -294,10 +300,49 @@ def die_before_reply(sock: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def own_end(sock: str, state: str) -> None:
+    c = IpcClient(sock, name="hostile-own-end")
+    nbytes = _nbytes(SMALL)
+    frame, ready, done = TaggedFrame(2 * nbytes), TaggedFence(), TaggedFence()
+    mem = _import(c, frame)
+    sid = c.create_session(
+        "add_64x64", {"x": View(mem, "FP32", SMALL)}, {"y": View(mem, "FP32", SMALL, nbytes)},
+        _fence(c, ready), _fence(c, done),
+    )["id"]
+    raw = c._sock  # the client's own end: RUNs go raw, without waiting for replies
+    served = 0
+    if state == "send-blocked":
+        ready.handle.signal(1)
+        key, sent, batch = codec.session_id_bytes(sid), 0, 32
+        while True:
+            for _ in range(batch):
+                sent += 1
+                raw.send(codec.encode_run(sent, codec.Run(key, 1, sent, 10_000)))
+            # Stalled: the service stopped serving because its replies are not read.
+            last, since = -1, time.monotonic()
+            while (value := int(done.handle.value)) < sent:
+                if value != last:
+                    last, since = value, time.monotonic()
+                elif time.monotonic() - since > 0.3:
+                    break
+                time.sleep(0.01)
+            if value < sent:
+                served = value
+                break
+    else:
+        c.send_run(sid, 1, timeout_ms=600_000)  # the longest wait the service allows
+    hello = codec.encode_json(codec.Kind.HELLO, 0xFFFF, {"client": "own end"})
+    socket.send_fds(raw, [hello], [raw.fileno()])
+    print(json.dumps({"ready": sid, "served": served}), flush=True)
+    while True:
+        time.sleep(60)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fenceline.soak.hostile")
     p.add_argument("mode", choices=["shrink-memfd", "shrink-shm", "shrink-fence", "bad-headers",
-                                    "die-waiting", "die-before-reply"])
+                                    "die-waiting", "die-before-reply", "own-end-send-blocked",
+                                    "own-end-fence-wait"])
     p.add_argument("socket")
     p.add_argument("--runs", type=int, default=300, help="shrink: most runs; bad-headers: rounds")
     a = p.parse_args(argv)
@@ -310,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         result = bad_headers(a.socket, a.runs)
     elif a.mode == "die-waiting":
         die_waiting(a.socket)
+    elif a.mode.startswith("own-end-"):
+        own_end(a.socket, a.mode.removeprefix("own-end-"))
     else:
         die_before_reply(a.socket)
     print(json.dumps(result), flush=True)

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("shrink-memfd", "bad-headers", "die-waiting", "shrink-fence", "die-before-reply",
-         "shrink-shm")
+         "shrink-shm", "own-end-send-blocked", "own-end-fence-wait")
+# Modes that sleep once set up until the pool kills them (after linger_s).
+KILLED = frozenset({"die-waiting", "own-end-send-blocked", "own-end-fence-wait"})
 TICK_S = 0.05
 GIVE_UP_S = 30.0  # a client still held this long after its death counts as never released
 
@@ -49,7 +51,7 @@ class _Client:
         self.lines: list[str] = []
         self.ready_at: float | None = None
         self.ended_at: float | None = None
-        self.linger_s = rng.uniform(0.2, 1.5)  # die-waiting: how long the service waits first
+        self.linger_s = rng.uniform(0.2, 1.5)  # KILLED modes: how long the service waits first
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -62,7 +64,7 @@ class _Client:
 
     def step(self, now: float) -> bool:
         """True once the process has ended."""
-        if (self.mode == "die-waiting" and self.ready_at is not None
+        if (self.mode in KILLED and self.ready_at is not None
                 and now - self.ready_at >= self.linger_s and self.proc.poll() is None):
             self.proc.kill()
         if self.proc.poll() is None:
@@ -75,7 +77,7 @@ class _Client:
 
     def anomaly(self) -> str | None:
         """What this client saw that the service must never answer, if anything."""
-        if self.mode.startswith("die-"):
+        if self.mode.startswith("die-") or self.mode in KILLED:
             return None if self.proc.returncode == -9 else f"{self.mode} exited {self.proc.returncode}"
         try:
             result: dict[str, Any] = json.loads(self.lines[-1])

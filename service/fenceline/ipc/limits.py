@@ -1,0 +1,48 @@
+"""The bounds one IPC peer cannot get past (docs/reliability.md, "Connections"). Kept free of
+heavy imports: the settings (fenceline.config) take their defaults from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_MAX_CONNECTIONS_PER_USER = 128
+DEFAULT_SEND_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """``max_connections``: connections served at once, over all users; ``max_per_user``: of
+    one user (a uid, or a SID on Windows), at most ``max_connections``. A connection past
+    either is answered ``resource_exhausted`` and closed; those served are untouched.
+    ``send_timeout_s``: how long a reply may wait for a renderer that does not read its socket
+    before the connection is closed."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_per_user: int = DEFAULT_MAX_CONNECTIONS_PER_USER
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.max_connections <= 0 or self.max_per_user <= 0:
+            raise ValueError("connection limits are positive")
+        if not 0 < self.send_timeout_s <= 3600:
+            raise ValueError("the send timeout is a number of seconds in (0, 3600]")
+
+    @property
+    def send_timeout_ms(self) -> int:
+        return max(1, round(self.send_timeout_s * 1000))
+
+    def refusal(self, peer: str, total: int, of_peer: int) -> str | None:
+        """Why one more connection of ``peer`` (which holds ``of_peer`` of the ``total``) is
+        refused, naming the limit; None when it is not."""
+        if total >= self.max_connections:
+            return (
+                f"the service already serves {total} connections, its most "
+                f"(--max-connections {self.max_connections}); retry later"
+            )
+        if of_peer >= self.max_per_user:
+            return (
+                f"{peer} already holds {of_peer} connections, the most one user may "
+                f"(--max-connections-per-user {self.max_per_user}); close one and retry"
+            )
+        return None

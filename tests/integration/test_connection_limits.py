@@ -1,0 +1,153 @@
+"""Connection limits (docs/reliability.md, "Connections"): past ``--max-connections-per-user``
+or ``--max-connections`` a connection is answered ``resource_exhausted``, naming the limit, and
+closed, while the connections served keep running and the service's threads stay bounded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fenceline.client import IpcClient, ServiceError
+from fenceline.protocol import codec
+from tests.integration.test_multi_user import User
+from tests.support.helpers import open_session, shared_dir
+from tests.support.service import Service, running
+
+ATTEMPTS = 5000
+PER_USER = 16
+
+
+def threads(svc: Service) -> int:
+    return len(os.listdir(f"/proc/{svc.pid}/task"))
+
+
+def attempt(path: Path) -> tuple[str, str]:
+    """One connection and HELLO: ("ok", "") or the error's (code, message)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.send(codec.encode_json(codec.Kind.HELLO, 1, {"client": "flood"}))
+        reply = codec.decode(s.recv(codec.MAX_FRAME))
+        if reply.kind != codec.Kind.ERROR:
+            return "ok", ""
+        err = codec.decode_error(reply.body)
+        assert reply.request_id == 1, "the refusal answers the request it refuses"
+        return err.code, err.message
+
+
+def run_once(c: IpcClient, value: int) -> None:
+    s = open_session(c, "add_64x64", [1, 3, 64, 64])
+    s.x[:] = value
+    s.wait.signal(1)
+    assert c.run(s.session_id, 1).signal_value == 1
+    assert (s.y == value + 1).all()
+    c.release_session(s.session_id)
+    s.close()
+
+
+def test_a_connection_past_the_total_limit_is_refused_and_the_others_keep_running(
+    model_repo: Path, tmp_path: Path
+) -> None:
+    with running(model_repo, tmp_path, "--max-connections", "3") as svc:
+        held = [IpcClient(svc.socket) for _ in range(3)]
+        try:
+            with pytest.raises(ServiceError) as refused:
+                IpcClient(svc.socket)
+            assert refused.value.code == "resource_exhausted"
+            assert "--max-connections 3" in refused.value.message
+            for i, c in enumerate(held):
+                run_once(c, i)
+            held.pop().close()
+            deadline = time.monotonic() + 5
+            while True:  # the closed connection is forgotten by its own thread, a moment later
+                try:
+                    held.append(IpcClient(svc.socket))
+                    break
+                except ServiceError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+            run_once(held[-1], 7)
+        finally:
+            for c in held:
+                c.close()
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[User]:
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("a second Unix user needs root and useradd")
+    u = User("fenceline-test-a")
+    yield u
+    u.close()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Path]:
+    with shared_dir() as d:
+        yield d
+
+
+def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs(
+    model_repo: Path, shared: Path, other_user: User
+) -> None:
+    with running(model_repo, shared, "--allow-uid", str(other_user.uid),
+                 "--max-connections-per-user", str(PER_USER)) as svc:
+        quiet = other_user("runs", socket=str(svc.socket), seconds=2.0)
+        base = threads(svc)
+        held = [IpcClient(svc.socket) for _ in range(PER_USER)]  # this user's share
+        codes: Counter[str] = Counter()
+        messages: set[str] = set()
+        most = [threads(svc)]
+        done = threading.Event()
+
+        def flood() -> None:
+            try:
+                for _ in range(ATTEMPTS):
+                    code, message = attempt(svc.socket)
+                    codes[code] += 1
+                    messages.add(message)
+            finally:
+                done.set()
+
+        def watch() -> None:
+            while not done.is_set():
+                most.append(threads(svc))
+                time.sleep(0.005)
+
+        workers = [threading.Thread(target=flood), threading.Thread(target=watch)]
+        started = time.monotonic()
+        for w in workers:
+            w.start()
+        flooded = other_user("runs", socket=str(svc.socket), seconds=1.5)
+        still_flooding = not done.is_set()
+        for w in workers:
+            w.join(300)
+        took = time.monotonic() - started
+        for i, c in enumerate(held):  # this user's own connections are untouched
+            run_once(c, i)
+            c.close()
+    # The held connections' threads, the other user's, and the one that answers every refusal.
+    bound = base + PER_USER + 2
+    print(f"\n{ATTEMPTS} attempts in {took:.1f} s: {dict(codes)}; threads: {base} before, at "
+          f"most {bound} allowed ({PER_USER} held, the other user's, the refusals'), at most "
+          f"{max(most)} seen during the flood")
+    print(f"the other user's renderer (add_64x64, one run at a time): quiet {quiet['runs']} runs "
+          f"p50 {quiet['p50_us']:.0f} us p99 {quiet['p99_us']:.0f} us; during the flood"
+          f"{'' if still_flooding else ' (partly after it)'} {flooded['runs']} runs p50 "
+          f"{flooded['p50_us']:.0f} us p99 {flooded['p99_us']:.0f} us")
+    assert codes == Counter({"resource_exhausted": ATTEMPTS})
+    assert messages == {
+        f"uid {os.geteuid()} already holds {PER_USER} connections, the most one user may "
+        f"(--max-connections-per-user {PER_USER}); close one and retry"
+    }
+    assert max(most) <= bound, max(most)
+    assert quiet["wrong"] == 0 and flooded["wrong"] == 0
+    assert flooded["runs"] > 0

@@ -1,0 +1,126 @@
+"""A renderer that leaves its own end of the connection in the service's receive queue (a frame
+carrying it as SCM_RIGHTS) and dies: the socket never hangs up, so the service must see the
+process go (its pidfd), or give up on a reply nobody takes (the send timeout). Real processes on
+both sides (fenceline.soak.hostile); docs/reliability.md, "A renderer dies"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fenceline.config import ServeSettings
+from tests.support.metrics import metric
+from tests.support.service import Service, running
+
+STATES = ["send-blocked", "fence-wait"]
+# Both run paths where the service has the switch (docs/ipc.md, "The run path").
+RUN_PATHS = ["native", "python"] if "run_path" in ServeSettings.model_fields else ["default"]
+
+
+def run_path_flags(path: str) -> list[str]:
+    return [] if path == "default" else ["--run-path", path]
+
+
+def threads(svc: Service) -> int:
+    return len(os.listdir(f"/proc/{svc.pid}/task"))
+
+
+def snapshot(svc: Service) -> tuple[int, list[str], list[str]]:
+    """(threads, fds, shared-memory mappings) once they have settled."""
+    fds, maps = svc.settled()
+    return threads(svc), fds, maps
+
+
+def until(check: Callable[[], bool], timeout_s: float) -> float | None:
+    """Seconds until ``check`` held, None when it did not within ``timeout_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.005)
+    return None
+
+
+def own_end(svc: Service, state: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fenceline.soak.hostile", f"own-end-{state}", str(svc.socket)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, f"the hostile renderer exited with {proc.wait(10)}"
+    return proc, json.loads(line)
+
+
+@pytest.fixture(scope="module", params=RUN_PATHS)
+def svc(
+    request: pytest.FixtureRequest, model_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    # A send timeout far above the release bound: only the renderer's death can explain a
+    # release within it.
+    tmp = tmp_path_factory.mktemp(f"run-path-{request.param}-")
+    with running(model_repo, tmp, "--ipc-send-timeout-s", "60", *run_path_flags(request.param)) as s:
+        yield s
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_a_renderer_that_queued_its_own_end_and_was_killed_is_released_within_a_second(
+    svc: Service, state: str
+) -> None:
+    threads_before, fds_before, maps_before = snapshot(svc)
+    proc, ready = own_end(svc, state)
+    try:
+        if state == "send-blocked":
+            # It stopped after the service's send blocked: fewer runs served than it sent.
+            assert 0 < int(str(ready["served"])) < 5000
+        else:
+            time.sleep(0.3)  # the service is in the fence wait (600 s timeout)
+        during = (threads(svc), len(svc.fds()), len(svc.maps()))
+        assert during[0] > threads_before and during[2] > len(maps_before), during
+        proc.kill()
+        proc.wait(10)
+        released = until(
+            lambda: svc.maps() == maps_before and sorted(svc.fds()) == fds_before
+            and threads(svc) == threads_before, timeout_s=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    print(f"\n{state} ({svc.log.parent.name}): released {released} s after SIGKILL; threads {threads_before} -> "
+          f"{during[0]} -> {threads(svc)}, fds {len(fds_before)} -> {during[1]} -> "
+          f"{len(svc.fds())}, mappings {len(maps_before)} -> {during[2]} -> {len(svc.maps())}")
+    assert released is not None and released < 1.0, f"released after {released} s"
+    assert metric(svc, "fenceline_ipc_open_connections") == 0
+
+
+@pytest.mark.parametrize("run_path", RUN_PATHS)
+def test_a_renderer_that_does_not_take_its_replies_is_dropped_after_the_send_timeout(
+    model_repo: Path, tmp_path: Path, run_path: str
+) -> None:
+    with running(model_repo, tmp_path, "--ipc-send-timeout-s", "0.5",
+                 *run_path_flags(run_path)) as s:
+        _, fds_before, maps_before = snapshot(s)
+        proc, ready = own_end(s, "send-blocked")  # alive, and its end never hangs up
+        try:
+            assert 0 < int(str(ready["served"])) < 5000
+            # It noticed the stall 0.3 s after the service's send began to wait.
+            dropped = until(lambda: s.maps() == maps_before and sorted(s.fds()) == fds_before,
+                            timeout_s=10)
+            assert dropped is not None and dropped < 2.0, dropped
+            assert proc.poll() is None
+            assert metric(s, "fenceline_ipc_open_connections") == 0
+            assert "a reply was not taken within 500 ms (--ipc-send-timeout-s)" in s.log_text()
+        finally:
+            proc.kill()
+            proc.wait(10)
+            assert proc.stdout is not None
+            proc.stdout.close()
