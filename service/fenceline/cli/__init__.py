@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
                        help="with --scaling, --gst or --obs: onnxruntime's intra-op threads per run "
                        "on both sides (default: the model's, a pool sized to the machine)")
+    bench.add_argument("--cpus", type=int, metavar="N",
+                       help="run everything (service, renderers, floors) on the first N CPUs "
+                       "this process may use: a small machine's shape on a large one")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
@@ -232,6 +235,10 @@ def _main(argv: list[str] | None) -> int:
                 "and runs its lanes in forkserver processes, none of which Windows has; "
                 "`fenceline demo` runs here (docs/windows.md)"
             )
+        if args.cpus is not None:
+            from fenceline.bench.report import confine
+
+            print(f"fenceline bench: confined to CPUs {confine(args.cpus)}", flush=True)
         if args.intra_op_threads is not None and not (args.scaling or args.gst or args.obs):
             raise InvalidArgument("--intra-op-threads goes with --scaling, --gst or --obs")
         if args.scaling:
