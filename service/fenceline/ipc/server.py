@@ -125,7 +125,7 @@ class Connection:
                 except (OSError, FencelineError):
                     break
                 if data is None:
-                    if not (self._gone() or self.runtime.closing.is_set()):
+                    if table is not None and not (self._gone() or self.runtime.closing.is_set()):
                         # Neither the peer's end nor its exit: a reply it did not take in time.
                         self._log_send_timeout()
                     break
