@@ -10,7 +10,14 @@
 // for `done` >= n, copies the output to a readback buffer, and the result is compared with a CPU
 // reference (the add_* models compute y = x + 1).
 //
-//   d3d12_renderer [--heap] [--model add_64x64] [--frames 3] [--pipe PATH] [--client-dll PATH]
+// With --async each frame is sent with RunAsync, which answers once the service has enqueued the
+// wait, the model and the signal: nothing of the renderer waits on the CPU for the service, and
+// the queue's Wait(done, n) orders the readback. Either way the renderer issues Signal(ready, n)
+// before it sends the run for n: CUDA requires a D3D12 fence's signal to be issued before a wait
+// for it is enqueued (docs/windows.md, "The order of waits and signals").
+//
+//   d3d12_renderer [--heap] [--async] [--model add_64x64] [--frames 3] [--pipe PATH]
+//                  [--client-dll PATH]
 //
 // The model must run on the CUDA execution provider (its config.json: {"execution_provider":
 // "cuda"}). The C client is loaded at run time (fenceline_client.dll, FlGetApi), so this program
@@ -125,10 +132,17 @@ ID3D12Resource *host_buffer(ID3D12Device *device, D3D12_HEAP_TYPE type, UINT64 b
   return r;
 }
 
-// Runs one command list to completion on the CPU side (for the example's copies only).
+// The example's copies. A command allocator may be reset only once the GPU has finished every
+// command list recorded with it (ID3D12CommandAllocator::Reset), and with RunAsync the copy of
+// frame n's input can still be waiting on the GPU when the CPU records the next copy: each
+// submission gets an allocator of a ring, tagged with the value of a local fence signalled after
+// it, and an allocator is reset only once that fence has passed its tag.
 struct Queue {
+  static constexpr int kAllocators = 4;
   ID3D12CommandQueue *queue = nullptr;
-  ID3D12CommandAllocator *allocator = nullptr;
+  ID3D12CommandAllocator *allocators[kAllocators] = {};
+  UINT64 done_at[kAllocators] = {};  // the local fence's value once the allocator's list ran
+  int next = 0;
   ID3D12GraphicsCommandList *list = nullptr;
   ID3D12Fence *cpu_fence = nullptr;  // local, not shared: the example's own completions
   UINT64 cpu_value = 0;
@@ -138,32 +152,40 @@ struct Queue {
     D3D12_COMMAND_QUEUE_DESC qd = {};
     qd.Type = D3D12_COMMAND_LIST_TYPE_DIRECT;
     check_hr(device->CreateCommandQueue(&qd, IID_PPV_ARGS(&queue)), "CreateCommandQueue");
-    check_hr(device->CreateCommandAllocator(D3D12_COMMAND_LIST_TYPE_DIRECT, IID_PPV_ARGS(&allocator)),
-             "CreateCommandAllocator");
-    check_hr(device->CreateCommandList(0, D3D12_COMMAND_LIST_TYPE_DIRECT, allocator, nullptr,
+    for (ID3D12CommandAllocator *&a : allocators)
+      check_hr(device->CreateCommandAllocator(D3D12_COMMAND_LIST_TYPE_DIRECT, IID_PPV_ARGS(&a)),
+               "CreateCommandAllocator");
+    check_hr(device->CreateCommandList(0, D3D12_COMMAND_LIST_TYPE_DIRECT, allocators[0], nullptr,
                                        IID_PPV_ARGS(&list)),
              "CreateCommandList");
     check_hr(list->Close(), "Close");
     check_hr(device->CreateFence(0, D3D12_FENCE_FLAG_NONE, IID_PPV_ARGS(&cpu_fence)), "CreateFence");
     event = ::CreateEventW(nullptr, FALSE, FALSE, nullptr);
   }
+  void wait_local(UINT64 value) {
+    if (cpu_fence->GetCompletedValue() >= value) return;
+    check_hr(cpu_fence->SetEventOnCompletion(value, event), "SetEventOnCompletion");
+    ::WaitForSingleObject(event, INFINITE);
+  }
   void copy(ID3D12Resource *dst, UINT64 dst_offset, ID3D12Resource *src, UINT64 src_offset) {
-    check_hr(allocator->Reset(), "CommandAllocator::Reset");
-    check_hr(list->Reset(allocator, nullptr), "CommandList::Reset");
+    const int k = next;
+    next = (next + 1) % kAllocators;
+    wait_local(done_at[k]);  // the GPU is done with every list recorded with allocators[k]
+    check_hr(allocators[k]->Reset(), "CommandAllocator::Reset");
+    check_hr(list->Reset(allocators[k], nullptr), "CommandList::Reset");
     list->CopyBufferRegion(dst, dst_offset, src, src_offset, kTensorBytes);
     check_hr(list->Close(), "Close");
     ID3D12CommandList *lists[] = {list};
     queue->ExecuteCommandLists(1, lists);
-  }
-  void finish() {
     check_hr(queue->Signal(cpu_fence, ++cpu_value), "Signal (local)");
-    check_hr(cpu_fence->SetEventOnCompletion(cpu_value, event), "SetEventOnCompletion");
-    ::WaitForSingleObject(event, INFINITE);
+    done_at[k] = cpu_value;
   }
+  void finish() { wait_local(cpu_value); }
   void destroy() {
+    check_hr(queue->Signal(cpu_fence, ++cpu_value), "Signal (local)");
     finish();  // nothing may still run when the objects go
     release(list);
-    release(allocator);
+    for (ID3D12CommandAllocator *&a : allocators) release(a);
     release(cpu_fence);
     release(queue);
     if (event) ::CloseHandle(event);
@@ -174,6 +196,7 @@ struct Queue {
 
 int main(int argc, char **argv) {
   bool use_heap = false;
+  bool run_async = false;
   const char *model = "add_64x64";
   const char *pipe = nullptr;
   const char *client_dll = "fenceline_client.dll";
@@ -181,13 +204,14 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--heap")) use_heap = true;
+    else if (!std::strcmp(argv[i], "--async")) run_async = true;
     else if (!std::strcmp(argv[i], "--model") && has_value) model = argv[++i];
     else if (!std::strcmp(argv[i], "--pipe") && has_value) pipe = argv[++i];
     else if (!std::strcmp(argv[i], "--client-dll") && has_value) client_dll = argv[++i];
     else if (!std::strcmp(argv[i], "--frames") && has_value) frames = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: d3d12_renderer [--heap] [--model M] [--frames N] [--pipe P] "
-                           "[--client-dll PATH]\n");
+      std::fprintf(stderr, "usage: d3d12_renderer [--heap] [--async] [--model M] [--frames N] "
+                           "[--pipe P] [--client-dll PATH]\n");
       return 2;
     }
   }
@@ -212,6 +236,14 @@ int main(int argc, char **argv) {
   if (!adapter) die("finding a hardware adapter", E_FAIL);
   ID3D12Device *device = nullptr;
   check_hr(D3D12CreateDevice(adapter, D3D_FEATURE_LEVEL_11_0, IID_PPV_ARGS(&device)), "D3D12CreateDevice");
+  // CUDA imports D3D12 objects only from a device of one node, not from linked adapters (CUDA
+  // Programming Guide, Direct3D 12 interoperability, "Matching Device LUIDs").
+  if (device->GetNodeCount() != 1) {
+    std::fprintf(stderr, "d3d12_renderer: the device has %u nodes (linked adapters); CUDA can "
+                         "import D3D12 objects only from a device with GetNodeCount() == 1\n",
+                 device->GetNodeCount());
+    return 1;
+  }
   const LUID luid = device->GetAdapterLuid();
   const uint64_t adapter_luid =
       (static_cast<uint64_t>(static_cast<uint32_t>(luid.HighPart)) << 32) | luid.LowPart;
@@ -272,10 +304,13 @@ int main(int argc, char **argv) {
            "ImportD3D12Memory");
   FlFenceImport *ready_import = nullptr;
   FlFenceImport *done_import = nullptr;
-  check_fl(api->ImportD3D12Fence(client, utf8(ready_name).c_str(), adapter_luid, &ready_import),
-           "ImportD3D12Fence (ready)");
-  check_fl(api->ImportD3D12Fence(client, utf8(done_name).c_str(), adapter_luid, &done_import),
-           "ImportD3D12Fence (done)");
+  // Each fence with its value now: the service signals `done` only above it, never backwards.
+  check_fl(api->ImportD3D12FenceAt(client, utf8(ready_name).c_str(), adapter_luid,
+                                   ready->GetCompletedValue(), &ready_import),
+           "ImportD3D12FenceAt (ready)");
+  check_fl(api->ImportD3D12FenceAt(client, utf8(done_name).c_str(), adapter_luid,
+                                   done->GetCompletedValue(), &done_import),
+           "ImportD3D12FenceAt (done)");
   const FlTensorView in = {sizeof(FlTensorView), "x", memory, 0, "FP32", kShape, 4};
   const FlTensorView out = {sizeof(FlTensorView), "y", memory, kOutputOffset, "FP32", kShape, 4};
   const FlSessionDesc sd = {sizeof(FlSessionDesc), model, &in, 1, &out, 1, ready_import,
@@ -299,17 +334,22 @@ int main(int argc, char **argv) {
     std::memcpy(mapped, input.data(), kTensorBytes);
     upload->Unmap(0, nullptr);
 
-    // Renderer: the frame's input, then ready = n on the same queue (after the copy).
+    // Renderer: the frame's input, then ready = n on the same queue (after the copy). The signal
+    // is issued before the run is sent: the service's CUDA wait for n must come after it.
     q.copy(frame, 0, upload, 0);
     check_hr(q.queue->Signal(ready, value), "Signal (ready)");
     // Service: its stream waits for ready >= n, runs the model in the frame, signals done = n.
+    // Run answers once the stream has passed the signal; RunAsync once it is enqueued.
     FlRunResult result{};
     result.struct_size = sizeof result;
-    check_fl(api->Run(session, value, value, FL_TIMEOUT_DEFAULT, &result), "Run");
+    if (run_async)
+      check_fl(api->RunAsync(session, value, value, FL_TIMEOUT_DEFAULT, &result), "RunAsync");
+    else
+      check_fl(api->Run(session, value, value, FL_TIMEOUT_DEFAULT, &result), "Run");
     // Renderer: nothing reads the output before done >= n, on the GPU.
     check_hr(q.queue->Wait(done, value), "Wait (done)");
     q.copy(readback, 0, frame, kOutputOffset);
-    q.finish();
+    q.finish();  // the CPU reads the readback buffer next: its copy must be done
 
     const D3D12_RANGE all = {0, static_cast<SIZE_T>(kTensorBytes)};
     check_hr(readback->Map(0, &all, &mapped), "Map (readback)");

@@ -54,18 +54,25 @@ typedef struct fl_htl_wake fl_htl_wake;
 /* Suffix appended to a fence page's name to name its wake object (Windows). */
 #define FL_HTL_WAKE_SUFFIX ".wake"
 
+/* A Windows wake semaphore's maximum count (docs/fences.md): LONG_MAX, so that releasing it
+ * once per sleeper never passes the maximum (a release that would fails whole, waking nobody). */
+#define FL_HTL_WAKE_MAX_COUNT 0x7fffffffL
+
 /* Opens (create = 0) or creates (create = 1) the wake object of the fence page named `name`
  * (UTF-8). Returns 0 and sets *out (NULL where the OS needs none), or a negative error:
  * FL_HTL_E_NOT_FOUND, FL_HTL_E_EXISTS (create: the name was already taken, maybe squatted),
- * FL_HTL_E_WRONG_TYPE (the name belongs to another kind of object), FL_HTL_E_OS. */
+ * FL_HTL_E_WRONG_TYPE (the name belongs to another kind of object), FL_HTL_E_WAKE_COUNT (open,
+ * Windows: a semaphore whose maximum count is not FL_HTL_WAKE_MAX_COUNT), FL_HTL_E_WAKE_UNREADABLE
+ * (open, Windows: its maximum count cannot be read), FL_HTL_E_OS. */
 int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out);
 void fl_htl_wake_close(fl_htl_wake *w); /* NULL is fine */
 
 /* Handles instead of names (Windows; docs/windows.md, "Handles"). With name NULL and create 1,
  * fl_htl_wake_open makes an unnamed wake object, for a fence page that travels as a handle.
  * fl_htl_wake_adopt takes ownership of a wake object's OS handle (a semaphore HANDLE already
- * duplicated into this process), also when it fails; fl_htl_wake_native is the OS handle (-1
- * where there is none). On Linux there is no wake object: adopt answers FL_HTL_E_OS. */
+ * duplicated into this process), also when it fails, and checks its maximum count as open
+ * does; fl_htl_wake_native is the OS handle (-1 where there is none). On Linux there is no wake
+ * object: adopt answers FL_HTL_E_OS. */
 int fl_htl_wake_adopt(intptr_t handle, fl_htl_wake **out);
 intptr_t fl_htl_wake_native(const fl_htl_wake *w);
 
@@ -73,6 +80,8 @@ intptr_t fl_htl_wake_native(const fl_htl_wake *w);
 #define FL_HTL_E_EXISTS (-3)
 #define FL_HTL_E_WRONG_TYPE (-4)
 #define FL_HTL_E_OS (-5)
+#define FL_HTL_E_WAKE_COUNT (-6)
+#define FL_HTL_E_WAKE_UNREADABLE (-7)
 
 /* Results of fl_htl_wait. */
 typedef enum fl_htl_wait_result {

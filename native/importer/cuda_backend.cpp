@@ -35,6 +35,10 @@ using CUevent = void *;
 using CUexternalMemory = void *;
 using CUexternalSemaphore = void *;
 using CUhostFn = void (*)(void *);
+using CUgraph = void *;
+using CUgraphExec = void *;
+using CUgraphNode = void *;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
@@ -149,6 +153,15 @@ struct Api {
   CUresult (*cuDeviceGetLuid)(char *, unsigned *, CUdevice);
   // Optional: only a trace's GPU completion moments need it (CUDA 10+).
   CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *);
+  // Optional: CUDA graphs of a session's model run (CUDA 11.4+); without them sessions run
+  // the model through onnxruntime on each frame.
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, std::size_t *);
 };
 
 struct Loaded {
@@ -210,6 +223,13 @@ const Loaded &loaded() {
 #undef FL_LOAD
     load(lib, a.cuDeviceGetLuid, "cuDeviceGetLuid");
     load(lib, a.cuLaunchHostFunc, "cuLaunchHostFunc");
+    load(lib, a.cuStreamBeginCapture, "cuStreamBeginCapture", "cuStreamBeginCapture_v2");
+    load(lib, a.cuStreamEndCapture, "cuStreamEndCapture");
+    load(lib, a.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+    load(lib, a.cuGraphLaunch, "cuGraphLaunch");
+    load(lib, a.cuGraphDestroy, "cuGraphDestroy");
+    load(lib, a.cuGraphExecDestroy, "cuGraphExecDestroy");
+    load(lib, a.cuGraphGetNodes, "cuGraphGetNodes");
     if (missing) {
       r.reason = std::string("the CUDA driver lacks ") + missing + " (driver too old)";
       return r;
@@ -663,6 +683,59 @@ bool Stream::trace_completion(std::uint64_t session, std::uint64_t frame) {
     return false;
   }
   return true;
+}
+
+namespace {
+
+bool has_graphs(const Api &a) {
+  return a.cuStreamBeginCapture && a.cuStreamEndCapture && a.cuGraphInstantiateWithFlags &&
+         a.cuGraphLaunch && a.cuGraphDestroy && a.cuGraphExecDestroy && a.cuGraphGetNodes;
+}
+
+}  // namespace
+
+Graph::~Graph() {
+  if (!exec_) return;
+  try {
+    device_->bind();
+  } catch (const Error &) {
+    return;
+  }
+  loaded().api.cuGraphExecDestroy(exec_);
+}
+
+void Stream::begin_capture() {
+  const Api &a = api();
+  if (!has_graphs(a)) throw Error(Code::Unsupported, "this CUDA driver has no graph capture");
+  device_->bind();
+  check(a.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        "cuStreamBeginCapture");
+}
+
+std::shared_ptr<Graph> Stream::end_capture() {
+  const Api &a = api();
+  if (!has_graphs(a)) throw Error(Code::Unsupported, "this CUDA driver has no graph capture");
+  device_->bind();
+  CUgraph graph = nullptr;
+  check(a.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+  if (graph == nullptr) throw Error(Code::OsError, "cuStreamEndCapture gave no graph");
+  struct Drop {
+    const Api &a;
+    CUgraph g;
+    ~Drop() { a.cuGraphDestroy(g); }
+  } drop{a, graph};
+  std::shared_ptr<Graph> out(new Graph());
+  out->device_ = device_;
+  check(a.cuGraphGetNodes(graph, nullptr, &out->nodes_), "cuGraphGetNodes");
+  CUgraphExec exec = nullptr;
+  check(a.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  out->exec_ = exec;
+  return out;
+}
+
+void Stream::launch(const Graph &graph) {
+  device_->bind();
+  check(loaded().api.cuGraphLaunch(graph.exec_, stream_), "cuGraphLaunch");
 }
 
 }  // namespace fl::cuda

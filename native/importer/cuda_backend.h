@@ -120,6 +120,23 @@ class ExternalSemaphore {
   void *handle_ = nullptr;  // CUexternalSemaphore
 };
 
+// A CUDA graph captured from a stream (Stream::end_capture), instantiated and ready to launch.
+// The destructor destroys the executable graph.
+class Graph {
+ public:
+  ~Graph();
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+  std::size_t nodes() const { return nodes_; }
+
+ private:
+  friend class Stream;
+  Graph() = default;
+  std::shared_ptr<Device> device_;
+  void *exec_ = nullptr;  // CUgraphExec
+  std::size_t nodes_ = 0;
+};
+
 // A non-blocking CUDA stream with one completion event. Everything is enqueued, nothing waits on
 // the host except synchronize().
 class Stream {
@@ -145,6 +162,16 @@ class Stream {
   // has run, so it is only enqueued while tracing. False when nothing was enqueued (no trace,
   // or a driver without cuLaunchHostFunc).
   bool trace_completion(std::uint64_t session, std::uint64_t frame);
+  // Starts capturing the work this thread enqueues on the stream into a graph instead of
+  // running it (thread-local mode: other threads' CUDA calls are not affected; a call of this
+  // thread that cannot be captured, such as a synchronization, fails and spoils the capture).
+  // Unsupported when the driver lacks graphs.
+  void begin_capture();
+  // Ends the capture and instantiates what was captured; throws when the capture was spoiled
+  // (the stream is usable again either way).
+  std::shared_ptr<Graph> end_capture();
+  // Enqueues the graph's work on this stream.
+  void launch(const Graph &graph);
 
  private:
   std::shared_ptr<Device> device_;

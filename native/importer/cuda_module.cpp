@@ -229,6 +229,10 @@ void bind_cuda(py::module_ &mod) {
       .def_property_readonly("closed", &CudaSemaphore::closed)
       .def("close", &CudaSemaphore::close);
 
+  py::class_<cuda::Graph, std::shared_ptr<cuda::Graph>>(
+      mod, "CudaGraph", "A CUDA graph captured from a CudaStream, ready to launch on it.")
+      .def_property_readonly("nodes", &cuda::Graph::nodes);
+
   py::class_<Stream, std::shared_ptr<Stream>>(mod, "CudaStream")
       .def(py::init<std::shared_ptr<Device>>(), py::arg("device"))
       .def_property_readonly("handle", &Stream::handle)
@@ -249,7 +253,15 @@ void bind_cuda(py::module_ &mod) {
            "Waits (GIL released) for the work before the last record(); False on timeout.")
       .def("trace_completion", &Stream::trace_completion, py::arg("session"), py::arg("frame"),
            "While a trace records: records the frame's GPU completion when the stream gets "
-           "here; False when nothing was enqueued.");
+           "here; False when nothing was enqueued.")
+      .def("begin_capture", &Stream::begin_capture,
+           "Captures what this thread enqueues on the stream into a graph until end_capture "
+           "(thread-local: a call of this thread that cannot be captured spoils it).")
+      .def("end_capture", &Stream::end_capture,
+           "Ends the capture and returns the instantiated graph; raises when the capture was "
+           "spoiled (the stream is usable again either way).")
+      .def("launch", &Stream::launch, py::arg("graph"), py::call_guard<py::gil_scoped_release>(),
+           "Enqueues the graph's work on this stream (GIL released).");
 }
 
 }  // namespace fl

@@ -9,6 +9,15 @@ HostFence::HostFence(std::shared_ptr<HostMemory> m, std::shared_ptr<fl_htl_wake>
 
 namespace {
 
+std::string wake_count_problem(int rc) {
+  const std::string rule =
+      ": create it with a maximum count of 0x7FFFFFFF (CreateSemaphoreW(NULL, 0, 0x7FFFFFFF, "
+      "name)), so that one release per sleeper can wake every waiter (docs/fences.md)";
+  return rc == FL_HTL_E_WAKE_COUNT ? "has another maximum count" + rule
+                                   : "cannot be queried for its maximum count (the handle needs "
+                                     "SEMAPHORE_QUERY_STATE access)" + rule;
+}
+
 // name nullptr: an unnamed wake object (create only), for a page that travels as a handle.
 std::shared_ptr<fl_htl_wake> wake_for(const std::string *name, bool create) {
   fl_htl_wake *w = nullptr;
@@ -28,6 +37,10 @@ std::shared_ptr<fl_htl_wake> wake_for(const std::string *name, bool create) {
     case FL_HTL_E_WRONG_TYPE:
       throw Error(Code::InvalidArgument,
                   "'" + wake_name + "' names another kind of object, not a semaphore");
+    case FL_HTL_E_WAKE_COUNT:
+    case FL_HTL_E_WAKE_UNREADABLE:
+      throw Error(Code::InvalidArgument, "the fence's wake semaphore '" + wake_name + "' " +
+                                             wake_count_problem(rc));
     default:
       throw Error(Code::OsError, "cannot open the fence's wake semaphore '" + wake_name + "'");
   }
@@ -60,6 +73,8 @@ std::shared_ptr<HostFence> HostFence::from_handles(NativeHandle section, NativeH
   std::shared_ptr<fl_htl_wake> owned_wake(w, fl_htl_wake_close);
 #ifdef _WIN32
   auto m = HostMemory::from_handle(section, 0, 0, true);
+  if (rc == FL_HTL_E_WAKE_COUNT || rc == FL_HTL_E_WAKE_UNREADABLE)
+    throw Error(Code::InvalidArgument, "the fence's wake semaphore " + wake_count_problem(rc));
   if (rc != 0) throw Error(Code::InvalidArgument, "invalid wake semaphore handle");
   return std::shared_ptr<HostFence>(new HostFence(validated(std::move(m)), std::move(owned_wake)));
 #else

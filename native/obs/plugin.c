@@ -3,6 +3,7 @@
  * the runner (runner.c) copies the frame into shared memory the service imported once, runs it
  * on its own thread and hands back the newest result, so OBS never waits for the model. */
 #include <obs-module.h>
+#include <util/platform.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,6 +58,8 @@ static void proc_stats(void *data, calldata_t *cd) {
   calldata_set_int(cd, "failures", (long long)c.failures);
   calldata_set_int(cd, "reconnects", (long long)c.reconnects);
   calldata_set_int(cd, "imports", (long long)c.imports);
+  calldata_set_int(cd, "video_ns", (long long)c.video_ns);
+  calldata_set_int(cd, "video_ns_p50", (long long)c.video_ns_p50);
   calldata_set_bool(cd, "connected", fl_obs_runner_connected(f->runner) != 0);
   char status[768];
   fl_obs_runner_status(f->runner, status, sizeof status);
@@ -75,7 +78,9 @@ static void *filter_create(obs_data_t *settings, obs_source_t *source) {
   proc_handler_add(obs_source_get_proc_handler(source),
                    "void get_stats(out int frames, out int submitted, out int filtered, "
                    "out int shown, out int dropped, out int fallbacks, out int failures, "
-                   "out int reconnects, out int imports, out bool connected, out string status)",
+                   "out int reconnects, out int imports, out int video_ns, out int video_ns_p50, "
+                   "out bool connected, "
+                   "out string status)",
                    proc_stats, f);
   filter_update(f, settings);
   return f;
@@ -135,12 +140,13 @@ static obs_properties_t *filter_properties(void *data) {
 
 static struct obs_source_frame *filter_video(void *data, struct obs_source_frame *frame) {
   filter *f = data;
-  fl_obs_layout layout;
-  if (!fl_obs_frame_layout(frame->format, &layout)) {
+  uint64_t t0 = os_gettime_ns();
+  fl_obs_image img;
+  if (!fl_obs_image_of_frame(frame, &img)) {
     if (!f->warned_format) {
       blog(LOG_WARNING,
-           "[fenceline] frames of format %s pass unfiltered: the filter takes RGBA, BGRA, BGRX "
-           "and BGR3",
+           "[fenceline] frames of format %s pass unfiltered: the filter takes RGBA, BGRA, BGRX, "
+           "BGR3, I420, NV12 and YUY2",
            get_video_format_name(frame->format));
       f->warned_format = 1;
     }
@@ -150,8 +156,8 @@ static struct obs_source_frame *filter_video(void *data, struct obs_source_frame
     fl_obs_runner_unsupported(f->runner, why);
     return frame;
   }
-  fl_obs_runner_frame(f->runner, frame->data[0], frame->linesize[0], frame->width, frame->height,
-                      layout);
+  fl_obs_runner_frame(f->runner, &img);
+  fl_obs_runner_add_video_ns(f->runner, os_gettime_ns() - t0);
   return frame;
 }
 

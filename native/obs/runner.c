@@ -73,6 +73,8 @@ struct fl_obs_runner {
   int lg_valid;
 
   fl_obs_counters c;
+  uint64_t recent_ns[FL_OBS_RECENT]; /* the video thread's time in the filter, last frames */
+  uint64_t recent_count;
   char status[512];
   int outage; /* a failure was logged and no connection has worked since */
 };
@@ -158,7 +160,8 @@ static pool *detach_pool(fl_obs_runner *r) {
   r->pool = NULL;
   if (p == NULL)
     return NULL;
-  for (int i = 0; i < p->count; i++) {
+  /* Another model's output is no fallback for the one now chosen. */
+  for (int i = 0; r->client_gen == r->config_gen && i < p->count; i++) {
     if (p->slots[i].state != SLOT_HELD)
       continue;
     if (r->last_good_cap < p->bytes) {
@@ -318,7 +321,9 @@ static void *worker(void *arg) {
       }
       pool *p = NULL;
       if (ok) {
-        r->client_gen = gen;
+        pthread_mutex_lock(&r->mu);
+        r->client_gen = gen; /* read under the lock by the video thread's checks */
+        pthread_mutex_unlock(&r->mu);
         if ((r->model_h > 0 && r->model_h != h) || (r->model_w > 0 && r->model_w != w)) {
           pthread_mutex_lock(&r->mu);
           set_status(r, "not running: model '%s' takes %lldx%lld frames, these are %ux%u",
@@ -455,16 +460,9 @@ void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
   pthread_mutex_unlock(&r->mu);
 }
 
-static void show(const uint8_t *src, fl_obs_layout from, uint8_t *data, uint32_t stride,
-                 uint32_t width, uint32_t height, fl_obs_layout layout) {
-  /* A 3-channel model's result keeps the frame's own alpha. */
-  fl_obs_convert(src, (size_t)width * (size_t)from.bytes, from, data, stride, layout, width,
-                 height, from.a < 0);
-}
-
-int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
-                        uint32_t height, fl_obs_layout layout) {
-  int replaced = 0;
+int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
+  uint32_t width = img->width, height = img->height;
+  int replaced = 0, wake = 0;
   pthread_mutex_lock(&r->mu);
   r->c.frames++;
   if (!r->want_valid || r->want_w != width || r->want_h != height) {
@@ -472,7 +470,7 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
     r->want_h = height;
     r->want_valid = 1;
     r->retry_at_ns = 0;
-    pthread_cond_signal(&r->cv);
+    wake = 1;
   }
   pool *p = r->pool;
   if (p && p->width == width && p->height == height) {
@@ -512,22 +510,21 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
       target = oldest(p, SLOT_QUEUED);
     }
     if (target) {
-      fl_obs_convert(data, stride, layout, target->in, (size_t)width * (size_t)p->layout.bytes,
-                     p->layout, width, height, 0);
+      img->read(img, target->in, p->layout);
       target->seq = ++p->next_seq;
       target->state = SLOT_QUEUED;
       FlStatus *st = r->api->SignalFence(p->in_fence, target->seq);
       r->api->ReleaseStatus(st); /* values only go up here: it cannot fail */
       r->c.submitted++;
-      pthread_cond_signal(&r->cv);
+      wake = 1;
     }
     if (held && (best || r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD)) {
-      show(held->out, p->layout, data, stride, width, height, layout);
+      img->write(img, held->out, p->layout);
       replaced = 1;
     } else if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid &&
                r->lg_w == width && r->lg_h == height) {
       /* A new pool (after a reconnection) before its first result. */
-      show(r->last_good, r->lg_layout, data, stride, width, height, layout);
+      img->write(img, r->last_good, r->lg_layout);
       replaced = 1;
     }
     if (best)
@@ -538,12 +535,27 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
     r->c.fallbacks++;
     if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid && r->lg_w == width &&
         r->lg_h == height) {
-      show(r->last_good, r->lg_layout, data, stride, width, height, layout);
+      img->write(img, r->last_good, r->lg_layout);
       replaced = 1;
     }
   }
   pthread_mutex_unlock(&r->mu);
+  /* After the unlock: the worker it wakes takes the lock at once. */
+  if (wake)
+    pthread_cond_signal(&r->cv);
   return replaced;
+}
+
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns) {
+  pthread_mutex_lock(&r->mu);
+  r->c.video_ns += ns;
+  r->recent_ns[r->recent_count++ % FL_OBS_RECENT] = ns;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
 void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why) {
@@ -555,9 +567,14 @@ void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why) {
 }
 
 void fl_obs_runner_counters(fl_obs_runner *r, fl_obs_counters *out) {
+  uint64_t recent[FL_OBS_RECENT];
   pthread_mutex_lock(&r->mu);
   *out = r->c;
+  size_t n = r->recent_count < FL_OBS_RECENT ? (size_t)r->recent_count : FL_OBS_RECENT;
+  memcpy(recent, r->recent_ns, n * sizeof *recent);
   pthread_mutex_unlock(&r->mu);
+  qsort(recent, n, sizeof *recent, cmp_u64);
+  out->video_ns_p50 = n ? recent[n / 2] : 0;
 }
 
 void fl_obs_runner_status(fl_obs_runner *r, char *buf, size_t size) {

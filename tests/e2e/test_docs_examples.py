@@ -140,6 +140,18 @@ COVERED: dict[tuple[str, str], list[str]] = {
         f"{HERE}::test_gstreamer_run_it_block_runs_as_written",
         "tests/integration/test_gstreamer.py::test_every_packed_format_runs_through_its_model",
     ],
+    ("docs/obs.md", "sudo apt-get install libobs-dev xvfb xauth libgl1-mesa-dri"): [
+        ".ci/run",
+        "tests/integration/test_obs.py::test_the_plugin_loads_and_lists_the_services_models",
+    ],
+    ("docs/obs.md", "mkdir -p ~/.config/obs-studio/plugins/fenceline-obs/bin/64bit"): [
+        "tests/integration/test_obs.py::test_docs_plugin_link_block_puts_the_module_where_obs_studio_looks",
+    ],
+    ("docs/obs.md", ".venv/bin/python -c 'from pathlib import Path; from fenceline.models import "
+     "build_repository; build_repository(Path(\"models\"), [\"image_filter_rgba8\", "
+     "\"image_filter_rgba8_slow\"])'"): [
+        "tests/integration/test_obs.py::test_docs_run_it_headless_block_runs_as_written",
+    ],
     ("docs/http.md", "sudo install -d -m 0711 -o fenceline /run/fenceline"): [
         "tests/integration/test_multi_user.py::test_an_allowed_user_connects_and_the_service_keeps_its_own_uid",
     ],
@@ -168,6 +180,9 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/windows.md", "import httpx"): ["tests/windows/test_native.py::test_capabilities_report_linux_only_kinds_false"],
     ("docs/windows.md", "/* renderer.c: cl renderer.c /I <pkg>\\include <pkg>\\lib\\fenceline_client.lib, or with"): [
         "tests/windows/test_c_client.py::test_docs_c_renderer_runs_as_written",
+    ],
+    ("docs/windows.md", "HANDLE token; DWORD n = 0; LPWSTR sid = NULL; wchar_t pipe[256];"): [
+        "tests/windows/test_pipe_frames.py::test_the_docs_pipe_name_in_c_is_the_services_default_pipe",
     ],
     ("docs/windows.md", "/* The frame: a pagefile-backed section. */"): [
         "tests/windows/test_native.py::test_fence_signalled_in_another_process_wakes_a_sleeping_waiter",
@@ -544,9 +559,10 @@ def test_triton_md_names_the_model_settings_session_options_and_metrics_there_ar
     doc = (ROOT / "docs" / "triton.md").read_text()
     for f in dataclasses.fields(ModelSettings):
         assert f"| `{f.name}` | `{json_module.dumps(f.default)}` |" in doc, f.name
-    option = 'add_session_config_entry("session.intra_op.allow_spinning", "0")'
-    for source in ("models.py", "cuda_session.py"):
-        assert option in (ROOT / "service/fenceline/runtime" / source).read_text(), source
+    from fenceline.runtime.ort_options import cpu_session_options, cuda_session_options
+
+    for so in (cpu_session_options(), cuda_session_options()):
+        assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert "`session.intra_op.allow_spinning` is `\"0\"` for CPU and CUDA sessions" in doc
     for name, _ in (*TRITON_COUNTERS, TRITON_FAILURE, TRITON_PENDING):
         assert f"`{name}`" in doc, name

@@ -80,6 +80,30 @@ def test_1080p_outputs_equal_a_direct_onnxruntime_cuda_run(
     np.testing.assert_array_equal(out, expected)
 
 
+def test_a_cuda_session_runs_its_model_as_a_captured_graph_with_exact_outputs(
+    client: IpcClient, device: VulkanDevice, gpu_repo: Path
+) -> None:
+    """The session captures the model's run on the imported memory once (describe() says so)
+    and launches that graph on each frame: every frame's output equals a direct onnxruntime
+    CUDA run of that frame's input."""
+    import onnxruntime as ort
+
+    direct = ort.InferenceSession(
+        str(gpu_repo / "add_1080p" / "1" / "model.onnx"), providers=["CUDAExecutionProvider"]
+    )
+    rng = np.random.default_rng(31)
+    with VkRenderer(client, "add_1080p", SHAPE_1080P, device=device) as r:
+        info = client.describe("session", r.slots[0].session)
+        assert info["cuda_graph"].startswith("captured"), info["cuda_graph"]
+        for value in range(1, 5):
+            frame = rng.standard_normal(SHAPE_1080P, dtype=np.float32)
+            r.upload(0, frame, value)
+            assert client.run(r.slots[0].session, value).signal_value == value
+            assert r.wait_output(0, value)
+            np.testing.assert_array_equal(r.read_output(0, value),
+                                          direct.run(None, {"x": frame})[0])
+
+
 def test_run_submitted_before_the_renderer_signals_waits_on_the_gpu(
     client: IpcClient, device: VulkanDevice
 ) -> None:

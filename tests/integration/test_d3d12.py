@@ -149,3 +149,21 @@ def test_http_refuses_handle_values(service: Service) -> None:
         r = httpx.post(f"{service.url}/v2/interop/{path}", json=body)
         assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
         assert "named pipe" in r.json()["error"]
+
+
+def test_a_gpu_fences_current_value_is_accepted_and_a_host_fences_refused(service: Service) -> None:
+    # A D3D12 output fence's value now (GetCompletedValue) travels with its import; the request is
+    # well formed and refused only for the platform. A host fence's value is on its page.
+    r = httpx.post(service.url + "/v2/interop/fences",
+                   json={"fence_type": "d3d12_fence", "name": "f", "adapter_luid": 7, "current_value": 41})
+    assert r.status_code == 501 and r.json()["code"] == "unsupported"
+    r = httpx.post(service.url + "/v2/interop/fences",
+                   json={"fence_type": "host_timeline", "name": "/fl-none", "current_value": 3})
+    assert r.status_code == 400 and "current_value is for GPU fences" in r.json()["error"]
+    for bad in (-1, 2**64):
+        r = httpx.post(service.url + "/v2/interop/fences",
+                       json={"fence_type": "d3d12_fence", "name": "f", "adapter_luid": 7, "current_value": bad})
+        assert r.status_code == 422
+    with IpcClient(service.socket) as c, pytest.raises(ServiceError) as e:
+        c.import_d3d12_fence("Local\\fence", adapter_luid=7, current_value=41)
+    assert e.value.code == "unsupported"

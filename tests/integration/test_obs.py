@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fenceline.bench import obs
+from fenceline.bench import obs, obs_fps
 from fenceline.models import build_repository
 from tests.support.service import Service, start_service, stop_service
 
@@ -25,6 +27,7 @@ if WHY is not None and os.environ.get("FENCELINE_REQUIRE_OBS"):
     raise RuntimeError(f"FENCELINE_REQUIRE_OBS is set but {WHY}")
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
 
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["image_filter_rgba8", "image_filter_rgb8", "image_filter_rgba8_slow"]
 W, H, FPS = 128, 96, 30
 
@@ -186,7 +189,7 @@ def test_a_model_slower_than_a_frame_drops_frames_not_obs_frame_rate(
     assert last["submitted"] + last["dropped"] >= last["frames"] - 2, last
     # Held frames are shown again between results (last good output): all of them filtered.
     tags = classify(obs.frames(tmp_path / "out.raw", W, H),
-                    *expected(obs_repo, "image_filter_rgba8_slow", "rgba"))
+                    *expected(obs_repo, "image_filter_rgba8", "rgba"))  # the slow one's bytes
     check_filtered(tags, 0.5)
 
 
@@ -212,3 +215,138 @@ def test_settings_are_saved_and_loaded_with_the_scene(obs_service: Service, obs_
     # fallback "unfiltered": a frame with no new result shows the source's own.
     assert "?" not in tags, tags
     assert sum(t.startswith("F") for t in tags) >= 0.7 * len(tags), tags
+
+
+def test_the_bench_in_process_filter_runs_the_model_on_obs_video_thread(
+        obs_repo: Path, display: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's comparison (fenceline bench --obs): onnxruntime inside filter_video. With a
+    model slower than a frame, OBS's video thread waits for every run and lags."""
+    ref = obs_fps.reference_plugin()
+    if ref is None:
+        pytest.skip("the in-process filter needs Python's embedding library")
+    # Its embedded Python imports onnxruntime and fenceline from this interpreter's paths.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    run = obs.start(display, tmp_path / "obs.log", plugins=(ref,),
+                    filter="fenceline_reference_filter", width=W, height=H, fps=FPS, seconds=3,
+                    model_path=obs_repo / "image_filter_rgba8_slow" / "1" / "model.onnx",
+                    out=tmp_path / "out.raw")
+    last = run.finish()
+    assert str(last["status"]).startswith("running"), last
+    assert last["lagged"] >= 0.5 * last["rendered"], last
+    tags = classify(obs.frames(tmp_path / "out.raw", W, H),
+                    *expected(obs_repo, "image_filter_rgba8", "rgba"))  # the slow one's bytes
+    assert set(t[0] for t in tags) == {"F"}, tags  # every frame it saw, run in place
+
+
+def docs_block(first_line: str) -> str:
+    """The ```sh block of docs/obs.md that starts with `first_line`."""
+    text = (ROOT / "docs" / "obs.md").read_text()
+    for block in re.findall(r"^```sh\n(.*?)^```$", text, re.S | re.M):
+        if block.startswith(first_line):
+            return str(block)
+    raise AssertionError(f"docs/obs.md has no block starting {first_line!r}")
+
+
+def test_docs_run_it_headless_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/obs.md "Run it headless", verbatim, in a fresh directory holding this venv as .venv;
+    the service's port and socket come from FENCELINE_* (8000 may be taken here), the filter
+    finds the socket the same way. The background service is stopped when the block ends."""
+    block = docs_block(".venv/bin/python -c 'from pathlib import Path; from fenceline.models "
+                       "import build_repository;")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    (tmp_path / "block.sh").write_text(block)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCELINE_")}
+    env.update(FENCELINE_PORT="0", FENCELINE_SOCKET=str(tmp_path / "fl.sock"),
+               XDG_RUNTIME_DIR=str(run_dir))
+    r = subprocess.run(
+        ["bash", "-c", 'set -e; trap "kill \\$(jobs -p) 2>/dev/null; wait" EXIT; source ./block.sh'],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    listed, ran = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert listed["id"] == "fenceline_filter"
+    assert listed["models"] == ["image_filter_rgba8", "image_filter_rgba8_slow"]
+    assert ran["done"] and ran["connected"] and ran["filtered"] > 30, ran
+    # The sample output in the docs has the same keys as the real thing.
+    text = (ROOT / "docs" / "obs.md").read_text()
+    samples = [json.loads(x) for x in re.findall(r"^(\{.*\})$", text, re.M)]
+    assert [sorted(s) for s in samples] == [sorted(listed), sorted(ran)]
+    assert samples[0] == listed
+
+
+def test_docs_plugin_link_block_puts_the_module_where_obs_studio_looks(tmp_path: Path) -> None:
+    """docs/obs.md's link into ~/.config/obs-studio/plugins, verbatim, with HOME a fresh folder."""
+    block = docs_block("mkdir -p ~/.config/obs-studio/plugins/fenceline-obs/bin/64bit")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, check=True, timeout=120)
+    link = tmp_path / "home/.config/obs-studio/plugins/fenceline-obs/bin/64bit/fenceline-obs.so"
+    assert link.resolve() == obs.plugin().resolve()
+
+
+def yuv_planes(fmt: str, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The driver's YUV frame k as full Y [H, W] and chroma U, V at their own resolution."""
+    k %= obs.PERIOD
+    x, y = np.arange(W)[None, :], np.arange(H)[:, None]
+    ch = H if fmt == "yuy2" else H // 2
+    cx, cy = np.arange(W // 2)[None, :], np.arange(ch)[:, None]
+    return ((x * 3 + y * 7 + k * 13) % 256, (cx * 5 + cy * 3 + k * 7 + 64) % 256,
+            (cx * 2 + cy * 9 + k * 5 + 128) % 256)
+
+
+def yuv_bytes(fmt: str, yy: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Planes as the driver's probe writes them."""
+    if fmt == "nv12":
+        return np.concatenate([yy.ravel(), np.stack([u, v], -1).ravel()]).astype(np.uint8)
+    if fmt == "i420":
+        return np.concatenate([yy.ravel(), u.ravel(), v.ravel()]).astype(np.uint8)
+    packed = np.stack([yy[:, 0::2], u, yy[:, 1::2], v], -1)  # Y0 U Y1 V
+    return packed.ravel().astype(np.uint8)
+
+
+def to_byte(v: np.ndarray) -> np.ndarray:
+    return np.clip(np.floor(v.astype(np.float32) * np.float32(255) + np.float32(0.5)), 0, 255)
+
+
+@pytest.mark.parametrize("fmt", ["nv12", "i420", "yuy2"])
+def test_yuv_frames_are_converted_with_their_matrix_filtered_and_converted_back(
+        obs_service: Service, obs_repo: Path, display: str, tmp_path: Path, fmt: str) -> None:
+    run = obs.start(display, tmp_path / "obs.log", model="image_filter_rgba8",
+                    socket=obs_service.socket, format=fmt, width=W, height=H, fps=FPS,
+                    seconds=2, out=tmp_path / "out.raw")
+    last = run.finish()
+    assert last["filtered"] > 30 and last["failures"] == 0, last
+    m = np.array(run.lines[0]["color_matrix"], np.float32).reshape(4, 4)
+    inv = np.linalg.inv(m[:3, :3].astype(np.float64)).astype(np.float32)
+    sess = ort.InferenceSession(str(obs_repo / "image_filter_rgba8" / "1" / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+    sub_y = 1 if fmt == "yuy2" else 2
+    want, raw = [], []
+    for k in range(obs.PERIOD):
+        yy, u, v = yuv_planes(fmt, k)
+        raw.append(yuv_bytes(fmt, yy, u, v))
+        full = np.stack([yy, np.repeat(np.repeat(u, sub_y, 0), 2, 1),
+                         np.repeat(np.repeat(v, sub_y, 0), 2, 1)], -1).astype(np.float32) / 255
+        rgb = to_byte(full @ m[:3, :3].T + m[:3, 3])
+        rgba = np.concatenate([rgb, np.full((H, W, 1), 255)], -1).astype(np.uint8)
+        (out,) = sess.run(None, {"image": rgba[None]})
+        back = (out[0, ..., :3].astype(np.float32) / 255 - m[:3, 3]) @ inv.T
+        oy = to_byte(back[..., 0])
+        ou = back[..., 1].reshape(H // sub_y, sub_y, W // 2, 2).mean((1, 3))
+        ov = back[..., 2].reshape(H // sub_y, sub_y, W // 2, 2).mean((1, 3))
+        want.append(yuv_bytes(fmt, oy, to_byte(ou), to_byte(ov)).astype(np.int16))
+    size = raw[0].size
+    data = np.fromfile(tmp_path / "out.raw", np.uint8)
+    frames = data[: data.size // size * size].reshape(-1, size).astype(np.int16)
+    filtered = 0
+    for n, frame in enumerate(frames):
+        if any(np.array_equal(frame, r) for r in raw):
+            assert filtered == 0, f"frame {n} unfiltered after a filtered one"
+            continue
+        # numpy's float32 sums round a byte differently from C's now and then: off by one.
+        best = min(np.abs(frame - w).max() for w in want)
+        assert best <= 1, f"frame {n}: {best} from every expected frame"
+        filtered += 1
+    assert filtered >= 0.8 * len(frames), (filtered, len(frames))

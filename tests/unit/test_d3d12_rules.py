@@ -6,10 +6,14 @@ the Windows lane runs the same ones under Wine (tests/windows/test_d3d12.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fenceline import _native
 from fenceline.errors import InvalidArgument
+from fenceline.interop.d3d12 import D3D12FenceImport
+from fenceline.interop.vk_fence import VkFenceImport
 
 MiB = 1 << 20
 HEAP, RESOURCE, FENCE = 4, 5, 4  # cuda.h: CU_EXTERNAL_{MEMORY,SEMAPHORE}_HANDLE_TYPE_D3D12_*
@@ -174,3 +178,16 @@ def test_capability_is_true_only_on_windows_with_a_driver_and_a_device(
     supported, reason = _native.d3d12_capability_for(*facts)
     assert supported is answer[0] and answer[1] in reason
     assert (reason == "") is supported
+
+
+# -- the output fence's starting value ---------------------------------------------------------
+
+
+def test_a_gpu_fence_starts_at_the_value_the_renderer_stated_so_no_signal_goes_backwards() -> None:
+    # CUDA cannot read an imported fence and its signal sets the value: the service's first
+    # signal must go above what the renderer said the fence holds (a RUN at or below it is
+    # refused with conflict, cuda_session.run). The CUDA objects are not used by the bookkeeping.
+    cuda: Any = None
+    assert D3D12FenceImport("d3d12_fence", cuda, cuda, 41).value == 41
+    assert D3D12FenceImport("d3d12_fence", cuda, cuda).value == 0  # stated 0: a fresh fence
+    assert VkFenceImport("vk_timeline_opaque_fd", cuda, cuda, 7).enqueued_signal == 7

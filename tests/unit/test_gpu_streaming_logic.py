@@ -16,6 +16,7 @@ from fenceline.runtime.gpu_streaming import (
     CudaStreamDriver,
     InFlight,
     check_gpu_policy,
+    check_gpu_stream,
 )
 from fenceline.runtime.streaming import DRIVERS, HostStreamDriver
 
@@ -95,11 +96,22 @@ def test_gpu_streaming_runs_every_value_only() -> None:
 
 
 def test_cuda_sessions_refuse_the_latest_policy_before_a_session_is_built() -> None:
-    backends.Backend("cuda", "cuda:0").check_streaming("every")
+    backends.Backend("cuda", "cuda:0").check_streaming("every", "vk_timeline_opaque_fd")
     with pytest.raises(Unsupported):
-        backends.Backend("cuda", "cuda:0").check_streaming("latest")
-    backends.Backend("host", "").check_streaming("latest")
-    backends.Backend("host", "").check_streaming("every")
+        backends.Backend("cuda", "cuda:0").check_streaming("latest", "vk_timeline_opaque_fd")
+    backends.Backend("host", "").check_streaming("latest", "host_timeline")
+    backends.Backend("host", "").check_streaming("every", "host_timeline")
+
+
+def test_a_streaming_session_never_waits_on_a_d3d12_fence_before_its_signal_was_issued() -> None:
+    # CUDA's D3D12 interop: the D3D12 signal must be issued before the CUDA wait on it; a
+    # streaming session would enqueue its waits ahead of the renderer's signals.
+    with pytest.raises(Unsupported) as e:
+        backends.Backend("cuda", "cuda:0").check_streaming("every", "d3d12_fence")
+    assert "issued before" in e.value.message and "RUN_ASYNC" in e.value.message
+    with pytest.raises(Unsupported):
+        check_gpu_stream("every", "d3d12_fence")
+    check_gpu_stream("every", "vk_timeline_opaque_fd")  # Vulkan timelines wait before signal
 
 
 def test_each_fence_kind_streams_through_its_backends_driver() -> None:

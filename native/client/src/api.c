@@ -75,7 +75,8 @@ static const char *version_string(void) { return FL_CLIENT_VERSION_STRING; }
     .GetModelInput = fl_model_input, \
     .GetModelOutput = fl_model_output, \
     .ReleaseModelMetadata = fl_model_metadata_release, \
-    .GetDatatypeSize = fl_datatype_size
+    .GetDatatypeSize = fl_datatype_size, \
+    .ImportD3D12FenceAt = fl_import_d3d12_fence_at
 
 /* Version 5 and later: sized structs. */
 static const FlApi api_v5 = {

@@ -55,8 +55,8 @@ FlStatus *fl_import_d3d12_memory(FlClient *c, const char *kind, const char *shar
   return fl_import_memory_body(c, &w, -1, out);
 }
 
-FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t adapter_luid,
-                                FlFenceImport **out) {
+FlStatus *fl_import_d3d12_fence_at(FlClient *c, const char *shared_name, uint64_t adapter_luid,
+                                   uint64_t current_value, FlFenceImport **out) {
   if (c == NULL || out == NULL)
     return fl_status(FL_ERROR_INVALID_ARGUMENT,
                      "ImportD3D12Fence: client and out must not be NULL");
@@ -65,6 +65,13 @@ FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t a
   FlStatus *st = begin_request(&w, body, sizeof body, "ImportD3D12Fence", "fence_type",
                                "d3d12_fence", shared_name, adapter_luid);
   if (st != NULL) return st;
+  fl_jw_key(&w, "current_value");
+  fl_jw_uint(&w, current_value);
   fl_jw_end_object(&w);
   return fl_import_fence_body(c, &w, -1, out);
+}
+
+FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t adapter_luid,
+                                FlFenceImport **out) {
+  return fl_import_d3d12_fence_at(c, shared_name, adapter_luid, 0, out);
 }

@@ -202,6 +202,8 @@ FlStatus *fl_import_d3d12_memory(FlClient *c, const char *kind, const char *shar
                                  uint64_t adapter_luid, FlAccess access, FlMemoryImport **out);
 FlStatus *fl_import_d3d12_fence(FlClient *c, const char *shared_name, uint64_t adapter_luid,
                                 FlFenceImport **out);
+FlStatus *fl_import_d3d12_fence_at(FlClient *c, const char *shared_name, uint64_t adapter_luid,
+                                   uint64_t current_value, FlFenceImport **out);
 
 /* ---- JSON trees (json.c, the same reader), for the typed getters ------------------------------ */
 

@@ -420,6 +420,10 @@ static void check_d3d12_imports_are_refused_off_windows(void) {
   FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->ImportD3D12Fence(c, NULL, 1, &f));
   FAILS_WITH(FL_ERROR_UNSUPPORTED, api->ImportD3D12Fence(c, "Local\\fence", 1, &f));
   EXPECT(strstr(detail, "only on Windows") != NULL);
+  /* Version 6: the fence's value now travels with it; refused for the platform only. */
+  FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->ImportD3D12FenceAt(c, NULL, 1, 41, &f));
+  FAILS_WITH(FL_ERROR_UNSUPPORTED, api->ImportD3D12FenceAt(c, "Local\\fence", 1, 41, &f));
+  EXPECT(strstr(detail, "only on Windows") != NULL);
   FAILS_WITH(FL_ERROR_UNSUPPORTED,
              api->ImportD3D12Memory(c, "d3d12_resource", "Local\\frame", 1 << 20, 0, 0, 1,
                                     FL_ACCESS_READ_WRITE, &m));

@@ -74,7 +74,7 @@ def post_fence(body: FenceImportRequest, request: Request) -> dict[str, Any]:
     _refuse_handles(body.handle_roles())
     return runtime(request).import_fence(
         OWNER, body.fence_type, name=body.name, adapter_luid=body.adapter_luid,
-        caller=http_caller(request),
+        current_value=body.current_value, caller=http_caller(request),
     )
 
 

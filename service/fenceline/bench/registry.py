@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -98,8 +99,12 @@ def register(t: Transport) -> None:
 def row(name: str, sc: Scenario, m: engine.Measured, ctx: Context, note: str = "") -> Row:
     want = ctx.expected.get(expected_key(sc))
     check = "" if want is None else ("equal" if all(d == want for d in m.digests) else "differs")
+    n = len(m.samples_s)
     return Row(name, sc.size, m.samples_s, note, m.cpu_per_frame_us(), sc.datatype,
-               sc.renderers, sc.mode, sc.model, m.throughput_fps, check)
+               sc.renderers, sc.mode, sc.model, m.throughput_fps, check,
+               renderer_cpu_us=m.client_cpu_s / n * 1e6 if n else None,
+               service_cpu_us=m.server_cpu_s / n * 1e6 if n and m.server_cpu_s is not None
+               else None)
 
 
 def expected_key(sc: Scenario) -> str:
@@ -274,9 +279,12 @@ def _streaming_row(name: str, spin_us: int | None, note: str) -> Any:
             warmup=sc.budget.warmup, spin_us=spin_us)
         cpu = handoff.client_cpu_s_per_frame + (handoff.service_cpu_s_per_frame or 0.0)
         wall = sum(handoff.latencies_s)
+        service = handoff.service_cpu_s_per_frame
         return Row(name, sc.size, list(handoff.latencies_s), note,
                    cpu * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
-                   len(handoff.latencies_s) / wall if wall else None)
+                   len(handoff.latencies_s) / wall if wall else None,
+                   renderer_cpu_us=handoff.client_cpu_s_per_frame * 1e6,
+                   service_cpu_us=None if service is None else service * 1e6)
 
     return measure
 
@@ -315,11 +323,22 @@ def _c_client(ctx: Context, sc: Scenario) -> Row | None:
     if sc.model not in C_CLIENT_MODELS or sc.renderers != 1 or sc.mode != "sync":
         return None
     mod = importlib.import_module("fenceline.bench.c_client")
+    # CPU over the program's whole life (start, warm-up, frames), per frame run: a slight
+    # overestimate beside the other rows' timed windows.
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    service0 = engine.tree_cpu_s([ctx.service_pid])
     result = mod.run_c_client(ctx.socket, model=sc.model, frames=sc.budget.iterations,
                               warmup=sc.budget.warmup, binary=ctx.programs["c-client"])
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    service_s = engine.tree_cpu_s([ctx.service_pid]) - service0
+    renderer_s = (children1.ru_utime + children1.ru_stime
+                  - children0.ru_utime - children0.ru_stime)
+    n = sc.budget.iterations + sc.budget.warmup
     check = "equal" if result.get("wrong_frames") == 0 else "differs"
-    return Row("c-client", sc.size, list(result["samples_s"]), "", None, sc.datatype,
-               sc.renderers, sc.mode, sc.model, result.get("fps"), check)
+    return Row("c-client", sc.size, list(result["samples_s"]), "",
+               (renderer_s + service_s) / n * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
+               result.get("fps"), check, renderer_cpu_us=renderer_s / n * 1e6,
+               service_cpu_us=service_s / n * 1e6)
 
 
 register(Transport("c-client", "fenceline's C client (libfenceline_client) over the IPC socket",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fenceline.bench.stats import Row, fmt_us
+from fenceline.errors import InvalidArgument
 from fenceline.stats import percentile
 
 FLOOR = "in-process"
@@ -45,7 +46,8 @@ def ratios(rows: list[Row]) -> dict[int, dict[str, float | None]]:
 def table(rows: list[Row]) -> str:
     rs = ratios(rows)
     head = (f"  {'transport':<18} {'n':>6} {'p50':>11} {'p99':>11} {'mean':>11} {'frames/s':>9} "
-            f"{'x floor':>8} {'vs triton':>9} {'cpu/frame':>11} {'outputs':>8}")
+            f"{'x floor':>8} {'vs triton':>9} {'cpu/frame':>11} {'renderer+service':>17} "
+            f"{'outputs':>8}")
     lines: list[str] = []
     for members in _by_group(rows).values():
         lines += ["", next(iter(members.values())).scenario_label, head, "  " + "-" * (len(head) - 2)]
@@ -54,15 +56,21 @@ def table(rows: list[Row]) -> str:
             floor, triton = _x(x["x_floor"]), _x(x["x_triton_shm"])
             fps = f"{r.throughput_fps:9.0f}" if r.throughput_fps else "-"
             cpu = fmt_us(r.cpu_per_frame_us) if r.cpu_per_frame_us is not None else "-"
+            parts = "-"
+            if r.renderer_cpu_us is not None:
+                service = "-" if r.service_cpu_us is None else f"{r.service_cpu_us:.0f}"
+                parts = f"{r.renderer_cpu_us:.0f} + {service} us"
             lines.append(
                 f"  {r.transport:<18} {len(r.samples_s):>6} {fmt_us(r.p50_us):>11} "
                 f"{fmt_us(r.p99_us):>11} {fmt_us(r.mean_us):>11} {fps:>9} {floor:>8} "
-                f"{triton:>9} {cpu:>11} {r.check or '-':>8}" + (f"  {r.note}" if r.note else "")
+                f"{triton:>9} {cpu:>11} {parts:>17} {r.check or '-':>8}"
+                + (f"  {r.note}" if r.note else "")
             )
     lines += ["", "x floor: p50 over the in-process p50 of the same scenario (1.00x is the floor); "
               "vs triton: Triton system-shm p50 over this p50 (times faster than Triton).",
-              "cpu/frame: user+sys of renderer and server processes per frame; outputs: equal "
-              "to a direct onnxruntime run."]
+              "cpu/frame: user+sys of renderer and server processes per frame (renderer+service: "
+              "the two parts; a service that spins shows in its part); outputs: equal to a "
+              "direct onnxruntime run."]
     return "\n".join(lines)
 
 
@@ -144,26 +152,27 @@ def scaling_goals(rows: list[Row]) -> list[dict[str, Any]]:
 FRAME_MOVE = (("ipc", FLOOR, 1.3), ("ipc-written", "in-process-cross-core", 1.1))
 
 
-def frame_move_goal(rows: list[Row]) -> dict[str, Any]:
+def frame_move_goal(rows: list[Row], pairs: tuple[tuple[str, str, float], ...] = FRAME_MOVE,
+                    prefix: str = "") -> dict[str, Any]:
     """One goal over two pairs of 720p rows (:data:`FRAME_MOVE`): met when either ratio is
     within its target; ``value`` shows both ratios ("-" for a pair not measured), ``ratios``
     keeps them as numbers; ``met`` is None only when neither pair was measured."""
     one = ("720p", "FP32", 1, "sync")
     ratios: list[float | None] = []
     missing: list[str] = []
-    for a, b, _ in FRAME_MOVE:
+    for a, b, _ in pairs:
         ra, rb = _find(rows, one, a), _find(rows, one, b)
         if ra is None or rb is None or ra.p50_us <= 0 or rb.p50_us <= 0:
             ratios.append(None)
             missing += [f"720p 1r sync {t}" for t, r in ((a, ra), (b, rb)) if r is None]
         else:
             ratios.append(ra.p50_us / rb.p50_us)
-    held = [v <= target for v, (_, _, target) in zip(ratios, FRAME_MOVE, strict=True)
+    held = [v <= target for v, (_, _, target) in zip(ratios, pairs, strict=True)
             if v is not None]
     entry: dict[str, Any] = {
-        "goal": "IPC 720p within 1.3x of the in-process floor, or (inputs written each frame) "
-                "within 1.1x of the cross-core floor",
-        "target": " / ".join(str(t) for _, _, t in FRAME_MOVE),
+        "goal": f"{prefix}IPC 720p within {pairs[0][2]}x of the in-process floor, or (inputs "
+                f"written each frame) within {pairs[1][2]}x of the cross-core floor",
+        "target": " / ".join(str(t) for _, _, t in pairs),
         "value": None if not held else " / ".join("-" if v is None else f"{v:.2f}"
                                                   for v in ratios),
         "ratios": {"in_process_floor": None if ratios[0] is None else round(ratios[0], 3),
@@ -173,6 +182,62 @@ def frame_move_goal(rows: list[Row]) -> dict[str, Any]:
     if missing:
         entry["missing"] = missing
     return entry
+
+
+# Issue #31's goals, the same on every machine (the 2-CPU CI VM and 16-core hosts alike):
+# ratios in one run. The 720p one is one goal over two pairs, as issue #20's.
+MACHINE_FRAME_MOVE = (("ipc", FLOOR, 1.15), ("ipc-written", "in-process-cross-core", 1.1))
+MACHINE = "[#31] "
+
+
+def machine_goals(rows: list[Row]) -> list[dict[str, Any]]:
+    """Issue #31's goals for the machine the bench runs on (``machine.cpus`` in the JSON says
+    which shape it was): 720p, 1080p, 4K and four renderers at 1080p against the floor; 64x64
+    over the floor in microseconds, for the Python client (``ipc``) and the C client."""
+    out: list[dict[str, Any]] = []
+
+    def goal(text: str, group: tuple[str, str, int, str], a: str, kind: str,
+             target: float) -> None:
+        ra, rb = _find(rows, group, a), _find(rows, group, FLOOR)
+        entry: dict[str, Any] = {"goal": MACHINE + text, "target": target}
+        if ra is None or rb is None or ra.p50_us <= 0 or rb.p50_us <= 0:
+            entry.update(value=None, met=None, missing=[
+                f"{group[0]} {group[2]}r {group[3]} {t}" for t, r in ((a, ra), (FLOOR, rb))
+                if r is None])
+        elif kind == "within":
+            v = ra.p50_us / rb.p50_us
+            entry.update(value=round(v, 3), met=v <= target)
+        else:  # "within_us"
+            v = ra.p50_us - rb.p50_us
+            entry.update(value=round(v, 1), met=v <= target)
+        out.append(entry)
+
+    def one(size: str, renderers: int = 1) -> tuple[str, str, int, str]:
+        return (size, "FP32", renderers, "sync")
+
+    out.append(frame_move_goal(rows, MACHINE_FRAME_MOVE, MACHINE))
+    goal("IPC 1080p within 1.1x of the in-process floor", one("1080p"), "ipc", "within", 1.1)
+    goal("IPC 4K within 1.05x of the in-process floor", one("4K"), "ipc", "within", 1.05)
+    goal("IPC 1080p, 4 renderers sync, within 1.2x of the in-process floor", one("1080p", 4),
+         "ipc", "within", 1.2)
+    goal("IPC 64x64 (Python client) within 15 us of the in-process floor", one("64x64"), "ipc",
+         "within_us", 15.0)
+    goal("IPC 64x64 (C client) within 8 us of the in-process floor", one("64x64"), "c-client",
+         "within_us", 8.0)
+    return out
+
+
+def confine(cpus: int) -> list[int]:
+    """Confines this process, and every process it starts from now on (the service, the
+    renderers, the floors), to the first ``cpus`` CPUs it may use: ``--cpus`` shows a small
+    machine's shape on a large one. Returns them."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if not 1 <= cpus <= len(allowed):
+        raise InvalidArgument(f"--cpus {cpus}: this process may use 1 to {len(allowed)} CPUs "
+                              f"({', '.join(map(str, allowed))})")
+    chosen = allowed[:cpus]
+    os.sched_setaffinity(0, chosen)
+    return chosen
 
 
 def floor_goals(rows: list[Row], floors: dict[str, Any]) -> list[dict[str, Any]]:
@@ -201,7 +266,9 @@ def floor_goals(rows: list[Row], floors: dict[str, Any]) -> list[dict[str, Any]]
 
 
 def format_goals(results: list[dict[str, Any]]) -> str:
-    lines = ["goals (ratios of p50 in this run):"]
+    cpus = len(os.sched_getaffinity(0))
+    lines = [f"goals (ratios of p50 in this run; [#31]: the goals for this machine, {cpus} "
+             "CPUs):"]
     for g in results:
         if g["met"] is None:
             lines.append(f"  {'-':>6}  {g['goal']}: not measured ({', '.join(g['missing'])})")
@@ -228,7 +295,9 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "arch": platform.machine(), "cpu": model, "cpus": os.cpu_count(),
+        # The CPUs the bench may use (fewer than the machine's under --cpus or a cgroup).
+        "arch": platform.machine(), "cpu": model, "cpus": len(os.sched_getaffinity(0)),
+        "cpus_online": os.cpu_count(), "cpu_list": sorted(os.sched_getaffinity(0)),
         "system": platform.platform(), "python": platform.python_version(),
         "loadavg": [round(v, 2) for v in os.getloadavg()],
     }
@@ -315,6 +384,20 @@ def markdown(doc: dict[str, Any]) -> str:
                 continue
             ratio = f", {_x(r['x_floor'])}" if r["x_floor"] is not None and t != FLOOR else ""
             cells.append(f"{_fmt(r['p50_us'])} ({_fmt(r['p99_us'])}){ratio}")
+        out.append(f"| {t} | " + " | ".join(cells) + " |")
+    out += ["", "CPU per frame of the same rows, renderer + service (user + sys; a part that "
+            "spins shows here).", "",
+            "| transport | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for t in transports:
+        cells = []
+        for s in sizes:
+            r = cell.get((t, s))
+            if r is None or r.get("renderer_cpu_us") is None:
+                cells.append("")
+                continue
+            service = r.get("service_cpu_us")
+            cells.append(f"{_fmt(r['renderer_cpu_us'])} + {_fmt(service)}"
+                         if service is not None else _fmt(r["renderer_cpu_us"]))
         out.append(f"| {t} | " + " | ".join(cells) + " |")
     others = [r for r in rows if r not in single]
     if others:

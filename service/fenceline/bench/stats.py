@@ -25,6 +25,10 @@ class Row:
     model: str = ""
     throughput_fps: float | None = None
     check: str = ""  # "equal": outputs equal to a direct onnxruntime run; "differs"; "" unchecked
+    # The two parts of cpu_per_frame_us: the renderers' processes, and the server's process
+    # tree (None where the row has no server: the floor).
+    renderer_cpu_us: float | None = None
+    service_cpu_us: float | None = None
 
     @property
     def scenario_label(self) -> str:
@@ -53,14 +57,17 @@ class Row:
         n1, n2 = len(self.samples_s), len(other.samples_s)
         walls = [n / fps for n, fps in ((n1, self.throughput_fps), (n2, other.throughput_fps))
                  if fps]
-        cpu = None
-        if self.cpu_per_frame_us is not None and other.cpu_per_frame_us is not None and n1 + n2:
-            cpu = (self.cpu_per_frame_us * n1 + other.cpu_per_frame_us * n2) / (n1 + n2)
+        def weighted(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None or not n1 + n2 else (a * n1 + b * n2) / (n1 + n2)
+
+        cpu = weighted(self.cpu_per_frame_us, other.cpu_per_frame_us)
         checks = {self.check, other.check}
         check = "differs" if "differs" in checks else ("equal" if checks == {"equal"} else "")
         return replace(self, samples_s=self.samples_s + other.samples_s, cpu_per_frame_us=cpu,
                        throughput_fps=(n1 + n2) / sum(walls) if len(walls) == 2 else None,
-                       check=check)
+                       check=check,
+                       renderer_cpu_us=weighted(self.renderer_cpu_us, other.renderer_cpu_us),
+                       service_cpu_us=weighted(self.service_cpu_us, other.service_cpu_us))
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)

@@ -246,7 +246,7 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
     plan = _plan(quick, sizes, transports, peers, reals, seconds)
     loadavg = [round(v, 2) for v in os.getloadavg()]
     print(f"fenceline bench: {len(plan)} scenarios on {report.machine()['cpu'] or 'this CPU'}, "
-          f"{os.cpu_count()} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
+          f"{len(os.sched_getaffinity(0))} CPUs, load {loadavg[0]}{' (quick)' if quick else ''}"
           f"{' with a Triton peer' if peers else ''}", flush=True)
     run = _measure(plan, reals, peers)
     if real_model and realmodel.find_model() is None:
@@ -254,7 +254,8 @@ def run_bench(*, quick: bool = False, json_path: Path | None = None,
         run.skipped[realmodel.NAME] = f"needs {package}, from the [bench] extra: pip install '.[bench]'"
     machine_floors = _floors()
     real_size = next((s.size for s in plan if s.model in run.real_checks), None)
-    goals = report.goals(run.rows, real_size) + report.floor_goals(run.rows, machine_floors)
+    goals = (report.machine_goals(run.rows) + report.goals(run.rows, real_size)
+             + report.floor_goals(run.rows, machine_floors))
     doc = report.document(
         run.rows, goals, quick=quick, peers=peers,
         duration_s=round(time.monotonic() - t_start, 1), loadavg_start=loadavg,

@@ -157,15 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
-                       help="with --scaling or --gst: onnxruntime's intra-op threads per run "
+                       help="with --scaling, --gst or --obs: onnxruntime's intra-op threads per run "
                        "on both sides (default: the model's, a pool sized to the machine)")
+    bench.add_argument("--cpus", type=int, metavar="N",
+                       help="run everything (service, renderers, floors) on the first N CPUs "
+                       "this process may use: a small machine's shape on a large one")
     bench.add_argument("--gpu", action="store_true",
                        help="GPU zero-copy: Vulkan renderer -> CUDA session (docs/gpu.md)")
     bench.add_argument("--gst", action="store_true",
                        help="fps through the GStreamer element beside appsink -> onnxruntime "
                             "(docs/gstreamer.md)")
+    bench.add_argument("--obs", action="store_true",
+                       help="OBS's fps and video-thread time per frame with the fenceline filter "
+                            "beside onnxruntime inside filter_video (docs/obs.md)")
     bench.add_argument("--rounds", type=int,
-                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1)")
+                       help="--gst: rounds per side and size, taking turns (default 4; --quick 1); "
+                            "--obs: rounds per side and model (default 2; --quick 1)")
     bench.add_argument("--frames", type=int,
                        help="--gst: frames per round (default 150, 20 of them warmup; --quick 60, 10)")
 
@@ -228,8 +235,12 @@ def _main(argv: list[str] | None) -> int:
                 "and runs its lanes in forkserver processes, none of which Windows has; "
                 "`fenceline demo` runs here (docs/windows.md)"
             )
-        if args.intra_op_threads is not None and not (args.scaling or args.gst):
-            raise InvalidArgument("--intra-op-threads goes with --scaling or --gst")
+        if args.cpus is not None:
+            from fenceline.bench.report import confine
+
+            print(f"fenceline bench: confined to CPUs {confine(args.cpus)}", flush=True)
+        if args.intra_op_threads is not None and not (args.scaling or args.gst or args.obs):
+            raise InvalidArgument("--intra-op-threads goes with --scaling, --gst or --obs")
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 
@@ -239,6 +250,11 @@ def _main(argv: list[str] | None) -> int:
             return run_scaling(parse_counts(args.scaling), size=sizes[0],
                                seconds=args.seconds or 10.0, json_path=args.json,
                                plot_path=args.plot, intra_op_threads=args.intra_op_threads)
+        if args.obs:
+            from fenceline.bench.obs_fps import run_obs_bench
+
+            return run_obs_bench(quick=args.quick, json_path=args.json, seconds=args.seconds,
+                                 rounds=args.rounds, intra_op_threads=args.intra_op_threads)
         if args.gst:
             from fenceline.bench.gst_fps import run_gst_bench
 

@@ -70,28 +70,62 @@ def bind_http(host: str, port: int) -> socket.socket:
     family, kind, proto, _, addr = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if sys.platform == "win32":
+            # SO_REUSEADDR on Windows lets another process bind the same port and take its
+            # connections; SO_EXCLUSIVEADDRUSE is the idiom that forbids it. (Windows has no
+            # TIME_WAIT problem for a listening socket to work around.)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_EXCLUSIVEADDRUSE, 1)
+        else:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(addr)
         sock.set_inheritable(True)
     except OSError as e:
         sock.close()
-        where = f"{host}:{port}"
-        if e.errno == errno.EADDRINUSE:
-            raise InvalidArgument(
-                f"port {where} is already in use (another fenceline?); choose another with --port "
-                "or FENCELINE_PORT"
-            ) from None
-        if e.errno == errno.EACCES:
-            raise InvalidArgument(
-                f"no permission to listen on {where}: ports below 1024 need privileges; use --port "
-                "1024 or above"
-            ) from None
-        if e.errno == errno.EADDRNOTAVAIL:
-            raise InvalidArgument(f"--host {host} is not an address of this machine") from None
-        raise InvalidArgument(f"cannot listen on {where}: {e.strerror}") from None
+        raise _bind_error(host, port, e) from None
     return sock
+
+
+def _bind_error(host: str, port: int, e: OSError) -> InvalidArgument:
+    where = f"{host}:{port}"
+    in_use = InvalidArgument(
+        f"port {where} is already in use (another fenceline?); choose another with --port or "
+        "FENCELINE_PORT"
+    )
+    if e.errno == errno.EADDRINUSE:
+        return in_use
+    if e.errno == errno.EACCES:
+        if sys.platform == "win32":
+            # Windows has no privileged ports. WSAEACCES means another socket holds the port
+            # exclusively (SO_EXCLUSIVEADDRUSE), or Windows reserves it (an excluded port range)
+            # or a policy forbids it: a listener on the port tells the first from the others.
+            if _someone_listens(host, port):
+                return in_use
+            return InvalidArgument(
+                f"Windows denies listening on {where} and nothing listens there: the port is "
+                "reserved (see `netsh interface ipv4 show excludedportrange protocol=tcp`) or a "
+                "security policy forbids it; choose another with --port or FENCELINE_PORT"
+            )
+        if port < 1024:
+            return InvalidArgument(
+                f"no permission to listen on {where}: ports below 1024 need privileges; use "
+                "--port 1024 or above"
+            )
+        return InvalidArgument(f"no permission to listen on {where}: {e.strerror}")
+    if e.errno == errno.EADDRNOTAVAIL:
+        return InvalidArgument(f"--host {host} is not an address of this machine")
+    return InvalidArgument(f"cannot listen on {where}: {e.strerror}")
+
+
+def _someone_listens(host: str, port: int) -> bool:
+    """Whether a TCP connection to the port is accepted (a wildcard host is asked on loopback)."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    try:
+        with socket.create_connection((target, port), timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def serve(settings: ServeSettings) -> int:

@@ -245,12 +245,15 @@ class IpcClient:
         return str(self._call(Kind.IMPORT_MEMORY, body)["id"])
 
     def import_d3d12_fence(
-        self, name: str | None = None, *, adapter_luid: int, handle: int | None = None
+        self, name: str | None = None, *, adapter_luid: int, handle: int | None = None,
+        current_value: int = 0,
     ) -> str:
         """Registers a shared ID3D12Fence by the name given to CreateSharedHandle, or by the NT
-        handle it returned (duplicated by the service; the caller keeps its own)."""
+        handle it returned (duplicated by the service; the caller keeps its own).
+        ``current_value``: the fence's GetCompletedValue() now; the service signals only values
+        above it."""
         body = {"fence_type": "d3d12_fence", "adapter_luid": adapter_luid,
-                **_name_or_handle(name, handle)}
+                "current_value": current_value, **_name_or_handle(name, handle)}
         return str(self._call(Kind.IMPORT_FENCE, body)["id"])
 
     def create_session(

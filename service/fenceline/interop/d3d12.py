@@ -99,9 +99,11 @@ def import_d3d12_memory(
 
 def import_d3d12_fence(
     kind: str, *, name: str | None = None, fd: int | None = None,
-    nt_handle: int | None = None, adapter_luid: int | None = None,
+    nt_handle: int | None = None, adapter_luid: int | None = None, current_value: int = 0,
 ) -> D3D12FenceImport:
-    """A received ``nt_handle`` (or a stray ``fd``) is owned from here on, also when this raises."""
+    """A received ``nt_handle`` (or a stray ``fd``) is owned from here on, also when this raises.
+    ``current_value``: the fence's value now, as the renderer states it (GetCompletedValue());
+    the service's signals go above it."""
     try:
         _refuse_fd(fd)
         if kind not in D3D12_FENCE_TYPES:
@@ -110,7 +112,7 @@ def import_d3d12_fence(
         device = _native.CudaDevice.by_luid(_luid(adapter_luid))
         owned, nt_handle = nt_handle, None
         sem = _native.CudaSemaphore.import_d3d12_fence(device, name=name, handle=owned)
-        fence = D3D12FenceImport(kind, sem, device)
+        fence = D3D12FenceImport(kind, sem, device, current_value)
         fence.name = name or ""
         return fence
     finally:

@@ -14,15 +14,20 @@ VK_FENCE_TYPES: tuple[str, ...] = ("vk_timeline_opaque_fd",)
 
 
 class VkFenceImport:
-    """``value`` is the highest value the service has enqueued a signal of (the semaphore itself
-    lives on the GPU; its renderer reads the real counter). ``close()`` destroys the import."""
+    """``value`` is the highest value the service has enqueued a signal of, starting at the
+    value the renderer stated at import (``current_value``): CUDA cannot read an imported
+    semaphore's counter, and a signal sets the counter to its value, so the service signals only
+    above it and never moves the fence backwards. ``close()`` destroys the import."""
 
-    def __init__(self, kind: str, handle: _native.CudaSemaphore, device: _native.CudaDevice) -> None:
+    def __init__(
+        self, kind: str, handle: _native.CudaSemaphore, device: _native.CudaDevice,
+        current_value: int = 0,
+    ) -> None:
         self.kind = kind
         self.handle = handle
         self.cuda = device
         self.name = ""
-        self.enqueued_signal = 0
+        self.enqueued_signal = current_value
 
     @property
     def device(self) -> str:
@@ -49,7 +54,9 @@ class VkFenceImport:
         self.handle.close()
 
 
-def import_vk_fence(kind: str, *, fd: int | None, device_uuid: str | None) -> VkFenceImport:
+def import_vk_fence(
+    kind: str, *, fd: int | None, device_uuid: str | None, current_value: int = 0
+) -> VkFenceImport:
     """A received ``fd`` is owned from here on, also when this raises."""
     try:
         if not can_import_fence(kind):
@@ -61,7 +68,9 @@ def import_vk_fence(kind: str, *, fd: int | None, device_uuid: str | None) -> Vk
             raise InvalidArgument(f"a {kind} fence is an fd: send it over the IPC socket")
         device = cuda_device(device_uuid)
         owned, fd = fd, None
-        return VkFenceImport(kind, _native.CudaSemaphore.import_timeline_fd(device, owned), device)
+        return VkFenceImport(
+            kind, _native.CudaSemaphore.import_timeline_fd(device, owned), device, current_value
+        )
     finally:
         if fd is not None:
             os.close(fd)

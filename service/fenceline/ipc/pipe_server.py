@@ -56,13 +56,14 @@ class PipeConnection(Connection):
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
 
     def _receive(self) -> tuple[bytes | None, list[int], str | None]:
-        try:
-            data = self.sock.recv(codec.MAX_FRAME)
-        except FencelineError as e:  # an oversized message, read to its end: refuse it
-            return b"", [], str(e)
-        if data is None:
+        pipe: Any = self.sock  # the native PipeConnection (Windows-only, absent from the stub)
+        got = pipe.recv_frame(codec.MAX_FRAME)
+        if got is None:
             return None, [], None
-        return bytes(data), [], None if data else "empty message"
+        data, oversized = bytes(got[0]), bool(got[1])
+        if oversized:  # read to its end; its head stays, so the refusal carries its request id
+            return data, [], f"message over {codec.MAX_FRAME} bytes (docs/ipc.md)"
+        return data, [], None if data else "empty message"
 
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))
@@ -132,9 +133,9 @@ class PipeServer(ServerBase):
     def _answer_refusal(self, channel: Any, err: FencelineError) -> None:
         request_id = 0
         with contextlib.suppress(FencelineError):
-            data = channel.recv(codec.MAX_FRAME)
-            if data is not None:
-                request_id = codec.decode(bytes(data)).request_id
+            got = channel.recv_frame(codec.MAX_FRAME)
+            if got is not None:
+                request_id = codec.peek_request_id(bytes(got[0]))
         channel.send(codec.encode_error(request_id, err))
         channel.close()
 

@@ -302,7 +302,8 @@ class Connection:
         fd = self._one_fd(fds, "IMPORT_FENCE")
         return self.runtime.import_fence(
             self.owner, req.fence_type, name=req.name, fd=fd, device_uuid=req.device_uuid,
-            adapter_luid=req.adapter_luid, caller=self.caller, **self._with_handles(roles, fd),
+            adapter_luid=req.adapter_luid, current_value=req.current_value, caller=self.caller,
+            **self._with_handles(roles, fd),
         )
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:

@@ -108,6 +108,14 @@ class FenceImportRequest(Strict):
         None, ge=0, lt=2**64,
         description="host_timeline by handle: the page's wake semaphore, as handle",
     )
+    current_value: int = Field(
+        0, ge=0, lt=2**64,
+        description=(
+            "GPU fences (d3d12_fence, vk_timeline_opaque_fd): the fence's value now "
+            "(ID3D12Fence::GetCompletedValue(), vkGetSemaphoreCounterValue); the service cannot "
+            "read it, and signals only values above it, so it never moves the fence backwards"
+        ),
+    )
 
     def handle_roles(self) -> dict[str, tuple[int, str]]:
         """The handles to duplicate: runtime argument -> (value in the renderer, role)."""

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from fenceline.interop.devices import device_label
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.cuda_session import CudaSession, check_gpu_session, uses_gpu
-from fenceline.runtime.gpu_streaming import GPU_FENCE_KINDS, CudaStreamDriver, check_gpu_policy
+from fenceline.runtime.gpu_streaming import GPU_FENCE_KINDS, CudaStreamDriver, check_gpu_stream
 from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import Session
@@ -29,11 +29,12 @@ class Backend:
     name: Literal["host", "cuda"]
     device_label: str  # the GPU a CUDA session runs on, as a metrics label; "" on the host
 
-    def check_streaming(self, policy: Policy) -> None:
+    def check_streaming(self, policy: Policy, wait_kind: str) -> None:
         """Refuses, before anything is built, a streaming session this backend cannot run: a
-        CUDA session runs every value (runtime/gpu_streaming.py)."""
+        CUDA session runs every value, and not on an input fence whose signal must come before
+        the wait (runtime/gpu_streaming.py)."""
         if self.name == "cuda":
-            check_gpu_policy(policy)
+            check_gpu_stream(policy, wait_kind)
 
     def build(
         self,

@@ -20,8 +20,8 @@ import logging
 import mmap
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -29,6 +29,7 @@ import onnxruntime as ort
 from fenceline import _native, trace
 from fenceline.errors import (
     Conflict,
+    FencelineError,
     InvalidArgument,
     ModelError,
     TimedOut,
@@ -39,6 +40,7 @@ from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
+from fenceline.runtime.ort_options import cuda_session_options
 from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import Cancel
 
@@ -51,6 +53,45 @@ CANCEL_SLICE_NS = 100_000_000
 # The run at session creation (CudaSession._warm_up); a module constant so that a measurement
 # can start a service without it (tests/support/gpu_first_frame_probe.py).
 WARM_UP = True
+# Capture the model's run into a CUDA graph at session creation (capture_graph), so a frame
+# enqueues one graph launch instead of onnxruntime's run; a module constant so that a
+# measurement can compare both.
+CUDA_GRAPH = True
+
+
+class GraphStream(Protocol):
+    """What capture_graph needs of a stream (_native.CudaStream)."""
+
+    def begin_capture(self) -> None: ...
+
+    def end_capture(self) -> Any: ...
+
+
+def capture_graph(stream: GraphStream, run: Callable[[], object]) -> tuple[Any, str]:
+    """Captures ``run`` (onnxruntime's run on the session's stream, bound to the imported
+    memory, which never moves) into a CUDA graph: (graph, "") or (None, why not). Nothing
+    runs on the GPU while capturing. The capture is thread-local, so a model whose run
+    synchronizes or copies to the host (a node onnxruntime placed on the CPU, a
+    data-dependent shape) spoils it, and an empty graph (nothing was enqueued on the stream)
+    is refused: such a model keeps running through onnxruntime on each frame."""
+    try:
+        stream.begin_capture()
+    except FencelineError as e:
+        return None, f"no capture: {e.message}"
+    failure = ""
+    try:
+        run()
+    except Exception as e:  # onnxruntime's own error types
+        failure = f"the model's run cannot be captured: {str(e).splitlines()[0][:300]}"
+    try:
+        graph = stream.end_capture()  # always: it ends the capture mode of the stream
+    except FencelineError as e:
+        return None, failure or f"the capture failed: {e.message}"
+    if failure:
+        return None, failure
+    if graph.nodes == 0:
+        return None, "the model's run enqueued nothing on the stream"
+    return graph, ""
 
 
 def gpu_session_device(
@@ -129,8 +170,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         # (wait_value, signal_value) of a run that timed out and is still queued on the stream.
         self._timed_out: tuple[int, int] | None = None
         self._stream: _native.CudaStream | None = _native.CudaStream(device)
-        so = ort.SessionOptions()
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = cuda_session_options()
         provider = ("CUDAExecutionProvider", {
             "device_id": str(device.ordinal),
             "user_compute_stream": str(self._stream.handle),
@@ -148,8 +188,28 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         # One RunOptions for every run: the stream is never synchronized at the end of a run.
         self._run_options = ort.RunOptions()
         self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        self._graph: Any = None  # _native.CudaGraph of the model's run, once captured
+        self._graph_note = "off"
         if WARM_UP:
             self._warm_up()
+        if CUDA_GRAPH:
+            self._capture()
+
+    def _capture(self) -> None:
+        """After the warm-up (so onnxruntime's arena holds what a run allocates), the model's
+        run on the bound memory is captured into a graph; a frame then launches it between the
+        semaphore wait and signal. Fallback: onnxruntime's run, the reason in describe()."""
+        assert self._ort is not None and self._stream is not None
+        ort_session, binding, options = self._ort, self._binding, self._run_options
+        self._graph, why = capture_graph(
+            self._stream, lambda: ort_session.run_with_iobinding(binding, options))
+        if self._graph is not None:
+            self._graph_note = f"captured, {self._graph.nodes} nodes"
+            log.info("model %s: its run is a CUDA graph of %d nodes", self.model.name,
+                     self._graph.nodes)
+        else:
+            self._graph_note = why
+            log.info("model %s runs without a CUDA graph: %s", self.model.name, why)
 
     def _warm_up(self) -> None:
         """One run on zeros into onnxruntime's own outputs, on the session's stream, before the
@@ -264,8 +324,11 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             trace.mark(trace.MODEL_START, self.trace_tag, target)
         failure: ModelError | None = None
         try:
-            self._ort.run_with_iobinding(self._binding, self._run_options)
-        except Exception as e:  # onnxruntime's own error types
+            if self._graph is not None:
+                stream.launch(self._graph)
+            else:
+                self._ort.run_with_iobinding(self._binding, self._run_options)
+        except Exception as e:  # onnxruntime's own error types, the launch's FencelineError
             failure = ModelError(f"model {self.model.name!r} failed: {e}")
             if not signal_on_error:
                 raise failure from e
@@ -330,6 +393,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
                 side.record()
                 side.synchronize(-1, 0)
                 stream.synchronize(-1, 0)
+            self._graph = None  # before the session and the stream it was captured from
             self._unbind(self._binding)
             self._ort = None
             self._stream = None
@@ -339,4 +403,6 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             **super().describe(),
             "device": f"cuda:{self.device.ordinal}",
             "device_uuid": bytes(self.device.uuid).hex(),
+            # "captured, N nodes", or why the model runs through onnxruntime on each frame.
+            "cuda_graph": self._graph_note,
         }

@@ -33,6 +33,14 @@ DEPTH = 4
 
 GPU_FENCE_KINDS: tuple[str, ...] = ("vk_timeline_opaque_fd", "d3d12_fence")
 
+# Input fences a CUDA wait may be enqueued on only once the signal it waits for has been issued:
+# "the signal must be issued before this wait can be issued" (CUDA Programming Guide, Direct3D 12
+# Interoperability, "Signaling/Waiting on Imported Synchronization Objects"). A streaming session
+# enqueues its waits ahead of the renderer's signals, so it cannot run on them; a RUN sent after
+# the renderer's ID3D12CommandQueue::Signal can (docs/windows.md). Vulkan timeline semaphores
+# allow wait-before-signal (the Vulkan specification's timeline semaphores).
+SIGNAL_BEFORE_WAIT_KINDS: tuple[str, ...] = ("d3d12_fence",)
+
 
 def check_gpu_policy(policy: Policy) -> None:
     """A GPU streaming session runs every value; anything else is refused before a session is
@@ -42,6 +50,20 @@ def check_gpu_policy(policy: Policy) -> None:
             f'a streaming session on GPU fences runs every input value (policy "every"), not '
             f"{policy!r}: the service never reads a GPU fence on the CPU, so it cannot skip to "
             "the newest value; create it with policy \"every\""
+        )
+
+
+def check_gpu_stream(policy: Policy, wait_kind: str) -> None:
+    """Refuses a GPU streaming session it cannot run: a policy other than "every", or an input
+    fence that CUDA may wait on only after its signal was issued."""
+    check_gpu_policy(policy)
+    if wait_kind in SIGNAL_BEFORE_WAIT_KINDS:
+        raise Unsupported(
+            f"a streaming session cannot wait on a {wait_kind}: CUDA requires the D3D12 signal "
+            "of a value to be issued before a wait for it is enqueued (CUDA Programming Guide, "
+            "Direct3D 12 interoperability), and a streaming session enqueues its waits ahead of "
+            "the renderer; send RUN_ASYNC after ID3D12CommandQueue::Signal instead "
+            "(docs/windows.md)"
         )
 
 

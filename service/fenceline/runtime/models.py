@@ -22,6 +22,7 @@ import onnxruntime as ort
 from fenceline.errors import FencelineError, InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import Datatype, from_ort
 from fenceline.runtime.model_config import ControlMode, ModelConfig
+from fenceline.runtime.ort_options import cpu_session_options
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -99,11 +100,7 @@ class Model:
             raise Unsupported(
                 f"model {self.name!r} asks for {provider}, which this onnxruntime lacks"
             )
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = self.settings.intra_op_threads
-        # Idle intra-op threads would otherwise spin after each run and take the cores that
-        # renderers and fence waiters need on small machines.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = cpu_session_options(self.settings.intra_op_threads)
         try:
             self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
         except Exception as e:  # onnxruntime raises its own types for a bad file

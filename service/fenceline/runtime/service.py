@@ -216,21 +216,35 @@ class Runtime:
         adapter_luid: int | None = None,
         nt_handle: int | None = None,
         wake_handle: int | None = None,
+        current_value: int = 0,
         caller: Caller = SERVICE,
     ) -> dict[str, Any]:
         """``nt_handle``: a d3d12_fence, or a host_timeline page's section (with its
-        ``wake_handle``), that the Windows pipe duplicated from the renderer; owned from here on."""
+        ``wake_handle``), that the Windows pipe duplicated from the renderer; owned from here on.
+        ``current_value``: a GPU fence's value now, as the renderer states it (the service
+        signals only above it)."""
         self._check_import_quota(owner, fd, nt_handle, wake_handle)
         fence: FenceHandle
         if fence_type in D3D12_FENCE_TYPES:
             close_nt_handles(wake_handle)
             fence = import_d3d12_fence(
-                fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid
+                fence_type, name=name, fd=fd, nt_handle=nt_handle, adapter_luid=adapter_luid,
+                current_value=current_value,
             )
         elif fence_type in VK_FENCE_TYPES:
             close_nt_handles(nt_handle, wake_handle)
-            fence = import_vk_fence(fence_type, fd=fd, device_uuid=device_uuid)
+            fence = import_vk_fence(
+                fence_type, fd=fd, device_uuid=device_uuid, current_value=current_value
+            )
         else:
+            if current_value:
+                close_nt_handles(nt_handle, wake_handle)
+                if fd is not None:
+                    os.close(fd)
+                raise InvalidArgument(
+                    "current_value is for GPU fences: the service reads a host fence's value "
+                    "from its page"
+                )
             host_fence = import_fence(
                 fence_type, name=name, fd=fd, nt_handle=nt_handle, wake_handle=wake_handle
             )
@@ -343,7 +357,7 @@ class Runtime:
             if mode == "streaming":
                 if wait.id == signal.id:
                     raise InvalidArgument("a streaming session needs two fences: input and output")
-                backend.check_streaming(policy)
+                backend.check_streaming(policy, wait.obj.kind)
             if not self.models.is_loaded(m):
                 raise NotFound(f"model {m.name!r} was unloaded while the session was set up")
             sid = secrets.token_hex(16)

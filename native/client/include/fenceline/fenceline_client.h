@@ -43,8 +43,9 @@ extern "C" {
 #define FL_EXPORT __attribute__((visibility("default")))
 #endif
 
-#define FL_API_VERSION 5u /* 2: D3D12 imports; 3: RunAsync and streaming sessions; 4: deadlines;
-                            * 5: struct sizes, typed server info and model metadata */
+#define FL_API_VERSION 6u /* 2: D3D12 imports; 3: RunAsync and streaming sessions; 4: deadlines;
+                            * 5: struct sizes, typed server info and model metadata;
+                            * 6: ImportD3D12FenceAt */
 /* The ABI major: the shared library's SONAME is libfenceline_client.so.<FL_ABI_VERSION>. It
  * changes only if a table a program was built against stops being served. */
 #define FL_ABI_VERSION 1u
@@ -421,6 +422,16 @@ struct FlApi {
   /* Bytes per element of a KServe datatype ("FP32": 4, "UINT8": 1, ...); 0 for an unknown one
    * or for "BYTES". Thread-safe. */
   size_t (*GetDatatypeSize)(const char *datatype);
+
+  /* ---- version 6 ----------------------------------------------------------------------------- */
+
+  /* ImportD3D12Fence with the fence's value now, current_value (ID3D12Fence::GetCompletedValue()):
+   * CUDA cannot read an imported fence and its signal sets the value, so the service signals
+   * only values above current_value and never moves the fence backwards (docs/windows.md).
+   * ImportD3D12Fence states 0: right for a fence created at 0 and never signalled. Thread-safe. */
+  FlStatus *(*ImportD3D12FenceAt)(FlClient *client, const char *shared_name,
+                                  uint64_t adapter_luid, uint64_t current_value,
+                                  FlFenceImport **out);
 };
 
 /* The function table for `version` (pass FL_API_VERSION), or NULL when this library cannot serve

@@ -19,6 +19,10 @@
 #include "../atomic.h"
 #include "../htl_wake.h"
 
+#ifndef SEMAPHORE_QUERY_STATE /* winnt.h's in the Windows SDK; not in every mingw-w64 */
+#define SEMAPHORE_QUERY_STATE 0x0001
+#endif
+
 struct fl_htl_wake {
   HANDLE semaphore;
 };
@@ -49,11 +53,43 @@ static wchar_t *wake_name(const char *name) {
   return w;
 }
 
+/* The wake semaphore's maximum count must be FL_HTL_WAKE_MAX_COUNT (docs/fences.md, Windows):
+ * a signaller releases it once per sleeper (up to 0x10000 at a time), and a release that would
+ * pass the maximum fails whole (ERROR_TOO_MANY_POSTS), waking nobody. Read with
+ * NtQuerySemaphore (SemaphoreBasicInformation), looked up at run time: no import library
+ * declares it. 1: right, 0: another maximum, -1: unreadable (the handle lacks
+ * SEMAPHORE_QUERY_STATE, or ntdll does not answer). */
+typedef struct {
+  LONG current;
+  LONG maximum;
+} fl_semaphore_basic_information;
+typedef LONG(NTAPI *fl_nt_query_semaphore)(HANDLE, int, void *, ULONG, ULONG *);
+
+static int wake_max_count_ok(HANDLE h) {
+  HMODULE ntdll = GetModuleHandleW(L"ntdll.dll");
+  FARPROC proc = ntdll == NULL ? NULL : GetProcAddress(ntdll, "NtQuerySemaphore");
+  if (proc == NULL) return -1;
+  fl_nt_query_semaphore query;
+  memcpy(&query, &proc, sizeof query); /* a function pointer cast without a cast warning */
+  fl_semaphore_basic_information info;
+  ULONG got = 0;
+  if (query(h, 0 /* SemaphoreBasicInformation */, &info, sizeof info, &got) < 0) return -1;
+  return info.maximum == FL_HTL_WAKE_MAX_COUNT ? 1 : 0;
+}
+
+static int wake_check(HANDLE h) {
+  switch (wake_max_count_ok(h)) {
+    case 1: return 0;
+    case 0: return FL_HTL_E_WAKE_COUNT;
+    default: return FL_HTL_E_WAKE_UNREADABLE;
+  }
+}
+
 int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
   *out = NULL;
   if (name == NULL) {
     if (!create) return FL_HTL_E_NOT_FOUND;
-    HANDLE anonymous = CreateSemaphoreW(NULL, 0, 0x7fffffff, NULL);
+    HANDLE anonymous = CreateSemaphoreW(NULL, 0, FL_HTL_WAKE_MAX_COUNT, NULL);
     if (anonymous == NULL) return FL_HTL_E_OS;
     return fl_htl_wake_adopt((intptr_t)anonymous, out);
   }
@@ -62,7 +98,7 @@ int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
   HANDLE h;
   if (create) {
     /* NULL security attributes: the default DACL of the creator's token (same user only). */
-    h = CreateSemaphoreW(NULL, 0, 0x7fffffff, wname);
+    h = CreateSemaphoreW(NULL, 0, FL_HTL_WAKE_MAX_COUNT, wname);
     if (h != NULL && GetLastError() == ERROR_ALREADY_EXISTS) {
       /* Someone holds this name already: never share a squatted object. */
       CloseHandle(h);
@@ -70,7 +106,7 @@ int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
       return FL_HTL_E_EXISTS;
     }
   } else {
-    h = OpenSemaphoreW(SEMAPHORE_MODIFY_STATE | SYNCHRONIZE, FALSE, wname);
+    h = OpenSemaphoreW(SEMAPHORE_QUERY_STATE | SEMAPHORE_MODIFY_STATE | SYNCHRONIZE, FALSE, wname);
   }
   DWORD err = h == NULL ? GetLastError() : 0;
   free(wname);
@@ -78,6 +114,13 @@ int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
     if (err == ERROR_FILE_NOT_FOUND) return FL_HTL_E_NOT_FOUND;
     if (err == ERROR_INVALID_HANDLE) return FL_HTL_E_WRONG_TYPE;
     return FL_HTL_E_OS;
+  }
+  if (!create) {
+    int rc = wake_check(h);
+    if (rc != 0) {
+      CloseHandle(h);
+      return rc;
+    }
   }
   fl_htl_wake *w = (fl_htl_wake *)malloc(sizeof *w);
   if (w == NULL) {
@@ -92,6 +135,11 @@ int fl_htl_wake_open(const char *name, int create, fl_htl_wake **out) {
 int fl_htl_wake_adopt(intptr_t handle, fl_htl_wake **out) {
   *out = NULL;
   if (handle == 0 || handle == (intptr_t)INVALID_HANDLE_VALUE) return FL_HTL_E_OS;
+  int rc = wake_check((HANDLE)handle);
+  if (rc != 0) {
+    CloseHandle((HANDLE)handle);
+    return rc;
+  }
   fl_htl_wake *w = (fl_htl_wake *)malloc(sizeof *w);
   if (w == NULL) {
     CloseHandle((HANDLE)handle);

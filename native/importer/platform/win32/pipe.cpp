@@ -103,7 +103,8 @@ bool PipeConnection::wait_io(OVERLAPPED &ov, DWORD *transferred) {
   return ::GetOverlappedResult(pipe_, &ov, transferred, FALSE) != 0;
 }
 
-std::optional<std::string> PipeConnection::recv(std::size_t max_bytes) {
+std::optional<std::string> PipeConnection::recv(std::size_t max_bytes, bool *oversized) {
+  if (oversized) *oversized = false;
   if (pipe_ == INVALID_HANDLE_VALUE || ::WaitForSingleObject(cancel_, 0) == WAIT_OBJECT_0)
     return std::nullopt;
   std::string buf(max_bytes ? max_bytes : 1, '\0');
@@ -124,6 +125,7 @@ std::optional<std::string> PipeConnection::recv(std::size_t max_bytes) {
     return buf;
   }
   if (err == ERROR_MORE_DATA) {
+    buf.resize(got);  // the message's first max_bytes: its header, for the reply's request id
     // Consume the rest of the oversized message so the next read starts at a boundary.
     std::string rest(kBufferBytes, '\0');
     for (;;) {
@@ -139,6 +141,10 @@ std::optional<std::string> PipeConnection::recv(std::size_t max_bytes) {
       }
       if (r) break;
       if (e2 != ERROR_MORE_DATA) return std::nullopt;
+    }
+    if (oversized) {
+      *oversized = true;
+      return buf;
     }
     throw Error(Code::InvalidArgument,
                 "message over " + std::to_string(max_bytes) + " bytes (docs/ipc.md)");

@@ -42,8 +42,10 @@ class PipeConnection {
   PipeConnection &operator=(const PipeConnection &) = delete;
 
   // One whole message; nullopt once the peer closed or shutdown() ran. A message over max_bytes
-  // is read to its end and reported as InvalidArgument, so the stream stays in step.
-  std::optional<std::string> recv(std::size_t max_bytes);
+  // is read to its end, so the stream stays in step, and reported as InvalidArgument; or, with
+  // `oversized`, returned cut to its first max_bytes with *oversized set (the server answers it
+  // with the request id of its header).
+  std::optional<std::string> recv(std::size_t max_bytes, bool *oversized = nullptr);
   // Whole message; false when the peer is gone.
   bool send(const std::string &data);
   // Wakes a blocked recv (it returns nullopt) and fails later calls; the handle stays open

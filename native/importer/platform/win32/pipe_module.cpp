@@ -34,6 +34,21 @@ void bind_pipe(py::module_ &mod) {
           },
           py::arg("max_bytes"), "One message, or None once the peer closed.")
       .def(
+          "recv_frame",
+          [](PipeConnection &c, std::size_t max_bytes) -> py::object {
+            std::optional<std::string> m;
+            bool oversized = false;
+            {
+              py::gil_scoped_release release;
+              m = c.recv(max_bytes, &oversized);
+            }
+            if (!m) return py::none();
+            return py::make_tuple(py::bytes(*m), oversized);
+          },
+          py::arg("max_bytes"),
+          "(message, oversized), or None once the peer closed: a message over max_bytes is "
+          "read to its end and returned cut to its first max_bytes, with oversized True.")
+      .def(
           "send",
           [](PipeConnection &c, py::bytes data) {
             std::string s = data;

@@ -219,6 +219,14 @@ FlStatus *fl_os_fence_wake(const char *name, int create, fl_htl_wake **out) {
     case FL_HTL_E_WRONG_TYPE:
       return fl_status(FL_ERROR_INVALID_ARGUMENT,
                        "%s.wake belongs to another kind of object, not a semaphore", name);
+    case FL_HTL_E_WAKE_COUNT:
+    case FL_HTL_E_WAKE_UNREADABLE:
+      return fl_status(FL_ERROR_INVALID_ARGUMENT,
+                       "%s.wake %s: create it with a maximum count of 0x7FFFFFFF so that one "
+                       "release per sleeper can wake every waiter (docs/fences.md, Windows)",
+                       name,
+                       rc == FL_HTL_E_WAKE_COUNT ? "has another maximum count"
+                                                 : "cannot be queried for its maximum count");
     default: break;
   }
   return fl_status(FL_ERROR_INTERNAL, "cannot open the wake semaphore of the fence %s", name);
