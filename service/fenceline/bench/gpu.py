@@ -173,6 +173,8 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
                       f"(uuid {dev.uuid_hex}), CUDA {[g['name'] for g in gpus]}, "
                       f"{platform.machine()}{' (quick)' if quick else ''}", flush=True)
                 with VkRenderer(client, MODEL, SHAPE, device=dev, fill_value=FILL) as r:
+                    graph = client.describe("session", r.slots[0].session).get("cuda_graph")
+                    print(f"the session's model run: CUDA graph {graph}", flush=True)
                     after = _round_trip(r, client, n, warmup, ahead=False, start=1)
                     ahead = _round_trip(r, client, n, warmup, ahead=True, start=n + warmup + 1)
                     got = r.read_output(0, 2 * (n + warmup))
@@ -215,6 +217,8 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
         ("round trip p50 (RUN after signal) <= 500 us", rows[0].p50_us, rows[0].p50_us <= 500),
         (">= 3000 frames/s pipelined", fps, fps >= 3000),
         (">= 5x the copy baseline", speedup, speedup >= 5),
+        # Issue #31: the model's run is a CUDA graph now; the outputs were checked above.
+        ("[#31] >= 12,000 frames/s pipelined, outputs bit-exact", fps, fps >= 12_000),
     ]
     for goal, value, met in checks:
         print(f"  [{'met' if met else 'MISSED'}] {goal}: {value:,.1f}")
@@ -222,7 +226,7 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
         json_path.write_text(json.dumps({
             "rows": [r.summary() for r in rows],
             "pipelined_fps": fps, "pipelined_runs_fps": runs, "copy_fps": copy_fps, "speedup": speedup,
-            "service_only_fps": service_fps, "vulkan_only_fps": vulkan_fps,
+            "service_only_fps": service_fps, "vulkan_only_fps": vulkan_fps, "cuda_graph": graph,
             "goals": [{"goal": g, "value": v, "met": m} for g, v, m in checks],
         }, indent=2))
     return 0

@@ -141,8 +141,9 @@ class Connection:
                 except (OSError, FencelineError):
                     break
                 if data is None:
-                    if not (self._gone() or self.runtime.closing.is_set()):
-                        # Neither the peer's end nor its exit: a reply it did not take in time.
+                    if loop and not (self._gone() or self.runtime.closing.is_set()):
+                        # Neither the peer's end nor its exit: a reply it did not take in time
+                        # (the Unix socket's send deadline; the pipe has none).
                         self._log_send_timeout()
                     break
                 if isinstance(failure, FencelineError):  # a run that failed in native code
