@@ -83,8 +83,10 @@ class Connection:
         self._pidfd = -1 if self._process is None else self._process.pidfd
         self._send_timeout_ms = server.limits.send_timeout_ms
         # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
-        # so the wait itself looks for the hangup and the process's exit.
-        self._cancel = Cancel(server.runtime.closing, self._gone)
+        # so the wait itself looks for the hangup and the process's exit. (No reference back to
+        # this connection: a cycle would keep its handles until a garbage collection.)
+        process = self._process
+        self._cancel = Cancel(server.runtime.closing, lambda: _gone(sock, process))
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -125,7 +127,7 @@ class Connection:
                 except (OSError, FencelineError):
                     break
                 if data is None:
-                    if not (self._gone() or self.runtime.closing.is_set()):
+                    if table is not None and not (self._gone() or self.runtime.closing.is_set()):
                         # Neither the peer's end nor its exit: a reply it did not take in time.
                         self._log_send_timeout()
                     break
@@ -195,8 +197,7 @@ class Connection:
                     "connection", self.owner, self._send_timeout_ms)
 
     def _gone(self) -> bool:
-        """True once the peer closed its end or its process exited."""
-        return _hung_up(self.sock) or (self._process is not None and self._process.exited())
+        return _gone(self.sock, self._process)
 
     @staticmethod
     def _close_fds(fds: list[int]) -> None:
@@ -355,6 +356,11 @@ class Connection:
                 if self._process is not None:
                     self._process.close()
                 self.runtime.metrics.ipc_connections.dec()
+
+
+def _gone(sock: socket.socket, process: _native.PeerProcess | None) -> bool:
+    """True once the peer closed its end or its process exited."""
+    return _hung_up(sock) or (process is not None and process.exited())
 
 
 def _hung_up(sock: socket.socket) -> bool:
