@@ -75,6 +75,34 @@ void bind_wire(py::module_ &mod) {
   mod.attr("WIRE_RUN_SIZE") = sizeof(FlWireRun);
   mod.attr("WIRE_RUN_REPLY_SIZE") = sizeof(FlWireRunReply);
   mod.def(
+      "wire_offsets",
+      [] {
+        // Where each field of the fixed frames sits (offsetof the wire structs): the Python
+        // codec's struct formats are checked against these (tests/unit/test_wire_contract.py).
+        py::typing::Dict<py::str, py::typing::Dict<py::str, py::int_>> out;
+        py::dict header, run, reply;
+        header["magic"] = offsetof(FlWireHeader, magic);
+        header["version"] = offsetof(FlWireHeader, version);
+        header["kind"] = offsetof(FlWireHeader, kind);
+        header["request_id"] = offsetof(FlWireHeader, request_id);
+        header["body_length"] = offsetof(FlWireHeader, body_length);
+        run["session_id"] = offsetof(FlWireRun, session_id);
+        run["wait_value"] = offsetof(FlWireRun, wait_value);
+        run["signal_value"] = offsetof(FlWireRun, signal_value);
+        run["timeout_ms"] = offsetof(FlWireRun, timeout_ms);
+        run["flags"] = offsetof(FlWireRun, flags);
+        reply["signal_value"] = offsetof(FlWireRunReply, signal_value);
+        reply["wait_us"] = offsetof(FlWireRunReply, wait_us);
+        reply["infer_us"] = offsetof(FlWireRunReply, infer_us);
+        reply["total_us"] = offsetof(FlWireRunReply, total_us);
+        reply["reserved"] = offsetof(FlWireRunReply, reserved);
+        out["header"] = header;
+        out["run"] = run;
+        out["run_reply"] = reply;
+        return out;
+      },
+      "The offset of every field of the header, RUN and RUN reply, from fenceline_wire.h.");
+  mod.def(
       "wire_kinds",
       [] {
         py::typing::Dict<py::str, py::int_> kinds;
