@@ -27,4 +27,19 @@ void fl_obs_convert(const uint8_t *src, size_t src_stride, fl_obs_layout from, u
                     size_t dst_stride, fl_obs_layout to, uint32_t width, uint32_t height,
                     int keep_alpha);
 
+/* One frame as the runner sees it: its size, and how to read it into (write it from) packed
+ * pixels of a model's layout, rows width * layout.bytes apart. */
+typedef struct fl_obs_image fl_obs_image;
+struct fl_obs_image {
+  uint32_t width, height;
+  void (*read)(const fl_obs_image *img, uint8_t *dst, fl_obs_layout to);
+  void (*write)(const fl_obs_image *img, const uint8_t *src, fl_obs_layout from);
+  const void *frame; /* the struct obs_source_frame */
+};
+
+/* An image over an OBS frame in a packed format (fl_obs_frame_layout) or in I420, NV12 or YUY2
+ * (converted with the frame's own colour matrix; chroma is averaged over the pixels sharing it
+ * on the way back). 0 for a format the filter does not take. */
+int fl_obs_image_of_frame(const void *obs_source_frame, fl_obs_image *out);
+
 #endif

@@ -7,8 +7,9 @@
  *       renders a scene for `seconds`; prints a JSON line of counters every `every_ms` and a
  *       last one with "done": true. Keys: width height fps seconds every_ms filter (a source id;
  *       "none": no filter) model socket frames_in_flight fallback channel_order model_path
- *       intra_op_threads (the filter's settings) format (rgba, bgra, bgrx) out (a file that receives every frame as
- *       it leaves the source's filters, RGBA or as `format`) save (a file that receives the
+ *       intra_op_threads (the filter's settings) format (rgba, bgra, bgrx, nv12, i420, yuy2:
+ *       a YUV format first prints {"color_matrix": [16 numbers]}) out (a file that receives
+ *       every frame as it leaves the source's filters, its planes one after another) save (a file that receives the
  *       scene's sources as JSON afterwards) load (a file saved so, loaded instead of building
  *       the scene) plugin2 (another module to load, e.g. the reference filter).
  *
@@ -65,19 +66,79 @@ static void fill(uint8_t *p, uint32_t w, uint32_t h, uint32_t k, enum video_form
     }
 }
 
+/* The bytes of plane p of a frame: rows of row_bytes (0: no such plane). */
+static void plane_geometry(enum video_format format, int p, uint32_t w, uint32_t h,
+                           uint32_t *row_bytes, uint32_t *rows) {
+  *row_bytes = 0;
+  *rows = h;
+  switch (format) {
+  case VIDEO_FORMAT_NV12: *row_bytes = p == 0 ? w : p == 1 ? w : 0; *rows = p ? h / 2 : h; break;
+  case VIDEO_FORMAT_I420: *row_bytes = p == 0 ? w : p <= 2 ? w / 2 : 0; *rows = p ? h / 2 : h; break;
+  case VIDEO_FORMAT_YUY2: *row_bytes = p == 0 ? 2 * w : 0; break;
+  default: *row_bytes = p == 0 ? 4 * w : 0; break;
+  }
+}
+
+/* YUV frame k: Y = (x * 3 + y * 7 + k * 13) mod 256; at chroma position (cx, cy) (x / 2, and
+ * y / 2 for 4:2:0), U = (cx * 5 + cy * 3 + k * 7 + 64) mod 256, V = (cx * 2 + cy * 9 + k * 5 +
+ * 128) mod 256; BT.709 full range. */
+static void fill_yuv(uint8_t *planes[3], uint32_t w, uint32_t h, uint32_t k,
+                     enum video_format format) {
+  k %= PERIOD;
+  for (uint32_t y = 0; y < h; y++)
+    for (uint32_t x = 0; x < w; x++) {
+      uint8_t Y = (uint8_t)(x * 3 + y * 7 + k * 13);
+      uint32_t cx = x / 2, cy = format == VIDEO_FORMAT_YUY2 ? y : y / 2;
+      uint8_t U = (uint8_t)(cx * 5 + cy * 3 + k * 7 + 64), V = (uint8_t)(cx * 2 + cy * 9 + k * 5 + 128);
+      if (format == VIDEO_FORMAT_NV12) {
+        planes[0][(size_t)y * w + x] = Y;
+        planes[1][(size_t)cy * w + cx * 2] = U;
+        planes[1][(size_t)cy * w + cx * 2 + 1] = V;
+      } else if (format == VIDEO_FORMAT_I420) {
+        planes[0][(size_t)y * w + x] = Y;
+        planes[1][(size_t)cy * (w / 2) + cx] = U;
+        planes[2][(size_t)cy * (w / 2) + cx] = V;
+      } else {
+        uint8_t *p = planes[0] + (size_t)y * 2 * w + cx * 4;
+        p[(x % 2) * 2] = Y;
+        p[1] = U;
+        p[3] = V;
+      }
+    }
+}
+
+static int is_yuv(enum video_format format) {
+  return format == VIDEO_FORMAT_NV12 || format == VIDEO_FORMAT_I420 ||
+         format == VIDEO_FORMAT_YUY2;
+}
+
 static void *known_thread(void *arg) {
   known *s = arg;
-  size_t bytes = (size_t)s->width * s->height * 4;
-  uint8_t *frames[PERIOD];
+  uint8_t *frames[PERIOD][3] = {{0}};
+  uint32_t row_bytes[3], rows[3];
+  for (int p = 0; p < 3; p++)
+    plane_geometry(s->format, p, s->width, s->height, &row_bytes[p], &rows[p]);
   for (uint32_t k = 0; k < PERIOD; k++) {
-    frames[k] = malloc(bytes);
-    fill(frames[k], s->width, s->height, k, s->format);
+    for (int p = 0; p < 3; p++)
+      frames[k][p] = row_bytes[p] ? malloc((size_t)row_bytes[p] * rows[p]) : NULL;
+    if (is_yuv(s->format))
+      fill_yuv(frames[k], s->width, s->height, k, s->format);
+    else
+      fill(frames[k][0], s->width, s->height, k, s->format);
   }
+  float matrix[16], range_min[3], range_max[3];
+  video_format_get_parameters_for_format(VIDEO_CS_709, VIDEO_RANGE_FULL, s->format, matrix,
+                                         range_min, range_max);
   uint64_t interval = 1000000000ULL / s->fps, next = os_gettime_ns();
   for (uint32_t k = 0; !s->stop; k++) {
     struct obs_source_frame f = {0};
-    f.data[0] = frames[k % PERIOD];
-    f.linesize[0] = s->width * 4;
+    for (int p = 0; p < 3; p++) {
+      f.data[p] = frames[k % PERIOD][p];
+      f.linesize[p] = row_bytes[p];
+    }
+    memcpy(f.color_matrix, matrix, sizeof matrix);
+    memcpy(f.color_range_min, range_min, sizeof range_min);
+    memcpy(f.color_range_max, range_max, sizeof range_max);
     f.width = s->width;
     f.height = s->height;
     f.format = s->format;
@@ -92,7 +153,8 @@ static void *known_thread(void *arg) {
       next = now;
   }
   for (uint32_t k = 0; k < PERIOD; k++)
-    free(frames[k]);
+    for (int p = 0; p < 3; p++)
+      free(frames[k][p]);
   return NULL;
 }
 
@@ -105,6 +167,9 @@ static void *known_create(obs_data_t *settings, obs_source_t *source) {
   const char *fmt = obs_data_get_string(settings, "format");
   s->format = strcmp(fmt, "bgra") == 0   ? VIDEO_FORMAT_BGRA
               : strcmp(fmt, "bgrx") == 0 ? VIDEO_FORMAT_BGRX
+              : strcmp(fmt, "nv12") == 0 ? VIDEO_FORMAT_NV12
+              : strcmp(fmt, "i420") == 0 ? VIDEO_FORMAT_I420
+              : strcmp(fmt, "yuy2") == 0 ? VIDEO_FORMAT_YUY2
                                          : VIDEO_FORMAT_RGBA;
   pthread_create(&s->thread, NULL, known_thread, s);
   return s;
@@ -164,11 +229,17 @@ static void *probe_create(obs_data_t *settings, obs_source_t *source) {
 
 static void probe_destroy(void *data) { bfree(data); }
 
+static void plane_geometry(enum video_format format, int p, uint32_t w, uint32_t h,
+                           uint32_t *row_bytes, uint32_t *rows);
+
 static struct obs_source_frame *probe_video(void *data, struct obs_source_frame *frame) {
   probe *p = data;
-  if (p->out)
-    for (uint32_t y = 0; y < frame->height; y++)
-      fwrite(frame->data[0] + (size_t)y * frame->linesize[0], 1, (size_t)frame->width * 4, p->out);
+  for (int i = 0; p->out && i < 3; i++) {
+    uint32_t row_bytes, rows;
+    plane_geometry(frame->format, i, frame->width, frame->height, &row_bytes, &rows);
+    for (uint32_t y = 0; row_bytes && y < rows; y++)
+      fwrite(frame->data[i] + (size_t)y * frame->linesize[i], 1, row_bytes, p->out);
+  }
   return frame;
 }
 
@@ -393,6 +464,19 @@ static int cmd_run(int argc, char **argv) {
     obs_source_release(p);
   }
   obs_set_output_source(0, scene_source);
+
+  obs_data_t *known_settings = obs_source_get_settings(source);
+  const char *fmt = obs_data_get_string(known_settings, "format");
+  if (strcmp(fmt, "nv12") == 0 || strcmp(fmt, "i420") == 0 || strcmp(fmt, "yuy2") == 0) {
+    float m[16], lo[3], hi[3];
+    video_format_get_parameters_for_format(VIDEO_CS_709, VIDEO_RANGE_FULL, VIDEO_FORMAT_NV12, m,
+                                           lo, hi);
+    printf("{\"color_matrix\": [");
+    for (int i = 0; i < 16; i++)
+      printf("%s%.9g", i ? ", " : "", m[i]);
+    printf("]}\n");
+  }
+  obs_data_release(known_settings);
 
   sink k = {0};
   obs_add_raw_video_callback(NULL, on_frame, &k);

@@ -141,12 +141,12 @@ static obs_properties_t *filter_properties(void *data) {
 static struct obs_source_frame *filter_video(void *data, struct obs_source_frame *frame) {
   filter *f = data;
   uint64_t t0 = os_gettime_ns();
-  fl_obs_layout layout;
-  if (!fl_obs_frame_layout(frame->format, &layout)) {
+  fl_obs_image img;
+  if (!fl_obs_image_of_frame(frame, &img)) {
     if (!f->warned_format) {
       blog(LOG_WARNING,
-           "[fenceline] frames of format %s pass unfiltered: the filter takes RGBA, BGRA, BGRX "
-           "and BGR3",
+           "[fenceline] frames of format %s pass unfiltered: the filter takes RGBA, BGRA, BGRX, "
+           "BGR3, I420, NV12 and YUY2",
            get_video_format_name(frame->format));
       f->warned_format = 1;
     }
@@ -156,8 +156,7 @@ static struct obs_source_frame *filter_video(void *data, struct obs_source_frame
     fl_obs_runner_unsupported(f->runner, why);
     return frame;
   }
-  fl_obs_runner_frame(f->runner, frame->data[0], frame->linesize[0], frame->width, frame->height,
-                      layout);
+  fl_obs_runner_frame(f->runner, &img);
   fl_obs_runner_add_video_ns(f->runner, os_gettime_ns() - t0);
   return frame;
 }

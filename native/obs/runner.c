@@ -460,15 +460,8 @@ void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
   pthread_mutex_unlock(&r->mu);
 }
 
-static void show(const uint8_t *src, fl_obs_layout from, uint8_t *data, uint32_t stride,
-                 uint32_t width, uint32_t height, fl_obs_layout layout) {
-  /* A 3-channel model's result keeps the frame's own alpha. */
-  fl_obs_convert(src, (size_t)width * (size_t)from.bytes, from, data, stride, layout, width,
-                 height, from.a < 0);
-}
-
-int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
-                        uint32_t height, fl_obs_layout layout) {
+int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
+  uint32_t width = img->width, height = img->height;
   int replaced = 0, wake = 0;
   pthread_mutex_lock(&r->mu);
   r->c.frames++;
@@ -517,8 +510,7 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
       target = oldest(p, SLOT_QUEUED);
     }
     if (target) {
-      fl_obs_convert(data, stride, layout, target->in, (size_t)width * (size_t)p->layout.bytes,
-                     p->layout, width, height, 0);
+      img->read(img, target->in, p->layout);
       target->seq = ++p->next_seq;
       target->state = SLOT_QUEUED;
       FlStatus *st = r->api->SignalFence(p->in_fence, target->seq);
@@ -527,12 +519,12 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
       wake = 1;
     }
     if (held && (best || r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD)) {
-      show(held->out, p->layout, data, stride, width, height, layout);
+      img->write(img, held->out, p->layout);
       replaced = 1;
     } else if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid &&
                r->lg_w == width && r->lg_h == height) {
       /* A new pool (after a reconnection) before its first result. */
-      show(r->last_good, r->lg_layout, data, stride, width, height, layout);
+      img->write(img, r->last_good, r->lg_layout);
       replaced = 1;
     }
     if (best)
@@ -543,7 +535,7 @@ int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32
     r->c.fallbacks++;
     if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid && r->lg_w == width &&
         r->lg_h == height) {
-      show(r->last_good, r->lg_layout, data, stride, width, height, layout);
+      img->write(img, r->last_good, r->lg_layout);
       replaced = 1;
     }
   }

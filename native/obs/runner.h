@@ -54,12 +54,10 @@ void fl_obs_runner_destroy(fl_obs_runner *r);
 /* New settings: a changed model or socket reconnects. */
 void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config);
 
-/* One frame of OBS's video thread: packed pixels `data` (rows `stride` bytes apart) in layout
- * `layout`. Copies the newest result (or the fallback) over the frame in place and hands a copy
- * of the frame to the service. Returns 1 when the frame's bytes were replaced. Never waits for
- * the service. */
-int fl_obs_runner_frame(fl_obs_runner *r, uint8_t *data, uint32_t stride, uint32_t width,
-                        uint32_t height, fl_obs_layout layout);
+/* One frame of OBS's video thread. Hands a copy of the frame to the service (img->read into the
+ * model's packed layout) and writes the newest result (or the fallback) over the frame in place
+ * (img->write). Returns 1 when the frame's bytes were replaced. Never waits for the service. */
+int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img);
 /* Adds to the video thread's time in the filter (measured by the caller around the frame). */
 void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns);
 /* A frame the filter cannot take (its format): counted and shown unfiltered. */

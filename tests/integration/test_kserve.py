@@ -341,4 +341,5 @@ def test_triton_metrics_count_kserve_requests_as_triton_names_them(
 def test_root_redirects_to_the_status_page(service: Service) -> None:
     r = httpx.get(service.url + "/", timeout=5)
     assert r.status_code == 307 and r.headers["location"] == "/ui"
-    assert httpx.get(service.url + "/", timeout=5, follow_redirects=True).status_code == 200
+    page = httpx.get(service.url + "/", timeout=5, follow_redirects=True)
+    assert page.status_code == 200 and '<a href="docs">API docs</a>' in page.text

@@ -284,3 +284,69 @@ def test_docs_plugin_link_block_puts_the_module_where_obs_studio_looks(tmp_path:
     subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, check=True, timeout=120)
     link = tmp_path / "home/.config/obs-studio/plugins/fenceline-obs/bin/64bit/fenceline-obs.so"
     assert link.resolve() == obs.plugin().resolve()
+
+
+def yuv_planes(fmt: str, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The driver's YUV frame k as full Y [H, W] and chroma U, V at their own resolution."""
+    k %= obs.PERIOD
+    x, y = np.arange(W)[None, :], np.arange(H)[:, None]
+    ch = H if fmt == "yuy2" else H // 2
+    cx, cy = np.arange(W // 2)[None, :], np.arange(ch)[:, None]
+    return ((x * 3 + y * 7 + k * 13) % 256, (cx * 5 + cy * 3 + k * 7 + 64) % 256,
+            (cx * 2 + cy * 9 + k * 5 + 128) % 256)
+
+
+def yuv_bytes(fmt: str, yy: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Planes as the driver's probe writes them."""
+    if fmt == "nv12":
+        return np.concatenate([yy.ravel(), np.stack([u, v], -1).ravel()]).astype(np.uint8)
+    if fmt == "i420":
+        return np.concatenate([yy.ravel(), u.ravel(), v.ravel()]).astype(np.uint8)
+    packed = np.stack([yy[:, 0::2], u, yy[:, 1::2], v], -1)  # Y0 U Y1 V
+    return packed.ravel().astype(np.uint8)
+
+
+def to_byte(v: np.ndarray) -> np.ndarray:
+    return np.clip(np.floor(v.astype(np.float32) * np.float32(255) + np.float32(0.5)), 0, 255)
+
+
+@pytest.mark.parametrize("fmt", ["nv12", "i420", "yuy2"])
+def test_yuv_frames_are_converted_with_their_matrix_filtered_and_converted_back(
+        obs_service: Service, obs_repo: Path, display: str, tmp_path: Path, fmt: str) -> None:
+    run = obs.start(display, tmp_path / "obs.log", model="image_filter_rgba8",
+                    socket=obs_service.socket, format=fmt, width=W, height=H, fps=FPS,
+                    seconds=2, out=tmp_path / "out.raw")
+    last = run.finish()
+    assert last["filtered"] > 30 and last["failures"] == 0, last
+    m = np.array(run.lines[0]["color_matrix"], np.float32).reshape(4, 4)
+    inv = np.linalg.inv(m[:3, :3].astype(np.float64)).astype(np.float32)
+    sess = ort.InferenceSession(str(obs_repo / "image_filter_rgba8" / "1" / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+    sub_y = 1 if fmt == "yuy2" else 2
+    want, raw = [], []
+    for k in range(obs.PERIOD):
+        yy, u, v = yuv_planes(fmt, k)
+        raw.append(yuv_bytes(fmt, yy, u, v))
+        full = np.stack([yy, np.repeat(np.repeat(u, sub_y, 0), 2, 1),
+                         np.repeat(np.repeat(v, sub_y, 0), 2, 1)], -1).astype(np.float32) / 255
+        rgb = to_byte(full @ m[:3, :3].T + m[:3, 3])
+        rgba = np.concatenate([rgb, np.full((H, W, 1), 255)], -1).astype(np.uint8)
+        (out,) = sess.run(None, {"image": rgba[None]})
+        back = (out[0, ..., :3].astype(np.float32) / 255 - m[:3, 3]) @ inv.T
+        oy = to_byte(back[..., 0])
+        ou = back[..., 1].reshape(H // sub_y, sub_y, W // 2, 2).mean((1, 3))
+        ov = back[..., 2].reshape(H // sub_y, sub_y, W // 2, 2).mean((1, 3))
+        want.append(yuv_bytes(fmt, oy, to_byte(ou), to_byte(ov)).astype(np.int16))
+    size = raw[0].size
+    data = np.fromfile(tmp_path / "out.raw", np.uint8)
+    frames = data[: data.size // size * size].reshape(-1, size).astype(np.int16)
+    filtered = 0
+    for n, frame in enumerate(frames):
+        if any(np.array_equal(frame, r) for r in raw):
+            assert filtered == 0, f"frame {n} unfiltered after a filtered one"
+            continue
+        # numpy's float32 sums round a byte differently from C's now and then: off by one.
+        best = min(np.abs(frame - w).max() for w in want)
+        assert best <= 1, f"frame {n}: {best} from every expected frame"
+        filtered += 1
+    assert filtered >= 0.8 * len(frames), (filtered, len(frames))

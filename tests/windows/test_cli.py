@@ -19,9 +19,8 @@ def test_demo_runs_service_and_renderer_and_writes_the_before_after_image(tmp_pa
     assert p.returncode == 0, p.stdout + p.stderr
     assert "frame   20/20" in p.stdout and f"before/after written to {out}" in p.stdout, p.stdout
     assert "\\\\.\\pipe\\fenceline-" in p.stdout  # the service's own pipe
-    with Image.open(out) as image:
-        # Before and after side by side (640 wide each, 8 apart), a caption below them.
-        assert image.size[0] == 2 * 640 + 8 and image.size[1] >= 360
+    with Image.open(out) as image:  # the two halves, then the caption of what the model did
+        assert image.size[0] == 2 * 640 + 8 and image.size[1] > 360
 
 
 def test_bench_says_in_one_line_that_it_runs_on_linux_only() -> None:

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from fenceline import _native
+from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied
 from fenceline.interop.handles import close_nt_handles
 from fenceline.interop.owners import Caller
@@ -54,13 +55,11 @@ class PipeConnection(Connection):
 
     def __init__(self, server: Any, pipe: Any, number: int, sid: str) -> None:
         super().__init__(server, pipe, number, Caller(None, transport="ipc", sid=sid))
-        self._pipe_closed = False  # the receive saw the pipe end
 
     def _receive(self) -> tuple[bytes | None, list[int], str | None]:
         pipe: Any = self.sock  # the native PipeConnection (Windows-only, absent from the stub)
         got = pipe.recv_frame(codec.MAX_FRAME)
         if got is None:
-            self._pipe_closed = True
             return None, [], None
         data, oversized = bytes(got[0]), bool(got[1])
         if oversized:  # read to its end; its head stays, so the refusal carries its request id
@@ -70,16 +69,11 @@ class PipeConnection(Connection):
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))
 
-    def _gone(self) -> bool:
-        """True once the pipe is closed or the process that connected has exited (its process
-        handle, held since it was identified, is the pidfd of the Linux socket)."""
-        if self._pipe_closed:
-            return True
-        pipe: Any = self.sock
-        try:
-            return bool(pipe.peer_exited())
-        except FencelineError:  # the pipe is closed: nobody is left to identify
-            return True
+    @staticmethod
+    def peer_gone(channel: Any, process: Any = None) -> bool:
+        """The pipe's own check (its client end closed, or its process exited): a pipe has no
+        poll(2)."""
+        return bool(channel.peer_gone())
 
     def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
         """Duplicates each handle from the pipe's client (identified when it connected) and
@@ -104,8 +98,9 @@ class PipeServer(ServerBase):
         name: str | None = None,
         spin_ns: int = 100_000,
         allowed_sids: frozenset[str] | None = None,
+        run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns)
+        super().__init__(runtime, spin_ns, run_path=run_path)
         self.path = (name or default_pipe_name()).rstrip("\\")
         if not self.path.lower().startswith(PIPE_PREFIX):
             self.path = PIPE_PREFIX + self.path
@@ -157,6 +152,7 @@ class PipeServer(ServerBase):
         pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._listener is not None:
             self._listener.close()
         self._stop_connections(timeout)

@@ -52,6 +52,9 @@ class PipeConnection {
   // until close() or destruction.
   void shutdown();
   void close();
+  // True once the peer closed its end or its process exited (or shutdown() ran): what a wait
+  // done for this peer checks, since nobody reads the pipe meanwhile. Never blocks.
+  bool peer_gone();
 
   // The peer's process id and user SID: the server side's SO_PEERCRED. The first call that
   // identifies the peer opens its process and holds it until close(): a process id is not
@@ -59,9 +62,6 @@ class PipeConnection {
   // that was identified, even after it exited.
   std::uint32_t peer_pid() const;
   std::string peer_user_sid() const;
-  // Whether the identified peer process has exited (its end of the pipe may outlive it only
-  // for a moment, but a fence wait should not wait for the pipe to say so).
-  bool peer_exited() const;
   // Duplicates the peer process's `handle` into this one, with the same access, and checks it
   // names an object of the type `role` needs (nt_handles.h). The caller owns the result; nothing
   // is left open when this throws (handles.cpp).

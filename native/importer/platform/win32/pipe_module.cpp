@@ -58,10 +58,10 @@ void bind_pipe(py::module_ &mod) {
           py::arg("data"))
       .def("shutdown", &PipeConnection::shutdown)
       .def("close", &PipeConnection::close)
+      .def("peer_gone", &PipeConnection::peer_gone,
+           "True once the peer closed its end or its process exited; never blocks.")
       .def_property_readonly("peer_pid", &PipeConnection::peer_pid)
       .def("peer_user_sid", &PipeConnection::peer_user_sid)
-      .def("peer_exited", &PipeConnection::peer_exited,
-           "Whether the peer process identified when it connected has exited.")
       .def("duplicate_from_peer", &PipeConnection::duplicate_from_peer, py::arg("handle"),
            py::arg("role"),
            "The peer process's handle, duplicated into this one and checked to be of the "
