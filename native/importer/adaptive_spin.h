@@ -1,11 +1,13 @@
 // The spin rationing and the adaptive spin of fenceline.waiting, for waits done in native code
-// (the IPC connection's receive in host_runs.cpp). fenceline.waiting documents the rules; its
-// SpinGate is this gate, so Python and native waiters share one count of spinners.
+// (the IPC connection's receive in host_runs.cpp). The rule itself is native/common/spin_rule.h,
+// which the C client follows too; fenceline.waiting's SpinGate is this gate, so Python and
+// native waiters share one count of spinners.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <optional>
+
+#include "../common/spin_rule.h"
 
 namespace fl {
 
@@ -28,27 +30,23 @@ class SpinGate {
   std::atomic<int> spinning_{0};
 };
 
-// AdaptiveSpin without naps (fenceline.waiting.AdaptiveSpin: the same constants, averages,
-// exploration windows and choice). One waiter; not thread-safe.
+// The spin rule (spin_rule.h) of one waiter: AdaptiveSpin without naps. Not thread-safe.
 class ReceiveSpin {
  public:
-  explicit ReceiveSpin(std::int64_t max_spin_ns) : max_spin_ns_(max_spin_ns) {}
+  explicit ReceiveSpin(std::int64_t max_spin_ns) { fl_spin_rule_init(&rule_, max_spin_ns); }
   // How long the next wait should spin before it blocks; `now_ns` is CLOCK_MONOTONIC.
-  std::int64_t budget_ns(std::int64_t now_ns);
+  std::int64_t budget_ns(std::int64_t now_ns) { return fl_spin_rule_budget(&rule_, now_ns); }
   // How long the last wait took and the budget it was given (0: it blocked at once).
-  void observe(std::int64_t waited_ns, std::int64_t budget_ns);
-  bool spinning() const { return spinning_ && max_spin_ns_ > 0; }
-  double average_wait_ns() const { return (spinning_ ? spin_avg_ : block_avg_).value_or(0.0); }
-  std::int64_t max_spin_ns() const { return max_spin_ns_; }
+  void observe(std::int64_t waited_ns, std::int64_t budget_ns) {
+    fl_spin_rule_observe(&rule_, waited_ns, budget_ns);
+  }
+  bool spinning() const { return fl_spin_rule_spinning(&rule_) != 0; }
+  double average_wait_ns() const { return fl_spin_rule_average(&rule_); }
+  std::int64_t max_spin_ns() const { return fl_spin_rule_max(&rule_); }
   std::uint64_t denied = 0;  // waits that blocked at once: every spinner slot was taken
 
  private:
-  bool window(std::int64_t now_ns);
-  void decide();
-  std::int64_t max_spin_ns_;
-  std::optional<double> spin_avg_, block_avg_;
-  bool spinning_ = true;
-  bool exploring_ = false;
+  fl_spin_rule rule_;
 };
 
 }  // namespace fl

@@ -15,6 +15,7 @@
 #include "fault_guard.h"
 #include "host_fence.h"
 #include "host_memory.h"
+#include "py_errors.h"
 #ifndef _WIN32
 #include "seqpacket.h"
 #endif
@@ -26,26 +27,38 @@ void bind_cuda(py::module_ &mod);   // cuda_module.cpp
 void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 void bind_run_metrics(py::module_ &mod);  // run_metrics.cpp
 void bind_adaptive_spin(py::module_ &mod);  // adaptive_spin.cpp
-void bind_host_runs(py::module_ &mod);  // host_runs.cpp (POSIX)
+void bind_host_runs(py::module_ &mod);  // host_runs.cpp
 void bind_trace(py::module_ &mod);  // trace.cpp
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
 }  // namespace fl
 
-namespace {
-
 // The one place where C++ errors become fenceline.errors classes: the code is a wire error code,
 // and fenceline.errors keys its classes by that number.
+py::object fl::python_error_type(const Error &e) {
+  py::object errors = py::module_::import("fenceline.errors");
+  return errors.attr("BY_IPC_CODE").attr("get")(static_cast<std::uint32_t>(e.code()),
+                                                errors.attr("FencelineError"));
+}
+
+py::object fl::python_error(const Error &e) { return python_error_type(e)(e.what()); }
+
+py::object fl::internal_failure(const char *what) {
+  py::module_::import("logging")
+      .attr("getLogger")("fenceline.ipc")
+      .attr("error")("unexpected error in the native run path: %s", what);
+  return py::module_::import("fenceline.errors")
+      .attr("FencelineError")("internal error; see the service log");
+}
+
+namespace {
+
 void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const fl::Error &e) {
-    py::object by_code = py::module_::import("fenceline.errors").attr("BY_IPC_CODE");
-    py::object type = by_code.attr("get")(static_cast<std::uint32_t>(e.code()),
-                                          py::module_::import("fenceline.errors")
-                                              .attr("FencelineError"));
-    PyErr_SetString(type.ptr(), e.what());
+    PyErr_SetString(fl::python_error_type(e).ptr(), e.what());
   }
 }
 
@@ -61,6 +74,34 @@ void bind_wire(py::module_ &mod) {
   mod.attr("WIRE_TIMEOUT_DEFAULT") = FL_WIRE_TIMEOUT_DEFAULT;
   mod.attr("WIRE_RUN_SIZE") = sizeof(FlWireRun);
   mod.attr("WIRE_RUN_REPLY_SIZE") = sizeof(FlWireRunReply);
+  mod.def(
+      "wire_offsets",
+      [] {
+        // Where each field of the fixed frames sits (offsetof the wire structs): the Python
+        // codec's struct formats are checked against these (tests/unit/test_wire_contract.py).
+        py::typing::Dict<py::str, py::typing::Dict<py::str, py::int_>> out;
+        py::dict header, run, reply;
+        header["magic"] = offsetof(FlWireHeader, magic);
+        header["version"] = offsetof(FlWireHeader, version);
+        header["kind"] = offsetof(FlWireHeader, kind);
+        header["request_id"] = offsetof(FlWireHeader, request_id);
+        header["body_length"] = offsetof(FlWireHeader, body_length);
+        run["session_id"] = offsetof(FlWireRun, session_id);
+        run["wait_value"] = offsetof(FlWireRun, wait_value);
+        run["signal_value"] = offsetof(FlWireRun, signal_value);
+        run["timeout_ms"] = offsetof(FlWireRun, timeout_ms);
+        run["flags"] = offsetof(FlWireRun, flags);
+        reply["signal_value"] = offsetof(FlWireRunReply, signal_value);
+        reply["wait_us"] = offsetof(FlWireRunReply, wait_us);
+        reply["infer_us"] = offsetof(FlWireRunReply, infer_us);
+        reply["total_us"] = offsetof(FlWireRunReply, total_us);
+        reply["reserved"] = offsetof(FlWireRunReply, reserved);
+        out["header"] = header;
+        out["run"] = run;
+        out["run_reply"] = reply;
+        return out;
+      },
+      "The offset of every field of the header, RUN and RUN reply, from fenceline_wire.h.");
   mod.def(
       "wire_kinds",
       [] {
@@ -337,10 +378,9 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_d3d12(mod);
   fl::bind_run_metrics(mod);
   fl::bind_adaptive_spin(mod);
+  fl::bind_host_runs(mod);
   fl::bind_trace(mod);
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
-#else
-  fl::bind_host_runs(mod);
 #endif
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds']
+__all__: list[str] = ['CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -375,7 +375,7 @@ class ReceiveSpin:
     def spinning(self) -> bool:
         ...
 class HostRunner:
-    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, result_type: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries, failed: str, shrank: str) -> None:
+    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries) -> None:
         ...
 class RunTable:
     def __init__(self, max_timeout_ms: typing.SupportsInt | typing.SupportsIndex) -> None:
@@ -391,6 +391,10 @@ class RunTable:
     def remove(self, key: bytes) -> None:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
+        """
+    def serve_bytes(self, frame: bytes, owner: str) -> tuple[bytes | None, typing.Any]:
+        """
+        Serves one received frame: (reply, None) when served here (send the reply), (None, failure) when its run failed here, (None, None) when Python serves it.
         """
     def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
@@ -494,9 +498,17 @@ def wire_kinds() -> dict[str, int]:
     """
     Frame kinds by name, as in fenceline_wire.h.
     """
+def wire_offsets() -> dict[str, dict[str, int]]:
+    """
+    The offset of every field of the header, RUN and RUN reply, from fenceline_wire.h.
+    """
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
 PLATFORM: str = 'posix'
+SPIN_OUTLIER: int = 4
+SPIN_SLACK_NS: int = 10000
+SPIN_WINDOWS_PER_PERIOD: int = 16
+SPIN_WINDOW_SHIFT: int = 21
 TRACE_MOMENTS: int = 8
 WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3

@@ -12,6 +12,12 @@ once (by default half the CPUs this process may run on, at least one); the other
 once instead of taking the cores that the producers they wait for need. A slot is held through
 a nap and a spin, never through a block.
 
+The rule's home is native/common/spin_rule.h: the service's native receive and the C client
+follow it in C. :class:`AdaptiveSpin` is the same rule in Python (the same constants, read from
+``_native``; tests/unit/test_receive_spin.py feeds both the same waits) plus naps, kept here
+because its waiters are Python calls already: a fence wait of a host session on the Python run
+path, a streaming worker, the Python client.
+
 A waiter for socket replies (``AdaptiveSpin(..., nap=True)``: the IPC client) also naps: a reply
 that takes a model's run to come (720p: a few hundred microseconds) is too long to spin through,
 and a waiter that blocks is woken after it came, tens of microseconds late on a VM; one that
@@ -30,10 +36,11 @@ from typing import Protocol
 from fenceline import _native
 
 _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
-WINDOW_SHIFT = 21  # exploration windows of 2.1 ms ...
-WINDOWS_PER_PERIOD = 16  # ... one in every 16 (every 34 ms, 6% of the time)
-SPIN_SLACK_NS = 10_000
-OUTLIER = 4.0  # a wait counts for at most this many times its average (see _ema)
+# The rule's constants, read from its one home (native/common/spin_rule.h).
+WINDOW_SHIFT: int = _native.SPIN_WINDOW_SHIFT  # exploration windows of 2.1 ms ...
+WINDOWS_PER_PERIOD: int = _native.SPIN_WINDOWS_PER_PERIOD  # ... one in every 16 (every 34 ms)
+SPIN_SLACK_NS: int = _native.SPIN_SLACK_NS
+OUTLIER = float(_native.SPIN_OUTLIER)  # a wait counts for at most this many times its average
 NAP_MIN_NS = 150_000  # shorter waits: no nap (a spin of the budget pays there)
 NAP_MAX_NS = 5_000_000  # longer waits: one wakeup is a small share of them; just block
 NAP_GUARD_NS = 30_000  # wake this much earlier than the estimate says, beside its spread

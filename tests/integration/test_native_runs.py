@@ -22,6 +22,7 @@ from fenceline.client import Fence, SharedFrame
 from fenceline.ipc.server import IpcServer
 from fenceline.models import build_repository
 from fenceline.protocol import codec
+from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
 from fenceline.runtime.table import ViewSpec
@@ -133,7 +134,7 @@ def test_frames_are_served_natively_and_counted(
     assert got == {"runs": 200, "last": 200}  # the session's counters, read over DESCRIBE
     assert python_runs == []  # not one frame went through the interpreter's run path
     assert ("add_64x64", "ipc", 200) in runtime.metrics.run_store.runs()
-    assert len(runtime.run_table) == 0  # the renderer left: its session is gone here too
+    assert len(server.run_table) == 0  # the renderer left: its session is gone here too
 
 
 def test_a_fence_not_yet_reached_is_waited_for_by_the_python_path(
@@ -158,20 +159,34 @@ def test_failed_runs_answer_as_the_python_path_does(
     assert errors.get("model_error") == 1.0 and errors.get("conflict") == 2.0
 
 
+NBYTES = 3 * 64 * 64 * 4
+
+
+def _native_session(runtime: Runtime, table: Any, owner: str, frame: SharedFrame, a: Fence,
+                    b: Fence) -> str:
+    """A session of ``owner`` over ``frame`` (input, then output) between ``a`` and ``b``,
+    registered with ``table`` as the IPC server registers a connection's sessions."""
+    mem = runtime.import_memory(owner, "host_fd", fd=os.dup(frame.fd))["id"]
+    fa = runtime.import_fence(owner, "host_timeline", fd=os.dup(a.fd))["id"]
+    fb = runtime.import_fence(owner, "host_timeline", fd=os.dup(b.fd))["id"]
+    sid = str(runtime.create_session(
+        owner, "add_64x64", {"x": ViewSpec(mem, 0, "FP32", [1, 3, 64, 64])},
+        {"y": ViewSpec(mem, NBYTES, "FP32", [1, 3, 64, 64])}, fa, fb)["id"])
+    session = runtime.session(owner, sid)
+    assert isinstance(session, HostSession)
+    session.run_natively(table, bytes.fromhex(sid), owner,
+                         runtime.metrics.run_series("add_64x64", "ipc"))
+    return sid
+
+
 def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> None:
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
-    table = runtime.run_table
-    nbytes = 3 * 64 * 64 * 4
+    table = _native.RunTable(runtime.settings.max_timeout_ms)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        with ours, theirs, SharedFrame(2 * nbytes) as f, Fence() as a, Fence() as b:
+        with ours, theirs, SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
             owner = "ipc:7"
-            mem = runtime.import_memory(owner, "host_fd", fd=os.dup(f.fd))["id"]
-            fa = runtime.import_fence(owner, "host_timeline", fd=os.dup(a.fd))["id"]
-            fb = runtime.import_fence(owner, "host_timeline", fd=os.dup(b.fd))["id"]
-            sid = runtime.create_session(
-                owner, "add_64x64", {"x": ViewSpec(mem, 0, "FP32", [1, 3, 64, 64])},
-                {"y": ViewSpec(mem, nbytes, "FP32", [1, 3, 64, 64])}, fa, fb)["id"]
+            sid = _native_session(runtime, table, owner, f, a, b)
             assert len(table) == 1
 
             # The loop serves the RUNs it can and hands back the first frame it cannot: a HELLO
@@ -197,8 +212,32 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
             reply = codec.decode(theirs.recv(codec.MAX_FRAME))
             assert reply.request_id == 2 and codec.decode_run_reply(reply.body).signal_value == 2
             assert b.value == 2
-            table.close()  # as Runtime.close does first
+            table.close()  # as IpcServer.stop does first
             assert not served(3) and b.value == 2
+    finally:
+        runtime.close()
+    assert len(table) == 0
+
+
+def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> None:
+    """serve_bytes: the entry of a transport that receives in Python (the Windows pipe)."""
+    runtime = Runtime(ModelRepository.from_sources(repo, {}))
+    table = _native.RunTable(runtime.settings.max_timeout_ms)
+    try:
+        with SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
+            owner = "pipe:3"
+            sid = _native_session(runtime, table, owner, f, a, b)
+            frame = codec.encode_run(5, codec.Run(bytes.fromhex(sid), 1, None, None))
+            assert table.serve_bytes(frame, owner) == (None, None)  # not there yet: Python's
+            a.signal(1)
+            assert table.serve_bytes(frame, "pipe:4") == (None, None)  # another connection's
+            assert b.value == 0
+            reply, failure = table.serve_bytes(frame, owner)
+            assert failure is None and reply is not None
+            got = codec.decode(reply)
+            assert got.request_id == 5 and codec.decode_run_reply(got.body).signal_value == 1
+            assert b.value == 1 and runtime.describe_session(owner, sid)["runs"] == 1
+            assert ("add_64x64", "ipc", 1) in runtime.metrics.run_store.runs()
     finally:
         runtime.close()
     assert len(table) == 0

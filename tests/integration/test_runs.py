@@ -1,18 +1,26 @@
-"""What a run does, the same over every client (HTTP, Python IPC, the C client): the model runs
-in place in the renderer's memory, between the renderer's fences, and every refusal carries the
-same stable code. Transport-only behaviour stays in test_interop_http.py and
-test_interop_ipc.py."""
+"""What a run does, the same over every client (HTTP, Python IPC, the C client) and on each run
+path (``--run-path native`` and its Python reference): the model runs in place in the renderer's
+memory, between the renderer's fences, and every refusal carries the same stable code.
+Transport-only behaviour stays in test_interop_http.py and test_interop_ipc.py; the two run
+paths' answers are compared frame by frame in test_run_paths.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fenceline.client import Fence, SharedFrame, View
+from fenceline.client import Fence, HttpClient, SharedFrame, View
+from fenceline.config import RUN_PATHS
+from tests.support.metrics import metric
+from tests.support.service import Service, running
 from tests.support.transports import Failed, Ran, Transport
 
 SHAPE = [1, 3, 64, 64]
@@ -43,6 +51,16 @@ class Scene:
     def close(self) -> None:
         for obj in (self.frame, self.wait, self.signal):
             obj.close()
+
+
+@pytest.fixture(scope="module", params=RUN_PATHS)
+def service(
+    request: pytest.FixtureRequest, model_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    """The service of the ``transport`` fixture, once per run path."""
+    with running(model_repo, tmp_path_factory.mktemp("service"), "--run-path",
+                 request.param) as svc:
+        yield svc
 
 
 @pytest.fixture
@@ -113,3 +131,75 @@ def test_read_only_memory_cannot_hold_outputs(scene: Scene) -> None:
     sid = scene.session()  # the same frame imported read_write binds outputs
     scene.wait.signal(1)
     assert scene.t.run(sid, 1) == Ran(1)
+
+
+@pytest.mark.parametrize("late_s", [0.3, 1.0])
+def test_run_succeeds_when_its_input_fence_is_signalled_late(scene: Scene, late_s: float) -> None:
+    """Past the first spin and past the wait's first cancellation slice: the wait goes on."""
+    sid = scene.session()
+    scene.x[:] = 5
+    timer = threading.Timer(late_s, scene.wait.signal, args=(1,))
+    timer.start()
+    try:
+        assert scene.t.run(sid, 1, timeout_ms=20000) == Ran(1)
+    finally:
+        timer.join()
+    assert np.all(scene.y == 6) and scene.signal.value == 1
+
+
+# A renderer in its own process: a session over the scene's named objects, then a RUN whose
+# input fence nobody signals, until the test kills it.
+KILLED_RENDERER = textwrap.dedent("""
+    import sys, types
+    sys.path.insert(0, sys.argv[1])
+    from fenceline.client import View
+    from tests.support.transports import open_transport
+    transport, url, sock, frame, wait, signal, nbytes = sys.argv[2:9]
+    t = open_transport(transport, url, sock)
+    mem = t.import_memory(types.SimpleNamespace(name=frame))
+    shape = [1, 3, 64, 64]
+    sid = t.create_session(
+        "add_64x64", {"x": View(mem, "FP32", shape)},
+        {"y": View(mem, "FP32", shape, int(nbytes))},
+        t.import_fence(types.SimpleNamespace(name=wait)),
+        t.import_fence(types.SimpleNamespace(name=signal)))
+    print(sid, flush=True)
+    t.run(sid, 1, timeout_ms=20000)
+    print("ran", flush=True)
+""")
+
+
+def test_a_renderer_killed_while_its_run_waits_is_released_within_a_second(
+    scene: Scene, service: Service
+) -> None:
+    """The wait ends when its client is gone: the input fence signalled a second after the kill
+    runs nothing, and an IPC connection's objects are released."""
+    connections = metric(service, "fenceline_ipc_open_connections")
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RENDERER, str(Path(__file__).parents[2]), scene.t.name,
+         service.url, str(service.socket), str(scene.frame.name), str(scene.wait.name),
+         str(scene.signal.name), str(NBYTES)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout is not None
+        sid = child.stdout.readline().strip()
+        assert len(sid) == 32, sid
+        time.sleep(0.3)  # the RUN is in the service, waiting
+        assert child.poll() is None and scene.signal.value == 0
+    finally:
+        child.kill()
+        child.communicate()
+    scene.y[:] = 7
+    time.sleep(1.0)
+    scene.wait.signal(1)
+    time.sleep(0.3)
+    assert scene.signal.value == 0 and np.all(scene.y == 7), "the killed renderer's run ran"
+    if scene.t.name == "http":  # HTTP's objects belong to no connection
+        with HttpClient(service.url) as http:
+            http.release_session(sid)
+    else:
+        deadline = time.monotonic() + 5
+        while metric(service, "fenceline_ipc_open_connections") > connections:
+            assert time.monotonic() < deadline, "the killed renderer's connection stayed open"
+            time.sleep(0.05)

@@ -197,6 +197,7 @@ def test_c_checks_pass_under_address_and_undefined_sanitizers(
            f"-I{CLIENT_SRC / 'src'}", f"-I{ROOT / 'native' / 'common'}",
            str(CLIENT_SRC / "tests" / "test_client.c"), *map(str, src),
            str(ROOT / "native" / "common" / "host_timeline.c"),
+           str(ROOT / "native" / "common" / "spin_rule.c"),
            str(ROOT / "native" / "common" / "platform" / "posix" / "htl_wake.c"),
            "-o", str(exe), "-lpthread"]
     build = run(cmd, timeout=180)

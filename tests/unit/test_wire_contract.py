@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import struct
 from pathlib import Path
 
 from fenceline import _native, errors
@@ -58,6 +59,20 @@ def test_the_c_client_names_every_code_as_the_service_does() -> None:
         assert name_of(number).decode() == name
     assert name_of(1000).decode() == "transport"  # the client's own, never on the wire
     assert name_of(555).decode() == "unknown"
+
+
+def _offsets(layout: struct.Struct) -> list[int]:
+    """Where each field of a little-endian struct format starts."""
+    fmt = layout.format[1:]
+    fields = re.findall(r"\d*[a-zA-Z]", fmt)
+    return [struct.calcsize("<" + "".join(fields[:i])) for i in range(len(fields))]
+
+
+def test_the_python_codec_reads_every_field_where_the_c_structs_have_it() -> None:
+    offsets = _native.wire_offsets()
+    for layout, fields in ((codec.HEADER, offsets["header"]), (codec.RUN_BODY, offsets["run"]),
+                           (codec.RUN_REPLY_BODY, offsets["run_reply"])):
+        assert _offsets(layout) == sorted(fields.values()), (layout.format, fields)
 
 
 def test_the_python_codec_matches_the_c_layout() -> None:

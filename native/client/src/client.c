@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fenceline_wire_io.h" /* native/common: the frames' one reader and writer */
 #include "internal.h"
 #include "platform/mutex.h"
 #include "platform/transport.h"
@@ -34,39 +35,6 @@ struct FlClient {
   uint8_t *send_buf; /* MAX_FRAME bytes */
   uint8_t *recv_buf; /* MAX_FRAME + 1 bytes: one extra tells a full frame from a truncated one */
 };
-
-/* ---- little-endian packing ---------------------------------------------------------------- */
-
-static void put_u16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
-static uint32_t get_u32(const uint8_t *p) {
-  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static uint64_t get_u64(const uint8_t *p) {
-  return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
-}
-
-static void put_header(uint8_t *p, uint16_t kind, uint32_t request_id, uint32_t body_len) {
-  put_u32(p, FRAME_MAGIC);
-  put_u16(p + 4, FRAME_VERSION);
-  put_u16(p + 6, kind);
-  put_u32(p + 8, request_id);
-  put_u32(p + 12, body_len);
-}
 
 /* ---- default path ------------------------------------------------------------------------ */
 
@@ -144,7 +112,7 @@ static FlStatus *timed_out(FlClient *c, FlStatus *st, int64_t budget_ns) {
 
 static FlStatus *error_reply(const uint8_t *body, size_t len) {
   if (len < 4) return fl_status(FL_ERROR_PROTOCOL, "the service sent an ERROR without a code");
-  uint32_t code = get_u32(body);
+  uint32_t code = fl_wire_get_error_code(body);
   char message[1024];
   if (fl_json_get_string((const char *)body + 4, len - 4, "error", message, sizeof message) != 0)
     snprintf(message, sizeof message, "the service reported error code %u", (unsigned)code);
@@ -157,8 +125,9 @@ static FlStatus *error_reply(const uint8_t *body, size_t len) {
 /* The ERROR a service sends (request_id 0) before it closes a connection it refuses (peer not
  * allowed, shutting down), when one is waiting in [p, p+n); else NULL. */
 static FlStatus *refusal(const uint8_t *p, size_t n) {
-  if (n < HEADER_SIZE + 4 || get_u32(p) != FRAME_MAGIC || get_u16(p + 4) != FRAME_VERSION ||
-      get_u16(p + 6) != FL_KIND_ERROR || get_u32(p + 8) != 0 || get_u32(p + 12) != n - HEADER_SIZE)
+  FlWireHeader h;
+  if (n < HEADER_SIZE + sizeof(FlWireErrorBody) || !fl_wire_header_ok(p, n, &h) ||
+      h.kind != FL_KIND_ERROR || h.request_id != 0)
     return NULL;
   return error_reply(p + HEADER_SIZE, n - HEADER_SIZE);
 }
@@ -199,8 +168,9 @@ static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t
     return broken_status(c, st);
   }
   int64_t t0 = fl_htl_now_ns();
-  st = fl_conn_recv(c->conn, c->recv_buf, MAX_FRAME + 1, &n, fl_spin_budget(&c->spin), deadline);
-  fl_spin_observe(&c->spin, fl_htl_now_ns() - t0);
+  int64_t spin = fl_spin_budget(&c->spin);
+  st = fl_conn_recv(c->conn, c->recv_buf, MAX_FRAME + 1, &n, spin, deadline);
+  if (st == NULL) fl_spin_observe(&c->spin, fl_htl_now_ns() - t0, spin);
   if (st != NULL) {
     if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
     return broken_status(c, st);
@@ -214,13 +184,14 @@ static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t
     close_locked(c);
     return refused;
   }
-  if (n < HEADER_SIZE || get_u32(p) != FRAME_MAGIC)
+  FlWireHeader h;
+  if (n < HEADER_SIZE || (fl_wire_get_header(p, &h), h.magic != FRAME_MAGIC))
     return broken(c, FL_ERROR_PROTOCOL, "the service's reply is not a fenceline frame");
-  if (get_u16(p + 4) != FRAME_VERSION)
+  if (h.version != FRAME_VERSION)
     return broken(c, FL_ERROR_PROTOCOL, "the service speaks another protocol version");
-  uint16_t rkind = get_u16(p + 6);
-  uint32_t rid = get_u32(p + 8);
-  uint32_t len = get_u32(p + 12);
+  uint16_t rkind = h.kind;
+  uint32_t rid = h.request_id;
+  uint32_t len = h.body_length;
   if (len != n - HEADER_SIZE)
     return broken(c, FL_ERROR_PROTOCOL, "the service's reply has a wrong body_length");
   /* request_id 0 is the service's answer to a frame it could not read at all. */
@@ -259,7 +230,7 @@ FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t bo
   size_t rlen = 0;
   if (st == NULL) {
     uint32_t rid = next_id_locked(c);
-    put_header(c->send_buf, kind, rid, (uint32_t)body_len);
+    fl_wire_put_header(c->send_buf, kind, rid, (uint32_t)body_len);
     memcpy(c->send_buf + HEADER_SIZE, body, body_len);
     st = exchange_locked(c, HEADER_SIZE + body_len, fd, kind, rid, 0, &rbody, &rlen);
   }
@@ -290,13 +261,14 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
   if (st == NULL) {
     uint32_t rid = next_id_locked(c);
     uint8_t *p = c->send_buf;
-    put_header(p, kind, rid, RUN_BODY_SIZE);
-    uint8_t *b = p + HEADER_SIZE;
-    memcpy(b + offsetof(FlWireRun, session_id), session_id, FL_WIRE_SESSION_ID_BYTES);
-    put_u64(b + offsetof(FlWireRun, wait_value), wait_value);
-    put_u64(b + offsetof(FlWireRun, signal_value), signal_value);
-    put_u32(b + offsetof(FlWireRun, timeout_ms), timeout_ms);
-    put_u32(b + offsetof(FlWireRun, flags), 0);
+    FlWireRun run;
+    memcpy(run.session_id, session_id, FL_WIRE_SESSION_ID_BYTES);
+    run.wait_value = wait_value;
+    run.signal_value = signal_value;
+    run.timeout_ms = timeout_ms;
+    run.flags = 0;
+    fl_wire_put_header(p, kind, rid, RUN_BODY_SIZE);
+    fl_wire_put_run(p + HEADER_SIZE, &run);
     /* RUN and RUN_ASYNC are both answered with a RUN reply. */
     /* The service may wait timeout_ms for the fence before it answers: not a hang. */
     int64_t wait_ns = timeout_ms == FL_TIMEOUT_DEFAULT ? SERVICE_DEFAULT_RUN_TIMEOUT_NS
@@ -307,10 +279,12 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
   if (st == NULL && rlen != RUN_REPLY_BODY_SIZE)
     st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size");
   if (st == NULL && out != NULL) {
-    out->signal_value = get_u64(rbody + offsetof(FlWireRunReply, signal_value));
-    out->wait_us = get_u32(rbody + offsetof(FlWireRunReply, wait_us));
-    out->infer_us = get_u32(rbody + offsetof(FlWireRunReply, infer_us));
-    out->total_us = get_u32(rbody + offsetof(FlWireRunReply, total_us));
+    FlWireRunReply r;
+    fl_wire_get_run_reply(rbody, &r);
+    out->signal_value = r.signal_value;
+    out->wait_us = r.wait_us;
+    out->infer_us = r.infer_us;
+    out->total_us = r.total_us;
     out->reserved = 0;
   }
   fl_mutex_unlock(&c->lock);

@@ -8,6 +8,7 @@
 #include "fenceline/fenceline_client.h"
 #include "host_timeline.h"
 #include "platform/atomic.h" /* native/common: plain-field atomics for GCC, Clang and MSVC */
+#include "spin_rule.h"         /* native/common: the one adaptive spin rule */
 
 #if defined(__MINGW32__)
 /* mingw-w64's own printf (__USE_MINGW_ANSI_STDIO, set by CMake): C99 formats such as %zu. */
@@ -30,20 +31,19 @@ const char *fl_status_message(const FlStatus *s);
 void fl_status_release(FlStatus *s);
 const char *fl_code_name(FlErrorCode code);
 
-/* ---- adaptive spin (spin.c): spin only while the awaited event recently came sooner than the
- * budget, as fenceline.waiting.AdaptiveSpin does. Fields are read and written atomically
- * (platform/atomic.h) so several threads may wait on one fence. ----------------------------- */
+/* ---- adaptive spin (spin.c): the rule of native/common/spin_rule.h. Its fields are read and
+ * written atomically, so several threads may wait on one fence. ----------------------------- */
 
 typedef struct fl_spin {
-  uint64_t max_ns; /* int64 values, stored as their bits */
-  uint64_t avg_ns;
+  fl_spin_rule rule;
 } fl_spin;
 
 void fl_spin_set_max(fl_spin *s, int64_t max_ns);
 
 void fl_spin_init(fl_spin *s, int64_t max_ns);
+/* The next wait's spin budget; hand it back to fl_spin_observe with how long the wait took. */
 int64_t fl_spin_budget(fl_spin *s);
-void fl_spin_observe(fl_spin *s, int64_t waited_ns);
+void fl_spin_observe(fl_spin *s, int64_t waited_ns, int64_t budget_ns);
 
 /* ---- reference counts: a plain counter changed atomically ---------------------------------- */
 

@@ -1,29 +1,14 @@
 #include "internal.h"
 
-/* A blocking wakeup across CPUs costs tens of microseconds, more than a small model's run, while
- * spinning costs a core: spin for twice the recent average wait, never past max_ns, and not at
- * all once waits run longer than the budget. The same rule as fenceline.waiting.AdaptiveSpin. */
+/* The C client's waits (a reply, a fence) spin by the one rule of fenceline (native/common/
+ * spin_rule.h), the one the service's native receive and fenceline.waiting follow. */
 
-void fl_spin_init(fl_spin *s, int64_t max_ns) {
-  s->max_ns = (uint64_t)(max_ns < 0 ? 0 : max_ns);
-  s->avg_ns = 0;
-}
+void fl_spin_init(fl_spin *s, int64_t max_ns) { fl_spin_rule_init(&s->rule, max_ns); }
 
-void fl_spin_set_max(fl_spin *s, int64_t max_ns) {
-  fl_store_u64(&s->max_ns, (uint64_t)(max_ns < 0 ? 0 : max_ns));
-}
+void fl_spin_set_max(fl_spin *s, int64_t max_ns) { fl_spin_rule_set_max(&s->rule, max_ns); }
 
-int64_t fl_spin_budget(fl_spin *s) {
-  int64_t max = (int64_t)fl_load_u64(&s->max_ns);
-  int64_t avg = (int64_t)fl_load_u64(&s->avg_ns);
-  if (max == 0 || avg > max) return 0;
-  int64_t b = 2 * avg;
-  if (b < 2000) b = 2000;
-  return b < max ? b : max;
-}
+int64_t fl_spin_budget(fl_spin *s) { return fl_spin_rule_budget(&s->rule, fl_htl_now_ns()); }
 
-void fl_spin_observe(fl_spin *s, int64_t waited_ns) {
-  /* Racing observers may lose an update; the average stays a sensible estimate. */
-  int64_t avg = (int64_t)fl_load_u64(&s->avg_ns);
-  fl_store_u64(&s->avg_ns, (uint64_t)(avg + (waited_ns - avg) / 8));
+void fl_spin_observe(fl_spin *s, int64_t waited_ns, int64_t budget_ns) {
+  fl_spin_rule_observe(&s->rule, waited_ns, budget_ns);
 }

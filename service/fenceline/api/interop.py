@@ -1,14 +1,18 @@
 """``/v2/interop/...``: capabilities, memory and fence imports, sessions and runs.
 
 Blocking work (fence waits, model runs, imports) runs in the threadpool: these handlers are plain
-``def`` so they never block the event loop.
+``def`` so they never block the event loop. A run is ``async`` only to watch its connection
+meanwhile: a client that hangs up ends its run's fence wait, as over IPC.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from fenceline.api.peers import http_caller
 from fenceline.errors import InvalidArgument
@@ -20,6 +24,7 @@ from fenceline.protocol.schemas import (
     SessionCreateRequest,
 )
 from fenceline.runtime.service import Runtime
+from fenceline.waiting import Cancel
 
 OWNER = "http"
 
@@ -110,10 +115,24 @@ def delete_session(id: str, request: Request) -> Response:
 
 
 @router.post("/sessions/{id}/run")
-def post_run(id: str, body: RunRequest, request: Request) -> RunResponse:
-    result = runtime(request).run(
-        OWNER, id, body.wait_value, body.signal_value, body.timeout_ms, transport="http"
-    )
+async def post_run(id: str, body: RunRequest, request: Request) -> RunResponse:
+    rt = runtime(request)
+    gone = threading.Event()
+
+    async def watch() -> None:
+        # The body is read: the next message is the client's disconnect, if it comes.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        result = await run_in_threadpool(
+            rt.run, OWNER, id, body.wait_value, body.signal_value, body.timeout_ms,
+            transport="http", cancel=Cancel(rt.closing, gone.is_set),
+        )
+    finally:
+        watcher.cancel()
     return RunResponse(signal_value=result.signal_value, timings_us=result.timings_us())
 
 

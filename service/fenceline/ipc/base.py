@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fenceline import _native
+from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied, ResourceExhausted, Unavailable
 from fenceline.ipc.limits import ConnectionLimits
 from fenceline.runtime.service import Runtime
@@ -34,11 +36,16 @@ class Connection(Protocol):
 
 class ServerBase:
     def __init__(
-        self, runtime: Runtime, spin_ns: int, limits: ConnectionLimits | None = None
+        self, runtime: Runtime, spin_ns: int, limits: ConnectionLimits | None = None,
+        run_path: RunPath = "native",
     ) -> None:
         self.runtime = runtime
         self.spin_ns = spin_ns
         self.limits = limits or ConnectionLimits()
+        self.run_path = run_path
+        # The native runner: the RUN frames of the host sessions each connection registers with
+        # it (run path "native"; "python" registers none). docs/ipc.md, "The run path".
+        self.run_table: Any = _native.RunTable(runtime.settings.max_timeout_ms)
         self._connections: set[Connection] = set()
         self._per_peer: dict[str, int] = {}  # connections held by each peer (user)
         self._lock = threading.Lock()

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from fenceline import _native
+from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied
 from fenceline.interop.handles import close_nt_handles
 from fenceline.interop.owners import Caller
@@ -68,6 +69,12 @@ class PipeConnection(Connection):
     def _send(self, data: bytes) -> bool:
         return bool(self.sock.send(data))
 
+    @staticmethod
+    def peer_gone(channel: Any, process: Any = None) -> bool:
+        """The pipe's own check (its client end closed, or its process exited): a pipe has no
+        poll(2)."""
+        return bool(channel.peer_gone())
+
     def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
         """Duplicates each handle from the pipe's client (identified when it connected) and
         checks its object type; on any failure closes what it already duplicated."""
@@ -91,8 +98,9 @@ class PipeServer(ServerBase):
         name: str | None = None,
         spin_ns: int = 100_000,
         allowed_sids: frozenset[str] | None = None,
+        run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns)
+        super().__init__(runtime, spin_ns, run_path=run_path)
         self.path = (name or default_pipe_name()).rstrip("\\")
         if not self.path.lower().startswith(PIPE_PREFIX):
             self.path = PIPE_PREFIX + self.path
@@ -144,6 +152,7 @@ class PipeServer(ServerBase):
         pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._listener is not None:
             self._listener.close()
         self._stop_connections(timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import select
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs, waiting
+from fenceline.config import RunPath
 from fenceline.errors import (
     FencelineError,
     InvalidArgument,
@@ -37,11 +39,14 @@ from fenceline.ipc.refusals import Refusals
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
-from fenceline.runtime.service import IPC_OWNER, Runtime
+from fenceline.runtime.host_session import HostSession
+from fenceline.runtime.service import Runtime
 from fenceline.runtime.session import RunResult
 from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.ipc")
+
+IPC_OWNER = "ipc:"  # the owner name of what an IPC connection creates: "ipc:<connection number>"
 
 
 def default_socket_path() -> Path:
@@ -77,16 +82,17 @@ class Connection:
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         # The process that connected, watched beside the socket: its end of the socket may
-        # outlive it (docs/reliability.md, "A renderer dies"). The Windows pipe has none here.
+        # outlive it (docs/reliability.md, "A renderer dies"). The Windows pipe watches its own.
         self._process = (
             _native.PeerProcess(sock.fileno()) if isinstance(sock, socket.socket) else None)
         self._pidfd = -1 if self._process is None else self._process.pidfd
         self._send_timeout_ms = server.limits.send_timeout_ms
-        # A long fence wait ends early when the renderer dies: nobody reads the socket meanwhile,
-        # so the wait itself looks for the hangup and the process's exit. (No reference back to
-        # this connection: a cycle would keep its handles until a garbage collection.)
-        process = self._process
-        self._cancel = Cancel(server.runtime.closing, lambda: _gone(sock, process))
+        # A long fence wait ends early when the renderer dies: nobody reads the channel
+        # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
+        # of the channel, not a bound method: the connection must not reach itself, or it and
+        # its channel's handles would wait for the cycle collector.)
+        self._cancel = Cancel(
+            server.runtime.closing, functools.partial(self.peer_gone, sock, self._process))
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -109,26 +115,35 @@ class Connection:
         logs.peer.set(self.peer)
         metrics = self.runtime.metrics
         # The Unix socket's frames are received, and a host session's RUNs served, in native
-        # code (docs/ipc.md, "The run path"); the Windows pipe serves every frame here.
-        table = self.runtime.run_table if isinstance(self.sock, socket.socket) else None
-        fd = -1 if table is None else self.sock.fileno()
+        # code (docs/ipc.md, "The run path"); the Windows pipe receives here and hands each
+        # frame to the same runner first.
+        table = self.server.run_table
+        loop = isinstance(self.sock, socket.socket)
+        fd = self.sock.fileno() if loop else -1
         try:
             if self._process is not None and self._process.exited():
                 return  # gone before it was served: what it queued is purged at close
             while True:
                 failure: object = None
                 try:
-                    if table is not None:
+                    if loop:
                         data, fds, problem, failure = table.serve_loop(
                             fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
                             self._send_timeout_ms)
                     else:
                         data, fds, problem = self._receive()
+                        if data and problem is None and not fds:
+                            answer, failure = table.serve_bytes(data, self.owner)
+                            if answer is not None:
+                                if not self._send(answer):
+                                    break
+                                continue
                 except (OSError, FencelineError):
                     break
                 if data is None:
-                    if table is not None and not (self._gone() or self.runtime.closing.is_set()):
-                        # Neither the peer's end nor its exit: a reply it did not take in time.
+                    if loop and not (self._gone() or self.runtime.closing.is_set()):
+                        # Neither the peer's end nor its exit: a reply it did not take in time
+                        # (the Unix socket's send deadline; the pipe has none).
                         self._log_send_timeout()
                     break
                 if isinstance(failure, FencelineError):  # a run that failed in native code
@@ -180,6 +195,13 @@ class Connection:
         received by RunTable.serve_loop."""
         raise NotImplementedError
 
+    @staticmethod
+    def peer_gone(channel: Any, process: Any = None) -> bool:
+        """True once the renderer at the other end of ``channel`` closed it or its ``process``
+        (a ``_native.PeerProcess``) exited; never blocks. Each transport has its own way to see
+        it: the Windows pipe's is fenceline.ipc.pipe_server's."""
+        return _hung_up(channel) or (process is not None and process.exited())
+
     def _send(self, data: bytes) -> bool:
         """False when the peer is gone, or did not take the message within the send timeout:
         the connection then closes."""
@@ -197,7 +219,8 @@ class Connection:
                     "connection", self.owner, self._send_timeout_ms)
 
     def _gone(self) -> bool:
-        return _gone(self.sock, self._process)
+        """True once the peer closed its end or its process exited."""
+        return self.peer_gone(self.sock, self._process)
 
     @staticmethod
     def _close_fds(fds: list[int]) -> None:
@@ -308,11 +331,20 @@ class Connection:
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(SessionCreateRequest, body)
-        return self.runtime.create_session(
+        info = self.runtime.create_session(
             self.owner, req.model, req.input_specs(), req.output_specs(), req.wait_fence,
             req.signal_fence, mode=req.mode, policy=req.policy, spin_us=req.spin_us,
             start=req.start,
         )
+        table = self.server.run_table
+        if self.server.run_path == "native":
+            session = self.runtime.session(self.owner, info["id"])
+            if isinstance(session, HostSession) and session.stream is None:
+                # One thread serves a connection, so its runs are in flight one at a time:
+                # within the in-flight quota the native path need not count them.
+                session.run_natively(table, bytes.fromhex(info["id"]), self.owner,
+                                     self.runtime.metrics.run_series(req.model, "ipc"))
+        return info
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
         self.runtime.release_session(self.owner, self._id(body))
@@ -358,13 +390,8 @@ class Connection:
                 self.runtime.metrics.ipc_connections.dec()
 
 
-def _gone(sock: socket.socket, process: _native.PeerProcess | None) -> bool:
-    """True once the peer closed its end or its process exited."""
-    return _hung_up(sock) or (process is not None and process.exited())
-
-
 def _hung_up(sock: socket.socket) -> bool:
-    """True once the peer closed its end (or died: the kernel closed it)."""
+    """True once the peer closed its end of a Unix socket (or died: the kernel closed it)."""
     try:
         p = select.poll()
         p.register(sock.fileno(), select.POLLHUP)
@@ -416,8 +443,9 @@ class IpcServer(ServerBase):
         spin_ns: int = 100_000,
         allow_uids: frozenset[int] | None = None,
         limits: ConnectionLimits | None = None,
+        run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns, limits)
+        super().__init__(runtime, spin_ns, limits, run_path)
         self._refusals = Refusals()
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
@@ -534,6 +562,7 @@ class IpcServer(ServerBase):
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
         self._accepting = False
+        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None

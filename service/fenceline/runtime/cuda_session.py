@@ -329,7 +329,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             else:
                 self._ort.run_with_iobinding(self._binding, self._run_options)
         except Exception as e:  # onnxruntime's own error types, the launch's FencelineError
-            failure = ModelError(f"model {self.model.name!r} failed: {e}")
+            failure = self.model_failed(e)
             if not signal_on_error:
                 raise failure from e
         if traced:

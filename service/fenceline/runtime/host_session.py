@@ -10,9 +10,10 @@ from typing import Any
 
 from fenceline import _native, trace
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, DeviceLost, ModelError, TimedOut
+from fenceline.errors import Conflict, TimedOut
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
+from fenceline.runtime import ort_binding
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import AdaptiveSpin, Cancel
@@ -43,13 +44,13 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
     def run_natively(self, table: Any, key: bytes, owner: str, series: Any) -> None:
         """Lets ``table`` (a ``_native.RunTable``) serve this session's RUN frames from
         ``owner``'s socket without the interpreter, as :meth:`run` would (docs/ipc.md, "The run
-        path"); ``series`` records them (Metrics.run_series). Until :meth:`close`."""
+        path"); ``series`` records them (Metrics.run_series). Until :meth:`close`. The model is
+        called as runtime/ort_binding.py says."""
         assert self.model.session is not None
-        name = self.model.name
+        run, binding = ort_binding.native_entry(self.model.session, self._binding)
         runner = _native.HostRunner(
-            owner, self.model.session._sess.run_with_iobinding, self._binding._iobinding, self,
-            RunResult, self._wait_handle, self._signal_handle, self._unsealed, series,
-            f"model {name!r} failed: ", _shrank(name),
+            owner, run, binding, self, self._wait_handle, self._signal_handle, self._unsealed,
+            series,
         )
         with self._lock:
             if self._closed:
@@ -112,18 +113,14 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
                 self.model.session.run_with_iobinding(self._binding)
             except Exception as e:  # onnxruntime's own error types
-                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+                raise self.model_failed(e) from e
             inferred = time.perf_counter_ns()
             self._check_lost()
             self._signal_handle.signal(target)
             end = time.perf_counter_ns()
             if model_start:
                 trace.mark_run(self.trace_tag, target, waited, model_start, inferred, end)
-            self.runs += 1
-            self.last_signal_value = target
-            result = RunResult(target, waited - start, inferred - waited, end - start)
-            self.recent.append((end, result))
-        return result
+            return self.record_run(end, target, waited - start, inferred - waited, end - start)
 
     def infer(self) -> int:
         """Runs the model once over the bound views, now, and returns how long it took (ns).
@@ -138,7 +135,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             try:
                 self.model.session.run_with_iobinding(self._binding)
             except Exception as e:  # onnxruntime's own error types
-                raise ModelError(f"model {self.model.name!r} failed: {e}") from e
+                raise self.model_failed(e) from e
             self._check_lost()
             self.runs += 1
             return time.perf_counter_ns() - t0
@@ -149,7 +146,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         rather than signal it."""
         for handle in self._unsealed:
             if handle.lost:
-                raise DeviceLost(_shrank(self.model.name))
+                raise self.memory_shrank()
 
     def close(self) -> None:
         """Waits for a run in flight, then unbinds and lets go of the views, so the mappings
@@ -165,11 +162,6 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             self._unbind(self._binding)
             self.inputs, self.outputs = {}, {}
             self._unsealed = []
-
-
-def _shrank(model: str) -> str:
-    return (f"a buffer of this session shrank while model {model!r} ran; release the session "
-            "and its memory")
 
 
 def _unique_unsealed(memories: Iterable[MemoryImport]) -> list[Any]:

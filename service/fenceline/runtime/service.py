@@ -1,6 +1,6 @@
 """The runtime: one object table of imports and sessions, owned by clients, driven by every
-transport. HTTP requests act as owner ``"http"``; each IPC connection is its own owner, and
-everything it created is released when it closes."""
+transport. It knows no transport: an owner is a name the transport picks (HTTP requests act as
+``"http"``, each IPC connection as its own, whose objects it releases when it closes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fenceline import _native, trace
+from fenceline import trace
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
@@ -43,7 +43,6 @@ from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
-from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import Model, ModelRepository
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
@@ -78,10 +77,6 @@ class Runtime:
         # The model of each session being built, by reserved id (an unload waits for none).
         self._pending_models: dict[str, Model] = {}
         self.closing = threading.Event()
-        # The host sessions whose RUN frames the IPC socket serves natively (docs/ipc.md, "The
-        # run path"); None where the build has no such path (Windows).
-        table = getattr(_native, "RunTable", None)
-        self.run_table: Any = None if table is None else table(self.settings.max_timeout_ms)
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -399,12 +394,6 @@ class Runtime:
             raise Unavailable("the service is shutting down")
         if stream is not None:
             stream.label, stream.owner = entry.id[:8], owner
-        elif (self.run_table is not None and isinstance(session, HostSession)
-              and owner.startswith(IPC_OWNER) and self.settings.max_inflight_runs_per_owner > 0):
-            # One thread serves a connection, so its runs are in flight one at a time: within
-            # the in-flight quota the native path need not count them.
-            session.run_natively(self.run_table, bytes.fromhex(entry.id), owner,
-                                 self.metrics.run_series(m.name, "ipc"))
         self.metrics.sessions.labels(m.name).inc()
         if label:
             self.metrics.gpu_sessions.labels(label).inc()
@@ -628,13 +617,9 @@ class Runtime:
     def close(self) -> None:
         """Fails waiting runs with ``unavailable``, then releases every object."""
         self.closing.set()
-        if self.run_table is not None:
-            self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         for owner in self.owners():
             self.release_owner(owner)
 
-
-IPC_OWNER = "ipc:"  # the owner of what an IPC connection creates: "ipc:<connection number>"
 
 
 def _ids(owner: str, session_id: str) -> dict[str, str]:

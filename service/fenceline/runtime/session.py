@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
+from fenceline.errors import DeviceLost, ModelError
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
 from fenceline.waiting import Cancel
@@ -131,6 +132,31 @@ class SessionBase(Generic[B, F]):
     @property
     def output_devices(self) -> dict[str, str]:
         raise NotImplementedError
+
+    def record_run(self, end_ns: int, signal_value: int, wait_ns: int, infer_ns: int,
+                   total_ns: int) -> RunResult:
+        """Counts a run that ended at ``end_ns`` (perf_counter_ns) having signalled
+        ``signal_value``: the one place the counters change, on every run path (the native
+        runner calls it too)."""
+        self.runs += 1
+        self.last_signal_value = signal_value
+        result = RunResult(signal_value, wait_ns, infer_ns, total_ns)
+        self.recent.append((end_ns, result))
+        return result
+
+    # The failures of a run, worded once for every run path (the native runner calls these).
+
+    def model_failed(self, error: BaseException) -> ModelError:
+        """onnxruntime raised ``error`` while the model ran."""
+        return ModelError(f"model {self.model.name!r} failed: {error}")
+
+    def memory_shrank(self) -> DeviceLost:
+        """Renderer memory of this session shrank while the model ran (the fault guard put zero
+        pages in its place), so what the model read or wrote is not the renderer's."""
+        return DeviceLost(
+            f"a buffer of this session shrank while model {self.model.name!r} ran; release the "
+            "session and its memory"
+        )
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -184,6 +184,22 @@ void PipeConnection::close() {
   peer_process_ = nullptr;
 }
 
+bool PipeConnection::peer_gone() {
+  std::lock_guard<std::mutex> lock(send_mutex_);  // close() takes it before closing pipe_
+  if (pipe_ == INVALID_HANDLE_VALUE || ::WaitForSingleObject(cancel_, 0) == WAIT_OBJECT_0)
+    return true;
+  DWORD available = 0;
+  if (!::PeekNamedPipe(pipe_, nullptr, 0, nullptr, &available, nullptr)) {
+    const DWORD err = ::GetLastError();
+    if (err == ERROR_BROKEN_PIPE || err == ERROR_PIPE_NOT_CONNECTED || err == ERROR_NO_DATA)
+      return true;
+  }
+  // A killed peer's end closes a moment after it exits: its process says so first.
+  std::lock_guard<std::mutex> peer_lock(peer_mutex_);
+  DWORD code = 0;
+  return peer_process_ && ::GetExitCodeProcess(peer_process_, &code) && code != STILL_ACTIVE;
+}
+
 std::uint32_t PipeConnection::peer_pid() const {
   ULONG pid = 0;
   BOOL ok = server_ ? ::GetNamedPipeClientProcessId(pipe_, &pid)

@@ -52,6 +52,9 @@ class PipeConnection {
   // until close() or destruction.
   void shutdown();
   void close();
+  // True once the peer closed its end or its process exited (or shutdown() ran): what a wait
+  // done for this peer checks, since nobody reads the pipe meanwhile. Never blocks.
+  bool peer_gone();
 
   // The peer's process id and user SID: the server side's SO_PEERCRED. The first call that
   // identifies the peer opens its process and holds it until close(): a process id is not

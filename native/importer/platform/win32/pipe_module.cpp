@@ -58,6 +58,8 @@ void bind_pipe(py::module_ &mod) {
           py::arg("data"))
       .def("shutdown", &PipeConnection::shutdown)
       .def("close", &PipeConnection::close)
+      .def("peer_gone", &PipeConnection::peer_gone,
+           "True once the peer closed its end or its process exited; never blocks.")
       .def_property_readonly("peer_pid", &PipeConnection::peer_pid)
       .def("peer_user_sid", &PipeConnection::peer_user_sid)
       .def("duplicate_from_peer", &PipeConnection::duplicate_from_peer, py::arg("handle"),
