@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from fenceline.protocol.schemas import MemoryImportRequest, RunRequest, SessionCreateRequest
+from tests.support.docs_block import run_docs_block
 from tests.support.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -447,17 +448,7 @@ def test_gstreamer_run_it_block_runs_as_written(tmp_path: Path) -> None:
     block = find("docs/gstreamer.md", ".venv/bin/python -c 'from pathlib import Path; from "
                  "fenceline.models import build_repository; build_repository(Path(\"models\"), "
                  "[\"image_filter_rgba8\", \"image_filter_rgb8\"])'").text
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    (tmp_path / "block.sh").write_text(block)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCELINE_")}
-    env.update(FENCELINE_PORT="0", FENCELINE_SOCKET=str(tmp_path / "fl.sock"),
-               XDG_RUNTIME_DIR=str(run_dir), GST_PLUGIN_PATH=str(plugins))
-    r = subprocess.run(
-        ["bash", "-c", 'set -e; trap "kill \\$(jobs -p) 2>/dev/null; wait" EXIT; source ./block.sh'],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
-    )
+    r = run_docs_block(tmp_path, block, 900, GST_PLUGIN_PATH=str(plugins))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Got EOS" in r.stdout, r.stdout[-3000:]
     assert (tmp_path / "models" / "image_filter_rgba8" / "1" / "model.onnx").is_file()

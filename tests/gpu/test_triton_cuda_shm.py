@@ -6,10 +6,9 @@ bindings those helpers need. The CPU-side checks run everywhere: tests/unit/test
 
 from __future__ import annotations
 
-import re
 import secrets
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
 from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, triton_cuda_shm_reason
 from tests.support.service import Service, start_service, stop_service
+from tests.support.triton_shm import raises, shm_input, shm_output
 
 pytestmark = pytest.mark.gpu
 
@@ -90,25 +89,6 @@ def regions(client: httpclient.InferenceServerClient) -> Iterator[Regions]:
 
 def frame(shape: list[int], seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random(shape, dtype=np.float32)
-
-
-def shm_input(region: str, size: int, shape: list[int], offset: int = 0) -> httpclient.InferInput:
-    i = httpclient.InferInput("x", shape, "FP32")
-    i.set_shared_memory(region, size, offset=offset)
-    return i
-
-
-def shm_output(region: str, size: int, offset: int = 0) -> httpclient.InferRequestedOutput:
-    o = httpclient.InferRequestedOutput("y")
-    o.set_shared_memory(region, size, offset=offset)
-    return o
-
-
-def raises(status: str, pattern: str, call: Callable[[], object]) -> None:
-    with pytest.raises(InferenceServerException) as e:
-        call()
-    assert e.value.status() == status, e.value.message()
-    assert re.search(pattern, e.value.message()), e.value.message()
 
 
 def test_v2_lists_cuda_shared_memory(client: httpclient.InferenceServerClient) -> None:

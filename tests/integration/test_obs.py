@@ -20,6 +20,7 @@ import pytest
 
 from fenceline.bench import obs, obs_fps
 from fenceline.models import build_repository
+from tests.support.docs_block import run_docs_block
 from tests.support.service import Service, start_service, stop_service
 
 WHY = obs.unavailable()
@@ -253,17 +254,7 @@ def test_docs_run_it_headless_block_runs_as_written(tmp_path: Path) -> None:
     finds the socket the same way. The background service is stopped when the block ends."""
     block = docs_block(".venv/bin/python -c 'from pathlib import Path; from fenceline.models "
                        "import build_repository;")
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    (tmp_path / "block.sh").write_text(block)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCELINE_")}
-    env.update(FENCELINE_PORT="0", FENCELINE_SOCKET=str(tmp_path / "fl.sock"),
-               XDG_RUNTIME_DIR=str(run_dir))
-    r = subprocess.run(
-        ["bash", "-c", 'set -e; trap "kill \\$(jobs -p) 2>/dev/null; wait" EXIT; source ./block.sh'],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )
+    r = run_docs_block(tmp_path, block, 600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     listed, ran = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert listed["id"] == "fenceline_filter"

@@ -19,11 +19,11 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tritonclient.utils import InferenceServerException
 
 from fenceline.models import build_repository
 from tests.integration.test_kserve import reference
 from tests.support.service import Service, running
+from tests.support.triton_shm import raises, shm_input, shm_output
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = 3 * 64 * 64 * 4
@@ -76,26 +76,6 @@ def regions(client: httpclient.InferenceServerClient) -> Iterator[Regions]:
 
 def frame(shape: list[int] = SHAPE, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random(shape, dtype=np.float32)
-
-
-def shm_input(region: str, size: int, offset: int = 0, name: str = "x",
-              shape: list[int] = SHAPE) -> httpclient.InferInput:
-    i = httpclient.InferInput(name, shape, "FP32")
-    i.set_shared_memory(region, size, offset=offset)
-    return i
-
-
-def shm_output(region: str, size: int, offset: int = 0, name: str = "y") -> Any:
-    o = httpclient.InferRequestedOutput(name)
-    o.set_shared_memory(region, size, offset=offset)
-    return o
-
-
-def raises(status: str, pattern: str, call: Callable[[], object]) -> None:
-    with pytest.raises(InferenceServerException) as e:
-        call()
-    assert e.value.status() == status, e.value.message()
-    assert re.search(pattern, e.value.message()), e.value.message()
 
 
 def wait_until(cond: Callable[[], bool], timeout_s: float = 10) -> None:

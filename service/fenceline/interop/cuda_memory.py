@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
-from fenceline.interop.datatypes import Datatype
+from fenceline.interop.datatypes import Datatype, ViewWindow
 from fenceline.interop.devices import inventory, select_device
 from fenceline.interop.handles import Access
 
@@ -45,24 +45,12 @@ def cuda_device(device_uuid: str | None = None, device_id: int | None = None) ->
 
 
 @dataclass(frozen=True)
-class CudaTensorBinding:
+class CudaTensorBinding(ViewWindow):
     """A bounds-checked typed window into device memory; it keeps the import alive."""
 
     memory: CudaMemoryImport
     datatype: Datatype
     view: _native.CudaTensorView
-
-    @property
-    def shape(self) -> list[int]:
-        return list(self.view.shape)
-
-    @property
-    def address(self) -> int:
-        return int(self.view.address)
-
-    @property
-    def offset(self) -> int:
-        return int(self.view.offset)
 
 
 class CudaMemoryImport:

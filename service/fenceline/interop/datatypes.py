@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fenceline.errors import InvalidArgument
+
+
+class ViewWindow:
+    """What a typed window (host_memory.TensorBinding, cuda_memory.CudaTensorBinding) reports
+    of its native view: its shape, the address it starts at and its offset in the import."""
+
+    view: Any  # a _native.TensorView or _native.CudaTensorView
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self.view.shape)
+
+    @property
+    def address(self) -> int:
+        return int(self.view.address)
+
+    @property
+    def offset(self) -> int:
+        return int(self.view.offset)
 
 
 @dataclass(frozen=True)

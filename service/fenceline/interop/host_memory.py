@@ -11,29 +11,17 @@ import numpy as np
 from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
-from fenceline.interop.datatypes import Datatype
+from fenceline.interop.datatypes import Datatype, ViewWindow
 from fenceline.interop.handles import Access, close_nt_handles
 
 
 @dataclass(frozen=True)
-class TensorBinding:
+class TensorBinding(ViewWindow):
     """A bounds-checked typed window into an import; it keeps the mapping alive."""
 
     memory: MemoryImport
     datatype: Datatype
     view: _native.TensorView
-
-    @property
-    def shape(self) -> list[int]:
-        return list(self.view.shape)
-
-    @property
-    def address(self) -> int:
-        return int(self.view.address)
-
-    @property
-    def offset(self) -> int:
-        return int(self.view.offset)
 
     def array(self) -> np.ndarray:
         return self.view.array(self.datatype.numpy)
