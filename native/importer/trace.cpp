@@ -96,7 +96,8 @@ bool start(std::size_t capacity, std::uint64_t max_frames) {
         std::unique_ptr<Event[]>(new Event[size]), size}));
     b = g_buffers.back().get();
   }
-  for (std::size_t i = 0; i < b->capacity; ++i) b->events[i].ready.store(0);
+  // Only the slots this recording may use: stop() reads no further than its limit.
+  for (std::size_t i = 0; i < capacity; ++i) b->events[i].ready.store(0);
   g_limit.store(capacity);
   g_next.store(0);
   g_frames.store(0);
@@ -134,6 +135,7 @@ namespace fl {
 void bind_trace(py::module_ &mod) {
   mod.attr("TRACE_MOMENTS") = static_cast<int>(trace::kMomentCount);
   mod.def("trace_start", &trace::start, py::arg("capacity"), py::arg("max_frames"),
+          py::call_guard<py::gil_scoped_release>(),
           "Starts recording moments (at most capacity, and those of at most max_frames frames); "
           "False when a recording is already on.");
   mod.def(

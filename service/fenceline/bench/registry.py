@@ -161,10 +161,13 @@ def _traced(ctx: Context, sc: Scenario) -> Row | None:
     if sc.size not in TRACED_SIZES or sc.renderers != 1 or sc.mode != "sync":
         return None
     got: list[Any] = []
+    # Room for the row's frames (warm-up included) and no more: the recorder's buffer is sized
+    # from it and cleared when the recording starts.
+    frames = sc.budget.iterations + sc.budget.warmup + 16
 
     def record() -> None:
         with httpx.Client(base_url=ctx.url, timeout=120) as http:
-            got.append(http.post("/v2/interop/trace", json={"seconds": 60, "frames": 1_000_000}))
+            got.append(http.post("/v2/interop/trace", json={"seconds": 60, "frames": frames}))
 
     recorder = threading.Thread(target=record, daemon=True)
     recorder.start()
