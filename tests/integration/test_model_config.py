@@ -200,15 +200,21 @@ def test_service_serves_every_policy_version_and_warns_once(tmp_path: Path, add_
     assert len(warnings) == 1 and "dynamic_batching" in warnings[0], log
 
 
-def test_serve_with_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, add_model: Path) -> None:
-    root = repository(tmp_path, add_model, ["1"], BASE.replace("TYPE_FP32", "TYPE_FP16", 1))
+def serve_refuses(root: Path, tmp_path: Path) -> list[str]:
+    """``fenceline serve`` of the repository ``root`` exits 2 without a traceback; its
+    ``fenceline:`` lines on stderr."""
     r = subprocess.run([sys.executable, "-m", "fenceline", "serve", "--model-repository", str(root),
                         "--port", "0", "--socket", str(tmp_path / "fl.sock")],
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.startswith("fenceline:")]
-    assert len(lines) == 1 and "input 'x' is TYPE_FP16; the model has FP32" in lines[0], r.stderr
+    return [line for line in r.stderr.splitlines() if line.startswith("fenceline:")]
+
+
+def test_serve_with_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, add_model: Path) -> None:
+    root = repository(tmp_path, add_model, ["1"], BASE.replace("TYPE_FP32", "TYPE_FP16", 1))
+    lines = serve_refuses(root, tmp_path)
+    assert len(lines) == 1 and "input 'x' is TYPE_FP16; the model has FP32" in lines[0], lines
 
 
 @pytest.mark.parametrize(
@@ -243,12 +249,7 @@ def test_serve_with_an_unknown_config_field_is_one_line_naming_it_and_exit_2(
     tmp_path: Path, add_model: Path
 ) -> None:
     root = repository(tmp_path, add_model, ["1"], BASE + "foo_bar: 3\n")
-    r = subprocess.run([sys.executable, "-m", "fenceline", "serve", "--model-repository", str(root),
-                        "--port", "0", "--socket", str(tmp_path / "fl.sock")],
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr
-    lines = [line for line in r.stderr.splitlines() if line.startswith("fenceline:")]
+    lines = serve_refuses(root, tmp_path)
     assert lines == [f"fenceline: {root / 'm' / 'config.pbtxt'}:7: unknown field 'foo_bar': not a "
                      "field of Triton's ModelConfig; fix or remove it (the model is not loaded)"]
 

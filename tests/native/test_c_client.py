@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT_SRC = ROOT / "native" / "client"
 
 CC = find_c_compiler()
-pytestmark = pytest.mark.skipif(
+NEEDS_CC = pytest.mark.skipif(
     CC is None, reason="no C compiler (cc, gcc or clang; or $CC) to build the C client programs"
 )
+pytestmark = NEEDS_CC
 
 # Every check of native/client/tests/test_client.c; test_every_c_check_is_run keeps this in sync.
 CHECKS = [

@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 
 from fenceline.client import c_api
-from tests.native.test_c_client import CC, CLIENT_SRC, compile_c
+from tests.native.test_c_client import CLIENT_SRC, NEEDS_CC, compile_c
 from tests.support.service import Service
 
-pytestmark = pytest.mark.skipif(
-    CC is None, reason="no C compiler (cc, gcc or clang; or $CC) to build the C client programs"
-)
+pytestmark = NEEDS_CC
 
 CHECKS = [
     "struct_size_zero_is_refused_with_the_fix",
