@@ -74,6 +74,24 @@ class WinService:
         if handles_before is not None:
             assert self.settled_handles() <= handles_before
 
+    def assert_kill_releases(self, renderer: subprocess.Popen[str], hanging: int,
+                             handles_before: int) -> None:
+        """``renderer`` reports it hangs at run ``hanging`` holding its three imports; killed
+        there, it leaves nothing in the service (:meth:`assert_released`)."""
+        try:
+            assert renderer.stdout is not None
+            seen = []
+            for line in renderer.stdout:  # onnxruntime may print its own notices first
+                seen.append(line)
+                if line.startswith("{"):
+                    break
+            assert json.loads(seen[-1]) == {"hanging": hanging}, seen
+            assert self.metric("fenceline_interop_imported_handles") == 3
+        finally:
+            renderer.kill()
+            renderer.communicate(timeout=60)
+        self.assert_released(handles_before)
+
     def settled_handles(self, timeout_s: float = 30.0) -> int:
         """The handle count once it stopped changing for a moment."""
         last, since = self.handle_count(), time.monotonic()
@@ -193,20 +211,7 @@ def test_renderer_runs_200_frames_by_name_with_outputs_equal_to_onnxruntime(
 
 def test_renderer_killed_mid_run_leaks_nothing_in_the_service(service: WinService) -> None:
     before = service.settled_handles()
-    p = renderer(service, "pipe", "--hang-after", "5")
-    try:
-        assert p.stdout is not None
-        seen = []
-        for line in p.stdout:  # onnxruntime may print its own notices first
-            seen.append(line)
-            if line.startswith("{"):
-                break
-        assert json.loads(seen[-1]) == {"hanging": 6}, seen
-        assert service.metric("fenceline_interop_imported_handles") == 3
-    finally:
-        p.kill()
-        p.communicate(timeout=60)
-    service.assert_released(before)
+    service.assert_kill_releases(renderer(service, "pipe", "--hang-after", "5"), 6, before)
 
 
 def test_bad_names_over_http_are_rejected_with_stable_codes(service: WinService) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 from fenceline import _native
+from fenceline.errors import InvalidArgument, Unsupported
 
 MEMORY_TYPES: tuple[str, ...] = (
     "host_shm",
@@ -31,6 +33,16 @@ def can_import_memory(kind: str) -> bool:
 
 def can_import_fence(kind: str) -> bool:
     return bool(_native.can_import_fence(kind))
+
+
+def require_importable(kind: str, field: str, kinds: tuple[str, ...],
+                       importable: Callable[[str], bool]) -> None:
+    """Refuses a ``field`` value that is none of ``kinds`` (naming them), or that this machine
+    cannot import."""
+    if kind not in kinds:
+        raise InvalidArgument(f"unknown {field} {kind!r}; use one of {', '.join(kinds)}")
+    if not importable(kind):
+        raise Unsupported(f"{field} {kind!r} cannot be imported on this machine")
 
 
 def unsupported_reason(kind: str) -> str:

@@ -7,7 +7,7 @@ import threading
 
 from fenceline import _native
 from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
-from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence
+from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence, require_importable
 from fenceline.interop.handles import close_nt_handles
 from fenceline.waiting import Cancel
 
@@ -95,12 +95,7 @@ def import_fence(
     handles duplicated from the renderer (Windows), are owned from here on, also when this
     raises."""
     try:
-        if kind not in FENCE_TYPES:
-            raise InvalidArgument(
-                f"unknown fence_type {kind!r}; use one of {', '.join(FENCE_TYPES)}"
-            )
-        if not can_import_fence(kind):
-            raise Unsupported(f"fence_type {kind!r} cannot be imported on this machine")
+        require_importable(kind, "fence_type", FENCE_TYPES, can_import_fence)
         if fd is not None:
             owned, fd = fd, None
             return FenceImport(kind, _native.HostFence.from_fd(owned), name or "")

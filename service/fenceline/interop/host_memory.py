@@ -10,7 +10,7 @@ import numpy as np
 
 from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
-from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
+from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory, require_importable
 from fenceline.interop.datatypes import Datatype, ViewWindow
 from fenceline.interop.handles import Access, ImportedRegion, close_nt_handles
 
@@ -58,12 +58,7 @@ def import_memory(
     renderer (``nt_handle``, Windows) is owned by the import from here on, also when this
     raises."""
     try:
-        if kind not in MEMORY_TYPES:
-            raise InvalidArgument(
-                f"unknown memory handle_type {kind!r}; use one of {', '.join(MEMORY_TYPES)}"
-            )
-        if not can_import_memory(kind):
-            raise Unsupported(f"memory handle_type {kind!r} cannot be imported on this machine")
+        require_importable(kind, "memory handle_type", MEMORY_TYPES, can_import_memory)
         if size_bytes < 0 or offset_bytes < 0:
             raise InvalidArgument("size_bytes and offset_bytes must not be negative")
         writable = access == "read_write"
