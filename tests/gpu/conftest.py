@@ -20,7 +20,7 @@ import pytest
 
 from fenceline import _native
 from fenceline.models import build_repository
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running
 
 if TYPE_CHECKING:
     from fenceline.client import IpcClient
@@ -120,10 +120,8 @@ def gpu_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gpu_service(gpu_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One service per module: a module's checks of the service's fds and maps see only its
     own objects."""
-    svc = start_service(gpu_repo, tmp_path_factory.mktemp("gpu-service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
+    with running(gpu_repo, tmp_path_factory.mktemp("gpu-service")) as svc:
+        yield svc
 
 
 @pytest.fixture(scope="module")

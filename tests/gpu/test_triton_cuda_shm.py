@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 
 from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, triton_cuda_shm_reason
 from tests.support.service import Service, start_service, stop_service
-from tests.support.triton_shm import raises, shm_input, shm_output
+from tests.support.triton_shm import raises, shm_input, shm_output, triton_client
 
 pytestmark = pytest.mark.gpu
 
@@ -52,9 +52,8 @@ with warnings.catch_warnings():
 
 @pytest.fixture(scope="module")
 def client(gpu_service: Service) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(gpu_service.url.removeprefix("http://"))
-    yield c
-    c.close()
+    with triton_client(gpu_service) as c:
+        yield c
 
 
 class Regions:

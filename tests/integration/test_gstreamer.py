@@ -20,7 +20,7 @@ import pytest
 
 from fenceline.bench import gst
 from fenceline.models import build_repository
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running, start_service, stop_service
 
 ROOT = Path(__file__).resolve().parents[2]
 WHY = gst.unavailable()
@@ -38,10 +38,8 @@ def gst_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gst_service(gst_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_service(gst_repo, tmp_path_factory.mktemp("gst-service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
+    with running(gst_repo, tmp_path_factory.mktemp("gst-service")) as svc:
+        yield svc
 
 
 def metric(svc: Service, name: str, **labels: str) -> float:

@@ -21,7 +21,7 @@ import pytest
 from fenceline.bench import obs, obs_fps
 from fenceline.models import build_repository
 from tests.support.docs_block import run_docs_block
-from tests.support.service import Service, start_service, stop_service
+from tests.support.service import Service, running, start_service, stop_service
 
 WHY = obs.unavailable()
 if WHY is not None and os.environ.get("FENCELINE_REQUIRE_OBS"):
@@ -46,10 +46,8 @@ def display() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def obs_service(obs_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = start_service(obs_repo, tmp_path_factory.mktemp("obs-service"))
-    yield svc
-    stop_service(svc)
-    assert "Traceback" not in svc.log_text(), svc.log_text()
+    with running(obs_repo, tmp_path_factory.mktemp("obs-service")) as svc:
+        yield svc
 
 
 def expected(repo: Path, model: str, fmt: str) -> tuple[list[np.ndarray], list[np.ndarray]]:

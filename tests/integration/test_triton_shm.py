@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from fenceline.models import build_repository
 from tests.integration.test_kserve import reference
 from tests.support.service import Service, running
-from tests.support.triton_shm import raises, shm_input, shm_output
+from tests.support.triton_shm import raises, shm_input, shm_output, triton_client
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = 3 * 64 * 64 * 4
@@ -37,9 +37,8 @@ def model_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(service: Service) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(service.url.removeprefix("http://"))
-    yield c
-    c.close()
+    with triton_client(service) as c:
+        yield c
 
 
 class Regions:

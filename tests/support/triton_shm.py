@@ -4,12 +4,25 @@ check a refusal."""
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+
+from tests.support.service import Service
+
+
+@contextlib.contextmanager
+def triton_client(service: Service) -> Iterator[httpclient.InferenceServerClient]:
+    """tritonclient's HTTP client for ``service``, closed when the block ends."""
+    c = httpclient.InferenceServerClient(service.url.removeprefix("http://"))
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 def shm_input(region: str, size: int, shape: Sequence[int] = (1, 3, 64, 64), offset: int = 0,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fenceline.client.c_api import gst_plugin_dir
+from fenceline.client.c_api import gst_plugin_dir, plugin_unavailable
 from fenceline.client.errors import ClientError
 
 # Which packed formats the element takes, and their bytes per pixel.
@@ -33,13 +32,8 @@ SOURCE = "videotestsrc pattern=zone-plate kx2=20 ky2=20 kt=1 kxt=2"
 
 def unavailable() -> str | None:
     """Why GStreamer pipelines cannot run here, or None."""
-    if shutil.which("gst-launch-1.0") is None:
-        return "gst-launch-1.0 is not installed (Debian: gstreamer1.0-tools)"
-    try:
-        gst_plugin_dir()
-    except ClientError as e:
-        return f"fencelinefilter was not built: {e}"
-    return None
+    return plugin_unavailable("gst-launch-1.0", "gstreamer1.0-tools", gst_plugin_dir,
+                              "fencelinefilter was not built")
 
 
 def gst_env(debug: str = "fencelinefilter:4") -> dict[str, str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,21 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from fenceline.client.c_api import obs_plugin_dir
-from fenceline.client.errors import ClientError
+from fenceline.client.c_api import obs_plugin_dir, plugin_unavailable
 
 PERIOD = 16  # the source repeats its frames after this many
 
 
 def unavailable() -> str | None:
     """Why the OBS filter cannot run here, or None."""
-    if shutil.which("Xvfb") is None:
-        return "Xvfb is not installed (Debian: xvfb)"
-    try:
-        obs_plugin_dir()
-    except ClientError as e:
-        return f"the OBS filter was not built (Debian: libobs-dev): {e}"
-    return None
+    return plugin_unavailable("Xvfb", "xvfb", obs_plugin_dir,
+                              "the OBS filter was not built (Debian: libobs-dev)")
 
 
 def plugin() -> Path:

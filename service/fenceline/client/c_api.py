@@ -12,6 +12,7 @@ import argparse
 import os
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import fenceline
@@ -73,6 +74,19 @@ def obs_plugin_dir() -> Path:
     program ``fenceline-obs-driver`` (docs/obs.md). They are built only where libobs's
     development package was installed when fenceline was; else this raises ClientError."""
     return _find("lib/obs/fenceline-obs.so").parent
+
+
+def plugin_unavailable(program: str, package: str, plugin_dir: Callable[[], Path],
+                       not_built: str) -> str | None:
+    """Why a plugin cannot run here, or None: the ``program`` that hosts it is not on PATH
+    (Debian's ``package`` has it), or ``plugin_dir`` finds no build of it (``not_built``)."""
+    if shutil.which(program) is None:
+        return f"{program} is not installed (Debian: {package})"
+    try:
+        plugin_dir()
+    except ClientError as e:
+        return f"{not_built}: {e}"
+    return None
 
 
 def c_compile_flags() -> list[str]:

@@ -12,7 +12,7 @@ from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
 from fenceline.interop.datatypes import Datatype, ViewWindow
 from fenceline.interop.devices import inventory, select_device
-from fenceline.interop.handles import Access
+from fenceline.interop.handles import Access, ImportedRegion
 
 CUDA_MEMORY_TYPES: tuple[str, ...] = ("opaque_fd", "cuda_ipc")
 IPC_HANDLE_BYTES = 64
@@ -53,19 +53,16 @@ class CudaTensorBinding(ViewWindow):
     view: _native.CudaTensorView
 
 
-class CudaMemoryImport:
+class CudaMemoryImport(ImportedRegion):
     """Device memory mapped into CUDA once. ``close()`` drops this object's hold; views keep the
     mapping until they are gone too, then the mapped pointer is freed, then the import."""
+
+    handle: _native.CudaMemory
 
     def __init__(
         self, kind: str, handle: _native.CudaMemory, access: Access, offset_bytes: int, name: str
     ) -> None:
-        self.kind = kind
-        self.handle = handle
-        self.access: Access = access
-        self.offset_bytes = offset_bytes
-        self.name = name
-        self.size_bytes = int(handle.size)
+        super().__init__(kind, handle, access, offset_bytes, name)
         self.cuda = handle.device
 
     @property
@@ -79,9 +76,6 @@ class CudaMemoryImport:
             raise InvalidArgument("the memory was imported read_only; outputs need read_write")
         view = _native.CudaTensorView(self.handle, offset_bytes, dt.size, shape)
         return CudaTensorBinding(self, dt, view)
-
-    def close(self) -> None:
-        self.handle.close()
 
 
 def import_cuda_memory(

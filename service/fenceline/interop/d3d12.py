@@ -54,6 +54,17 @@ def _refuse_fd(fd: int | None) -> None:
         )
 
 
+def _adapter_device(kind: str, kinds: tuple[str, ...], what: str, field: str, fd: int | None,
+                    adapter_luid: int | None) -> _native.CudaDevice:
+    """What every D3D12 import checks first (a named or NT-handle object of one of ``kinds``,
+    a machine that imports them): the CUDA device of the renderer's adapter."""
+    _refuse_fd(fd)
+    if kind not in kinds:
+        raise InvalidArgument(f"{kind!r} is not a D3D12 {what} kind")
+    _require_capability(f"{field} {kind!r}")
+    return _native.CudaDevice.by_luid(_luid(adapter_luid))
+
+
 class D3D12FenceImport(VkFenceImport):
     """A shared ID3D12Fence imported as a CUDA external semaphore: waited and signalled on the
     GPU in a CUDA session's stream (64-bit values, as a Vulkan timeline)."""
@@ -82,11 +93,8 @@ def import_d3d12_memory(
     ``allocation_size_bytes`` (size_bytes 0: to the end). A received ``nt_handle`` (or a stray
     ``fd``) is owned from here on, also when this raises."""
     try:
-        _refuse_fd(fd)
-        if kind not in D3D12_MEMORY_TYPES:
-            raise InvalidArgument(f"{kind!r} is not a D3D12 memory kind")
-        _require_capability(f"memory handle_type {kind!r}")
-        device = _native.CudaDevice.by_luid(_luid(adapter_luid))
+        device = _adapter_device(kind, D3D12_MEMORY_TYPES, "memory", "memory handle_type", fd,
+                                 adapter_luid)
         owned, nt_handle = nt_handle, None
         handle = _native.CudaMemory.import_d3d12(
             device, kind, name=name, handle=owned, size=allocation_size_bytes,
@@ -105,11 +113,7 @@ def import_d3d12_fence(
     ``current_value``: the fence's value now, as the renderer states it (GetCompletedValue());
     the service's signals go above it."""
     try:
-        _refuse_fd(fd)
-        if kind not in D3D12_FENCE_TYPES:
-            raise InvalidArgument(f"{kind!r} is not a D3D12 fence kind")
-        _require_capability(f"fence_type {kind!r}")
-        device = _native.CudaDevice.by_luid(_luid(adapter_luid))
+        device = _adapter_device(kind, D3D12_FENCE_TYPES, "fence", "fence_type", fd, adapter_luid)
         owned, nt_handle = nt_handle, None
         sem = _native.CudaSemaphore.import_d3d12_fence(device, name=name, handle=owned)
         fence = D3D12FenceImport(kind, sem, device, current_value)

@@ -6,7 +6,7 @@ new kind adds a module here and a line in the runtime's importer table; nothing 
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from fenceline import _native
 from fenceline.interop.datatypes import Datatype
@@ -62,6 +62,23 @@ class MemoryHandle(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ImportedRegion:
+    """The part of :class:`MemoryHandle` every memory kind shares: what the import records of
+    itself, and ``close()`` dropping this object's hold on the native ``handle``."""
+
+    def __init__(self, kind: str, handle: Any, access: Access, offset_bytes: int,
+                 name: str) -> None:
+        self.kind = kind
+        self.handle = handle
+        self.access: Access = access
+        self.offset_bytes = offset_bytes
+        self.name = name
+        self.size_bytes = int(handle.size)
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 class FenceHandle(Protocol):

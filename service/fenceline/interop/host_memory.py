@@ -12,7 +12,7 @@ from fenceline import _native
 from fenceline.errors import InvalidArgument, Unsupported
 from fenceline.interop.capabilities import MEMORY_TYPES, can_import_memory
 from fenceline.interop.datatypes import Datatype, ViewWindow
-from fenceline.interop.handles import Access, close_nt_handles
+from fenceline.interop.handles import Access, ImportedRegion, close_nt_handles
 
 
 @dataclass(frozen=True)
@@ -27,19 +27,11 @@ class TensorBinding(ViewWindow):
         return self.view.array(self.datatype.numpy)
 
 
-class MemoryImport:
+class MemoryImport(ImportedRegion):
     """One imported region, mapped once. ``close()`` drops this object's hold on the mapping;
     views made from it keep theirs until they are gone too."""
 
-    def __init__(
-        self, kind: str, handle: _native.HostMemory, access: Access, offset_bytes: int, name: str
-    ) -> None:
-        self.kind = kind
-        self.handle = handle
-        self.access: Access = access
-        self.offset_bytes = offset_bytes
-        self.name = name
-        self.size_bytes = int(handle.size)
+    handle: _native.HostMemory
 
     @property
     def device(self) -> str:
@@ -50,9 +42,6 @@ class MemoryImport:
     ) -> TensorBinding:
         view = _native.TensorView(self.handle, offset_bytes, dt.size, shape, need_write)
         return TensorBinding(self, dt, view)
-
-    def close(self) -> None:
-        self.handle.close()
 
 
 def import_memory(
