@@ -17,6 +17,7 @@ import pytest
 from fenceline import _native
 from fenceline.client import IpcClient, ServiceError, View
 from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, vulkan_reason
+from tests.support.metrics import imported
 from tests.support.service import Mapping, Service, start_service, stop_service
 
 pytestmark = pytest.mark.gpu
@@ -34,14 +35,6 @@ from fenceline.client.vulkan import VulkanDevice  # noqa: E402
 def _mapped_bytes(maps_line: str) -> int:
     start, end = maps_line.split()[0].split("-")
     return int(end, 16) - int(start, 16)
-
-
-def _metric(svc: Service, kind: str) -> float:
-    text = httpx.get(svc.url + "/metrics").text
-    for line in text.splitlines():
-        if line.startswith(f'fenceline_interop_imported_handles{{kind="{kind}"}}'):
-            return float(line.split()[-1])
-    return 0.0
 
 
 def test_capabilities_report_gpu_handles_and_the_renderers_device(
@@ -297,17 +290,17 @@ def test_foreign_device_uuid_is_a_clear_error_and_the_fd_is_closed(
 def test_closing_the_connection_releases_gpu_imports(
     gpu_service: Service, device: VulkanDevice
 ) -> None:
-    mem0, fence0 = _metric(gpu_service, "opaque_fd"), _metric(gpu_service, "vk_timeline_opaque_fd")
+    mem0, fence0 = imported(gpu_service, "opaque_fd"), imported(gpu_service, "vk_timeline_opaque_fd")
     c = IpcClient(gpu_service.socket)
     r = VkRenderer(c, "add_64x64", SHAPE_SMALL, device=device, slots=2)
-    assert _metric(gpu_service, "opaque_fd") == mem0 + 4
-    assert _metric(gpu_service, "vk_timeline_opaque_fd") == fence0 + 4
+    assert imported(gpu_service, "opaque_fd") == mem0 + 4
+    assert imported(gpu_service, "vk_timeline_opaque_fd") == fence0 + 4
     c.close()  # without releasing anything
     deadline = time.monotonic() + 5
-    while _metric(gpu_service, "opaque_fd") > mem0 and time.monotonic() < deadline:
+    while imported(gpu_service, "opaque_fd") > mem0 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert _metric(gpu_service, "opaque_fd") == mem0
-    assert _metric(gpu_service, "vk_timeline_opaque_fd") == fence0
+    assert imported(gpu_service, "opaque_fd") == mem0
+    assert imported(gpu_service, "vk_timeline_opaque_fd") == fence0
     r.close()
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from fenceline.client import IpcClient, ServiceError, View
 from tests.gpu.conftest import cuda_ep_reason, cuda_reason, require, vulkan_reason
+from tests.support.metrics import imported
 from tests.support.service import Service
 
 pytestmark = pytest.mark.gpu
@@ -201,28 +202,21 @@ def test_the_latest_policy_on_gpu_fences_is_refused_before_anything_is_built(
             assert client.describe("memory", ids["input"])["sessions"] == 1
 
 
-def _imported(svc: Service, kind: str) -> float:
-    for line in httpx.get(svc.url + "/metrics").text.splitlines():
-        if line.startswith(f'fenceline_interop_imported_handles{{kind="{kind}"}}'):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def test_a_renderer_that_disconnects_with_frames_queued_leaves_nothing_behind(
     gpu_service: Service, device: VulkanDevice
 ) -> None:
     """Frames the service queued ahead wait for input values that never come; closing the
     connection releases the session (its queued waits are let go) and every import."""
-    mem0 = _imported(gpu_service, "opaque_fd")
+    mem0 = imported(gpu_service, "opaque_fd")
     c = IpcClient(gpu_service.socket)
     r = VkRenderer(c, "add_64x64", SHAPE, device=device, session_options=STREAMING)
     r.fill(0, 1)
     assert r.wait_output(0, 1, timeout_s=10), _stream_info(c, r.slots[0].session)
     c.close()  # without stopping or releasing anything
     deadline = time.monotonic() + 10
-    while _imported(gpu_service, "opaque_fd") > mem0 and time.monotonic() < deadline:
+    while imported(gpu_service, "opaque_fd") > mem0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _imported(gpu_service, "opaque_fd") == mem0
+    assert imported(gpu_service, "opaque_fd") == mem0
     r.close()
     with IpcClient(gpu_service.socket) as again, VkRenderer(
         again, "add_64x64", SHAPE, device=device, session_options=STREAMING

@@ -17,3 +17,8 @@ def metric(service: Service, name: str, default: float | None = None, **labels: 
     if default is not None:
         return default
     raise AssertionError(f"no metric {name} {labels}")
+
+
+def imported(service: Service, kind: str) -> float:
+    """How many handles of ``kind`` (a memory or fence kind) the service holds imported now."""
+    return metric(service, "fenceline_interop_imported_handles", 0.0, kind=kind)

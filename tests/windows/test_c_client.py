@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tests.windows.test_service import FRAMES, WinService, finish
+from tests.windows.test_service import FRAMES, WinService, finish, finish_lines
 
 HERE = Path(__file__).parent
 # Set by .ci/windows, which builds the programs; outside the lane these tests cannot run.
@@ -104,14 +104,3 @@ def test_c_client_call_times_out_against_a_pipe_that_never_answers() -> None:
     finally:
         silent.kill()
         silent.communicate(timeout=60)
-
-
-def finish_lines(p: subprocess.Popen[str]) -> str:
-    try:
-        out, _ = p.communicate(timeout=300)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert p.returncode == 0, out
-    return out

@@ -181,7 +181,8 @@ def renderer(service: WinService, transport: str, *extra: str) -> subprocess.Pop
     )
 
 
-def finish(p: subprocess.Popen[str]) -> dict[str, object]:
+def finish_lines(p: subprocess.Popen[str]) -> str:
+    """What ``p`` printed, once it exited 0 (killed if it runs past 300 s)."""
     try:
         out, _ = p.communicate(timeout=300)
     finally:
@@ -189,7 +190,12 @@ def finish(p: subprocess.Popen[str]) -> dict[str, object]:
             p.kill()
             p.communicate()
     assert p.returncode == 0, out
-    return dict(json.loads(out.strip().splitlines()[-1]))
+    return out
+
+
+def finish(p: subprocess.Popen[str]) -> dict[str, object]:
+    """:func:`finish_lines`' last line, a JSON object."""
+    return dict(json.loads(finish_lines(p).strip().splitlines()[-1]))
 
 
 def test_capabilities_over_http_report_linux_only_kinds_false(service: WinService) -> None:
