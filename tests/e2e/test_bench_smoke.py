@@ -28,6 +28,14 @@ def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def bench_refuses(tmp_path: Path, *args: str) -> str:
+    """``fenceline bench ARGS`` exits 2 without a traceback; what it said on stderr."""
+    done = bench(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
     tmp = tmp_path_factory.mktemp("bench")
@@ -121,22 +129,18 @@ def test_quick_bench_draws_a_png(quick_run: tuple[dict[str, Any], str, Path]) ->
 
 
 def test_bench_rejects_an_unknown_size_with_a_clear_message(tmp_path: Path) -> None:
-    done = bench(tmp_path, "--quick", "--sizes", "8K")
-    assert done.returncode == 2
-    assert "unknown size '8K'" in done.stderr and "Traceback" not in done.stderr
+    err = bench_refuses(tmp_path, "--quick", "--sizes", "8K")
+    assert "unknown size '8K'" in err, err
 
 
 def test_bench_rejects_an_unknown_transport_with_a_clear_message(tmp_path: Path) -> None:
-    done = bench(tmp_path, "--quick", "--transports", "carrier-pigeon")
-    assert done.returncode == 2
-    assert "unknown transport 'carrier-pigeon'" in done.stderr
-    assert "Traceback" not in done.stderr
+    err = bench_refuses(tmp_path, "--quick", "--transports", "carrier-pigeon")
+    assert "unknown transport 'carrier-pigeon'" in err, err
 
 
 def test_bench_rejects_a_missing_model_file(tmp_path: Path) -> None:
-    done = bench(tmp_path, "--quick", "--model", f"mine={tmp_path / 'nope.onnx'}")
-    assert done.returncode == 2
-    assert "no file at" in done.stderr and "Traceback" not in done.stderr
+    err = bench_refuses(tmp_path, "--quick", "--model", f"mine={tmp_path / 'nope.onnx'}")
+    assert "no file at" in err, err
 
 
 def _row(transport: str, size: str, p50_s: float) -> Row:
@@ -278,16 +282,13 @@ def test_scaling_mode_sets_the_intra_op_threads_of_both_sides(tmp_path: Path) ->
 
 
 def test_intra_op_threads_without_scaling_is_refused(tmp_path: Path) -> None:
-    done = bench(tmp_path, "--quick", "--intra-op-threads", "1")
-    assert done.returncode == 2
-    assert "--intra-op-threads goes with --scaling" in done.stderr
-    assert "Traceback" not in done.stderr
+    err = bench_refuses(tmp_path, "--quick", "--intra-op-threads", "1")
+    assert "--intra-op-threads goes with --scaling" in err, err
 
 
 def test_scaling_mode_rejects_a_bad_renderer_count(tmp_path: Path) -> None:
-    done = bench(tmp_path, "--scaling", "0,4")
-    assert done.returncode == 2
-    assert "renderer counts are 1..256" in done.stderr and "Traceback" not in done.stderr
+    err = bench_refuses(tmp_path, "--scaling", "0,4")
+    assert "renderer counts are 1..256" in err, err
 
 
 def test_machine_goals_are_issue_31s_ratios_of_the_same_run() -> None:
@@ -313,10 +314,8 @@ def test_machine_goals_are_issue_31s_ratios_of_the_same_run() -> None:
 
 def test_bench_cpus_refuses_more_cpus_than_it_may_use(tmp_path: Path) -> None:
     n = len(os.sched_getaffinity(0))
-    done = bench(tmp_path, "--quick", "--cpus", str(n + 1))
-    assert done.returncode == 2
-    assert f"--cpus {n + 1}: this process may use 1 to {n} CPUs" in done.stderr
-    assert "Traceback" not in done.stderr
+    err = bench_refuses(tmp_path, "--quick", "--cpus", str(n + 1))
+    assert f"--cpus {n + 1}: this process may use 1 to {n} CPUs" in err, err
 
 
 def test_confine_keeps_the_first_cpus_for_every_process_started_after() -> None:
