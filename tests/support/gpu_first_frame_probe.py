@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fenceline.cli.process import stop_process
 from fenceline.client import IpcClient  # noqa: E402
 from fenceline.client.vk_renderer import VkRenderer  # noqa: E402
 from fenceline.client.vulkan import VulkanDevice  # noqa: E402
@@ -196,12 +197,7 @@ def variant(repo: Path, tmp: Path, loading: str, warm_up: bool, device: VulkanDe
                         res["gpu_mib"] = gpu_memory_mib(proc.pid)
                         res["rss_kb"] = sum(m.rss_kb for m in read_smaps(proc.pid))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 30)
         log.close()
     return res
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from fenceline.cli.process import stop_process
 from fenceline.client.c_api import obs_plugin_dir, plugin_unavailable
 
 PERIOD = 16  # the source repeats its frames after this many
@@ -61,12 +62,7 @@ def xvfb() -> Iterator[str]:
             raise RuntimeError(f"Xvfb did not start (exit {proc.poll()})")
         yield f":{number}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
 
 
 @dataclass
@@ -103,13 +99,7 @@ class Run:
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Ends the driver (SIGTERM if it still runs) and closes its pipe. Safe twice."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout_s)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -56,11 +56,16 @@ def start_service(
     raise FencelineError(f"the service did not become ready within {limit_s} s")
 
 
-def stop_service(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float) -> None:
+    """Asks ``proc`` to end (SIGTERM) and kills it if it has not within ``timeout_s``."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.terminate()
         try:
-            proc.wait(15)
+            proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def stop_service(proc: subprocess.Popen[bytes]) -> None:
+    stop_process(proc, 15)
