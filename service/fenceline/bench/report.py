@@ -359,6 +359,17 @@ def _fmt(us: float | None) -> str:
     return f"{us:.0f} us" if us >= 10 else f"{us:.1f} us"
 
 
+def _grid(cell: dict[tuple[str, str], dict[str, Any]], transports: list[str], sizes: list[str],
+          text: Callable[[str, dict[str, Any]], str]) -> list[str]:
+    """A markdown table: a row per transport, a column per size, each cell ``text(transport,
+    row)`` of its row, empty where there is none."""
+    out = ["| transport | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for t in transports:
+        cells = [text(t, r) if (r := cell.get((t, s))) is not None else "" for s in sizes]
+        out.append(f"| {t} | " + " | ".join(cells) + " |")
+    return out
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The run as Markdown tables (docs/benchmarks.md shows one)."""
     rows = doc["rows"]
@@ -373,32 +384,23 @@ def markdown(doc: dict[str, Any]) -> str:
            f"{'with' if doc.get('peers') else 'without'} the Triton peer"
            + (f" (Triton {doc['servers']['tritonserver']})" if doc.get("servers", {}).get(
                "tritonserver") else "") + f"; the run took {doc.get('duration_s', 0):.0f} s.", "",
-           "One renderer, sync, FP32: p50 (p99) per frame, and p50 over the in-process floor.", "",
-           "| transport | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
-    for t in transports:
-        cells = []
-        for s in sizes:
-            r = cell.get((t, s))
-            if r is None:
-                cells.append("")
-                continue
-            ratio = f", {_x(r['x_floor'])}" if r["x_floor"] is not None and t != FLOOR else ""
-            cells.append(f"{_fmt(r['p50_us'])} ({_fmt(r['p99_us'])}){ratio}")
-        out.append(f"| {t} | " + " | ".join(cells) + " |")
+           "One renderer, sync, FP32: p50 (p99) per frame, and p50 over the in-process floor.", ""]
+
+    def latency(t: str, r: dict[str, Any]) -> str:
+        ratio = f", {_x(r['x_floor'])}" if r["x_floor"] is not None and t != FLOOR else ""
+        return f"{_fmt(r['p50_us'])} ({_fmt(r['p99_us'])}){ratio}"
+
+    def cpu(t: str, r: dict[str, Any]) -> str:
+        if r.get("renderer_cpu_us") is None:
+            return ""
+        service = r.get("service_cpu_us")
+        return (f"{_fmt(r['renderer_cpu_us'])} + {_fmt(service)}"
+                if service is not None else _fmt(r["renderer_cpu_us"]))
+
+    out += _grid(cell, transports, sizes, latency)
     out += ["", "CPU per frame of the same rows, renderer + service (user + sys; a part that "
-            "spins shows here).", "",
-            "| transport | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
-    for t in transports:
-        cells = []
-        for s in sizes:
-            r = cell.get((t, s))
-            if r is None or r.get("renderer_cpu_us") is None:
-                cells.append("")
-                continue
-            service = r.get("service_cpu_us")
-            cells.append(f"{_fmt(r['renderer_cpu_us'])} + {_fmt(service)}"
-                         if service is not None else _fmt(r["renderer_cpu_us"]))
-        out.append(f"| {t} | " + " | ".join(cells) + " |")
+            "spins shows here).", ""]
+    out += _grid(cell, transports, sizes, cpu)
     others = [r for r in rows if r not in single]
     if others:
         out += ["", "Other datatypes, several renderers, pipelined (two frames in flight per "
