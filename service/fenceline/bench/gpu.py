@@ -16,6 +16,7 @@ one run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import platform
@@ -67,19 +68,24 @@ def _round_trip(r: Any, client: Any, n: int, warmup: int, *, ahead: bool, start:
 def _pipelined(r: Any, client: Any, frames: int, *, render: bool = True) -> float:
     """Frame i uses slot i % slots. Its RUN_ASYNC goes out first (the GPU-side wait orders it
     after the fill), so the service enqueues while the renderer waits for the slot's previous
-    frame and submits this one. ``render=False``: the inputs were signalled ahead (service
-    alone)."""
+    frame and submits this one; the renderer reads each reply one frame later, so the service's
+    enqueue overlaps the renderer's next frame instead of stalling it. ``render=False``: the
+    inputs were signalled ahead (service alone)."""
     sessions = [s.session for s in r.slots]
     depth = len(sessions)
+    unread: collections.deque[int] = collections.deque()
     t0 = time.perf_counter()
     for i in range(frames):
         slot, v = i % depth, i // depth + 1
-        rid = client.send_run_async(sessions[slot], v)
+        unread.append(client.send_run_async(sessions[slot], v))
         if v > 1 and not r.wait_output(slot, v - 1):  # the slot's previous frame is done
             raise RuntimeError(f"slot {slot} never reached {v - 1}")
         if render:
             r.fill(slot, v)
-        client.recv_run_reply(rid)
+        if len(unread) > 1:
+            client.recv_run_reply(unread.popleft())  # replies come in the order sent
+    while unread:
+        client.recv_run_reply(unread.popleft())
     for slot in range(depth):
         if not r.wait_output(slot, _last_value(frames, depth, slot)):
             raise RuntimeError(f"slot {slot} never reached {_last_value(frames, depth, slot)}")
