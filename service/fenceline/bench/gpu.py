@@ -8,8 +8,9 @@ one run.
 - in-process floor: the same frame through the service's own import and CUDA session classes in
   the renderer's process, no service between them: what the round trip cannot go below.
 - pipelined: one slot (buffers, semaphores, session) per frame in flight, three (a renderer's
-  triple buffering) and six. A slot is reused once its previous frame is out, so the rate is at
-  most slots / round trip: the service's own rate shows only once that bound is above it.
+  triple buffering) and eight (a video pipeline's queue). A slot is reused once its previous
+  frame is out, so the rate is at most slots / round trip: the service's own rate shows only
+  once that bound is above it.
 - copy baseline: the same frames read back to the host by Vulkan, then uploaded, run and
   downloaded by an onnxruntime CUDA session over host buffers.
 """
@@ -36,7 +37,7 @@ SHAPE = [1, 3, 1080, 1920]
 FILL = 0.25
 
 # Frames in flight in the pipelined rows; the #31 goal is read at the deepest.
-DEPTHS = (3, 6)
+DEPTHS = (3, 8)
 
 
 def _gpu_repo(root: Path) -> Path:
