@@ -354,7 +354,8 @@ class IpcClient:
     ) -> int:
         """Sends a RUN_ASYNC and returns at once with its request id, so the renderer can submit
         its own GPU work while the service enqueues; collect the reply with
-        :meth:`recv_run_reply` before the next request."""
+        :meth:`recv_run_reply`, later if need be: as with :meth:`send_run`, replies come in the
+        order the runs were sent."""
         rid = next(self._ids)
         self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
                                    signal_value, None, kind=codec.Kind.RUN_ASYNC))
