@@ -46,8 +46,10 @@ SPANS = (
     ("GPU", ENQUEUED, GPU_DONE, "gpu"),
 )
 
-_one = threading.Lock()  # one recording at a time
-_stop = threading.Event()  # ends the recording in progress early
+_guard = threading.Lock()
+# The recording in progress's "end early" flag, None while none records: one recording at a
+# time, and a stop() is never lost, even one that comes the moment recording() turns true.
+_ending: threading.Event | None = None
 
 
 def active() -> bool:
@@ -98,10 +100,13 @@ class Recording:
 def record(limits: Limits, cancel: threading.Event | None = None) -> Recording:
     """Records until ``limits.seconds`` pass, ``limits.frames`` frames were received,
     :func:`stop` is called or ``cancel`` is set; raises Conflict while another trace records."""
-    if not _one.acquire(blocking=False):
-        raise Conflict("a trace is already recording; wait for it to end")
+    global _ending
+    ending = threading.Event()
+    with _guard:
+        if _ending is not None:
+            raise Conflict("a trace is already recording; wait for it to end")
+        _ending = ending
     try:
-        _stop.clear()
         capacity = limits.frames * MOMENTS_PER_FRAME
         if not _native.trace_start(capacity, limits.frames):
             raise Conflict("a trace is already recording; wait for it to end")
@@ -109,28 +114,30 @@ def record(limits: Limits, cancel: threading.Event | None = None) -> Recording:
         deadline = time.monotonic() + limits.seconds
         try:
             while (time.monotonic() < deadline and not _native.trace_filled()
-                   and not _stop.is_set() and not (cancel is not None and cancel.is_set())):
+                   and not ending.is_set() and not (cancel is not None and cancel.is_set())):
                 time.sleep(0.005)
         finally:
             ended = time.perf_counter_ns()
             events, dropped = _native.trace_stop()
         return Recording(events, dropped, started, ended)
     finally:
-        _one.release()
+        with _guard:
+            _ending = None
 
 
 def recording() -> bool:
     """Whether a trace records now."""
-    return _one.locked()
+    return _ending is not None
 
 
 def stop() -> bool:
     """Ends the recording in progress early (its caller gets what it recorded); False when none
     records."""
-    if not _one.locked():
-        return False
-    _stop.set()
-    return True
+    with _guard:
+        if _ending is None:
+            return False
+        _ending.set()
+        return True
 
 
 def chrome_trace(rec: Recording, labels: Mapping[int, str],

@@ -102,3 +102,11 @@ def test_entrypoint_warns_when_dev_shm_is_small_or_the_repository_is_missing() -
     assert [w["level"] for w in warnings] == ["warning", "warning"], r.stderr
     assert "--ipc=host" in warnings[0]["message"]
     assert "/nonexistent/models" in warnings[1]["message"]
+
+
+def test_a_missing_repository_is_named_then_stops_the_service_with_status_2() -> None:
+    r = run(FENCELINE_MODEL_REPOSITORY="/nonexistent/models", FENCELINE_SHM_WARN_MIB="0")
+    assert r.returncode == 2  # as Triton: no serving without the repository it was given
+    assert "no model repository at /nonexistent/models" in r.stderr
+    assert "--model-repository /nonexistent/models is not a directory" in r.stderr
+    assert "Traceback" not in r.stderr

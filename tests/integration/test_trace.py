@@ -3,10 +3,14 @@ and POST /v2/interop/trace against renderers in their own processes and in this 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +21,12 @@ from fenceline import trace
 from fenceline.client import Fence, IpcClient, SharedFrame, View
 from tests.integration.test_status import renderer
 from tests.support.service import free_port
+from tests.support.waiting import wait_until
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = int(np.prod(SHAPE)) * 4
 HOST_ORDER = ("received", "input_reached", "model_start", "model_end", "signalled", "reply_sent")
+TRACE = "/v2/interop/trace"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,6 +41,34 @@ def frames_of(doc: dict[str, Any], label: str) -> list[dict[str, Any]]:
     assert len(tids) == 1, [e for e in doc["traceEvents"] if e["ph"] == "M"]
     return [e for e in doc["traceEvents"]
             if e["ph"] == "X" and e["cat"] == "frame" and e["tid"] == tids[0]]
+
+
+def trace_on(url: str) -> bool:
+    r = httpx.get(url + TRACE, timeout=10)
+    return bool(r.json()["recording"])
+
+
+@contextlib.contextmanager
+def trace_in_background(url: str, seconds: float, **limits: int) -> Iterator[Future[httpx.Response]]:
+    """POST /v2/interop/trace from another thread (it answers when its recording ends), once
+    the service says it records; the future holds the answer (:func:`answer`)."""
+    with ThreadPoolExecutor(1) as pool:
+        tracer = pool.submit(httpx.post, url + TRACE, json={"seconds": seconds, **limits},
+                             timeout=seconds + 60)
+        try:
+            wait_until(lambda: tracer.done() or trace_on(url), 60, what="the trace to start recording")
+            assert not tracer.done(), f"the trace answered before it was seen recording: {tracer.result()}"
+            yield tracer
+        finally:
+            if not tracer.done():  # a failed test ends its trace, not the next test's
+                httpx.delete(url + TRACE, timeout=10)
+
+
+def answer(tracer: Future[httpx.Response], timeout_s: float = 120) -> httpx.Response:
+    try:
+        return tracer.result(timeout=timeout_s)
+    except futures.TimeoutError:
+        raise AssertionError(f"the trace did not answer within {timeout_s:g} s") from None
 
 
 def test_trace_records_each_frame_of_a_renderer_in_order(service: Any, tmp_path: Path) -> None:
@@ -74,42 +108,27 @@ def test_a_run_that_waits_for_its_input_fence_is_traced_by_the_python_path(
             "add_64x64", {"x": View(memory, "FP32", SHAPE, 0)},
             {"y": View(memory, "FP32", SHAPE, NBYTES)}, client.import_fence(ready),
             client.import_fence(done))
-        got: list[httpx.Response] = []
-        tracer = threading.Thread(target=lambda: got.append(httpx.post(
-            service.url + "/v2/interop/trace", json={"seconds": 20, "frames": 1}, timeout=60)))
-        tracer.start()
-        while not trace_on(service.url):
-            pass
-        signal = threading.Timer(0.05, ready.signal, (1,))
-        signal.start()
-        assert client.run(session["id"], 1).signal_value == 1
-        signal.join()
-        tracer.join()
-    doc = got[0].json()
+        with trace_in_background(service.url, seconds=20, frames=1) as tracer:
+            signal = threading.Timer(0.05, ready.signal, (1,))
+            signal.start()
+            assert client.run(session["id"], 1).signal_value == 1
+            signal.join()
+            doc = answer(tracer).json()
     (f,) = frames_of(doc, f"session {session['id'][:8]} (add_64x64)")
     times = [f["args"][m] for m in HOST_ORDER]
     assert times == sorted(times)
     assert f["args"]["input_reached"] - f["args"]["received"] >= 20_000  # us: it waited
 
 
-def trace_on(url: str) -> bool:
-    r = httpx.get(url + "/v2/interop/trace", timeout=10)
-    return bool(r.json()["recording"])
-
-
 def test_one_trace_at_a_time(service: Any) -> None:
-    got: list[httpx.Response] = []
-    first = threading.Thread(target=lambda: got.append(httpx.post(
-        service.url + "/v2/interop/trace", json={"seconds": 30}, timeout=60)))
-    first.start()
-    while not trace_on(service.url):
-        pass
-    refused = httpx.post(service.url + "/v2/interop/trace", json={"seconds": 0.001}, timeout=10)
-    httpx.delete(service.url + "/v2/interop/trace", timeout=10)
-    first.join()
+    with trace_in_background(service.url, seconds=30) as first:
+        refused = httpx.post(service.url + TRACE, json={"seconds": 0.001}, timeout=10)
+        assert httpx.delete(service.url + TRACE, timeout=10).status_code == 204
+        got = answer(first)
     assert refused.status_code == 409 and refused.json()["code"] == "conflict"
     assert "already recording" in refused.json()["error"]
-    assert got[0].status_code == 200
+    assert got.status_code == 200
+    assert got.json()["otherData"]["duration_us"] < 30e6  # the DELETE ended it, not its limit
     assert trace_on(service.url) is False  # and the next one may record
 
 
@@ -121,7 +140,7 @@ def test_trace_limits_are_checked(service: Any) -> None:
         ({"frames": 1_000_001}, 400, "invalid_argument"),
         ({"seconds": 1, "extra": 1}, 422, "invalid_request"),
     ):
-        r = httpx.post(service.url + "/v2/interop/trace", json=body, timeout=10)
+        r = httpx.post(service.url + TRACE, json=body, timeout=10)
         assert (r.status_code, r.json()["code"]) == (status, code), r.text
 
 
@@ -145,15 +164,10 @@ def test_tracing_is_off_by_default() -> None:
 
 
 def test_a_trace_ended_early_answers_what_it_recorded(service: Any) -> None:
-    got: list[httpx.Response] = []
-    tracer = threading.Thread(target=lambda: got.append(httpx.post(
-        service.url + "/v2/interop/trace", json={"seconds": 60}, timeout=120)))
-    tracer.start()
-    while not httpx.get(service.url + "/v2/interop/trace", timeout=10).json()["recording"]:
-        pass
-    assert httpx.delete(service.url + "/v2/interop/trace", timeout=10).status_code == 204
-    tracer.join()
-    assert got[0].status_code == 200
-    assert got[0].json()["otherData"]["duration_us"] < 60e6
-    assert httpx.get(service.url + "/v2/interop/trace", timeout=10).json() == {"recording": False}
-    assert httpx.delete(service.url + "/v2/interop/trace", timeout=10).status_code == 204
+    with trace_in_background(service.url, seconds=60) as tracer:
+        assert httpx.delete(service.url + TRACE, timeout=10).status_code == 204
+        got = answer(tracer)
+    assert got.status_code == 200
+    assert got.json()["otherData"]["duration_us"] < 60e6
+    assert httpx.get(service.url + TRACE, timeout=10).json() == {"recording": False}
+    assert httpx.delete(service.url + TRACE, timeout=10).status_code == 204
