@@ -73,14 +73,29 @@ class HostRunner {
 // What serve_frame did with a frame: what the connection's loop does next.
 enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2 };
 
-// A run served here: its reply, and what the metrics record once the reply is sent.
+// A run served here: its reply, and what the session's counters and the metrics record once
+// the reply is sent (the renderer waits for the reply, not for the bookkeeping).
 struct Answer {
   std::uint8_t reply[FL_WIRE_RUN_REPLY_FRAME_SIZE];
   std::shared_ptr<RunSeries> series;
-  double total_s = 0, wait_s = 0, infer_s = 0;
+  // The HostSession, held here so that a remove() meanwhile (which lets go of the runner's
+  // reference) cannot take it away before its record_run.
+  py::object session;
+  std::int64_t end = 0, wait_ns = 0, infer_ns = 0, total_ns = 0;
   bool traced = false;  // the trace recorder was on: the reply's send is marked too
   std::uint64_t tag = 0, target = 0;
-  void observe() const { series->observe(total_s, wait_s, infer_s); }
+  // The session's counters have one home: its record_run (runtime/session.py); then the
+  // metrics. Called with the GIL held, after the send: another of the service's threads takes
+  // the GIL only after both, so none sees the reply's run uncounted (unless the send had to
+  // wait for room in the socket, with the GIL released).
+  void record() const {
+    try {
+      session.attr("record_run")(end, target, wait_ns, infer_ns, total_ns);
+    } catch (py::error_already_set &e) {
+      e.discard_as_unraisable("fenceline: recording a native run");  // its reply is sent
+    }
+    series->observe(total_ns / 1e9, wait_ns / 1e9, infer_ns / 1e9);
+  }
   void sent() const {
     if (traced) trace::mark(trace::kReplySent, tag, target, fl_htl_now_ns());
   }
@@ -133,7 +148,7 @@ class RunTable {
     Answer answer;
     if (serve(owner, frame.cast<std::string>(), fl_htl_now_ns(), failure, answer) != kAnswered)
       return py::make_tuple(py::none(), failure);
-    answer.observe();
+    answer.record();
     return py::make_tuple(
         py::bytes(reinterpret_cast<const char *>(answer.reply), sizeof answer.reply), py::none());
   }
@@ -182,7 +197,7 @@ class RunTable {
           const bool sent = send_reply(fd, answer.reply, sizeof answer.reply, pidfd,
                                        send_timeout_ns);
           answer.sent();
-          answer.observe();  // the metrics come after the reply, as in Runtime.run
+          answer.record();  // the counters and metrics come after the reply
           if (!sent) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
           continue;
         }
@@ -291,8 +306,7 @@ class RunTable {
       }
     r->signal->signal(target);
     const std::int64_t end = fl_htl_now_ns();
-    // The session's counters have one home: its record_run (runtime/session.py).
-    r->session.attr("record_run")(end, target, waited - start, inferred - waited, end - start);
+    answer.session = r->session;  // recorded once the reply is sent (Answer::record)
     hold.unlock();
     if (traced) {
       trace::mark(trace::kModelEnd, tag, target, inferred);
@@ -305,9 +319,10 @@ class RunTable {
                        sizeof(FlWireRunReply));
     fl_wire_put_run_reply(answer.reply + FL_WIRE_HEADER_SIZE, &body);
     answer.series = r->series;
-    answer.total_s = (end - start) / 1e9;
-    answer.wait_s = (waited - start) / 1e9;
-    answer.infer_s = (inferred - waited) / 1e9;
+    answer.end = end;
+    answer.wait_ns = waited - start;
+    answer.infer_ns = inferred - waited;
+    answer.total_ns = end - start;
     answer.traced = traced;
     answer.tag = tag;
     answer.target = target;

@@ -29,6 +29,9 @@ void bind_run_metrics(py::module_ &mod);  // run_metrics.cpp
 void bind_adaptive_spin(py::module_ &mod);  // adaptive_spin.cpp
 void bind_host_runs(py::module_ &mod);  // host_runs.cpp
 void bind_trace(py::module_ &mod);  // trace.cpp
+#ifndef _WIN32
+void bind_acceptor(py::module_ &mod);  // acceptor.cpp
+#endif
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
 }
@@ -380,6 +383,9 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_adaptive_spin(mod);
   fl::bind_host_runs(mod);
   fl::bind_trace(mod);
+#ifndef _WIN32
+  fl::bind_acceptor(mod);
+#endif
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);
 #endif

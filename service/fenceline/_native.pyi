@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -399,6 +399,47 @@ class RunTable:
     def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
         Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails.
+        """
+class Acceptor:
+    """
+    The Unix socket's accept loop: accepts, identifies each peer (SO_PEERCRED) and refuses here, without the GIL, the connections that the refusal table names (limit(), full()); the others go to Python (next_event). Refuses a connection by answering its first request with the table's ERROR frame (the request id set), shutting it down for writing and reading until the peer closes, for at most grace_s; past max_pending held at once, one more is closed unanswered. listen_fd stays the caller's (made non-blocking here).
+    """
+    def __init__(self, listen_fd: typing.SupportsInt | typing.SupportsIndex, out_of_fds: bytes, grace_s: typing.SupportsFloat | typing.SupportsIndex = 1.0, max_pending: typing.SupportsInt | typing.SupportsIndex = 1024) -> None:
+        ...
+    def full(self, frame: typing.Any) -> None:
+        """
+        Refuses every connection with this ERROR frame from now on (None: no more).
+        """
+    def limit(self, uid: typing.SupportsInt | typing.SupportsIndex, frame: typing.Any) -> None:
+        """
+        Refuses uid's connections with this ERROR frame from now on (None: no more).
+        """
+    def next_event(self) -> typing.Any:
+        """
+        Runs the loop (the GIL released) until something needs Python: ('peer', (fd, pid, uid)), the caller owning fd; ('refused', [(uid, error code, count), ...]), at most once a second while refusals are made here; ('out_of_fds', why) for each round without fds (one waiting connection shed, accepting paused); ('accepting', None) once it accepts again; None once stopped. Raises OSError when accepting fails otherwise. One thread at a time.
+        """
+    def refuse(self, fd: typing.SupportsInt | typing.SupportsIndex, frame: bytes) -> None:
+        """
+        Refuses a connection that next_event handed over, with this ERROR frame; owns fd.
+        """
+    def stop(self) -> None:
+        """
+        next_event returns None; what is held is closed.
+        """
+    @property
+    def accepting(self) -> bool:
+        """
+        False while out of fds, or after accepting failed
+        """
+    @property
+    def dropped(self) -> int:
+        """
+        refused connections closed unanswered, past max_pending
+        """
+    @property
+    def held(self) -> int:
+        """
+        refused connections held now
         """
 def can_import_fence(kind: str) -> bool:
     ...

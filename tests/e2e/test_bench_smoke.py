@@ -291,6 +291,25 @@ def test_scaling_mode_rejects_a_bad_renderer_count(tmp_path: Path) -> None:
     assert "renderer counts are 1..256" in err, err
 
 
+def test_flood_mode_measures_three_phases_and_every_attempt_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "flood.json"
+    done = bench(tmp_path, "--flood", "300", "--seconds", "0.5", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert [p["phase"] for p in doc["phases"]] == ["quiet", "cpu burner", "flood"]
+    assert all(p["runs"] > 0 and p["p99_us"] >= p["p50_us"] > 0 for p in doc["phases"]), doc
+    assert doc["flood"]["answers"] == {"resource_exhausted": 300}
+    s = doc["service"]
+    assert s["threads_most"] <= s["threads_before"] and s["fds_after"] <= s["fds_before"], s
+    assert doc["outputs_equal"] is True
+    assert "p99/quiet" in done.stdout and "--max-connections-per-user 16" in done.stdout
+
+
+def test_flood_mode_rejects_a_bad_attempt_count(tmp_path: Path) -> None:
+    err = bench_refuses(tmp_path, "--flood", "0")
+    assert "connection attempts are 1..100000" in err, err
+
+
 def test_machine_goals_are_issue_31s_ratios_of_the_same_run() -> None:
     rows = [
         _row("in-process", "720p", 200e-6), _row("ipc", "720p", 240e-6),

@@ -4,15 +4,18 @@ import the bench; these test the bench itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fenceline.bench import floors
+from fenceline.bench import engine, floors
 from fenceline.bench import streaming as bench
 from fenceline.bench.c_client import build_renderer, run_c_client
 from fenceline.client.c_api import find_c_compiler
@@ -127,3 +130,38 @@ def test_handoff_measurements_report_latency_and_cpu(service: Service) -> None:
     # request-per-frame runs are recorded after their reply is sent, every one of them
     assert metric(service, "fenceline_session_runs_total", model="add_64x64",
                   transport="ipc") == runs + 220
+
+
+DIGEST_CPU_S = 0.2
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _HashingLane:
+    """Frames that cost nothing and a digest that burns DIGEST_CPU_S of this process's CPU, as
+    hashing a 4K frame's outputs does."""
+
+    def frame(self, i: int) -> None:
+        return None
+
+    def digest(self) -> str:
+        until = _cpu_s() + DIGEST_CPU_S
+        while _cpu_s() < until:
+            pass
+        return "hashed"
+
+
+@contextlib.contextmanager
+def hashing_lane() -> Iterator[_HashingLane]:
+    yield _HashingLane()
+
+
+def test_a_lanes_digest_is_not_counted_in_the_renderers_cpu_per_frame() -> None:
+    m = engine.measure(f"{__name__}:hashing_lane", {}, engine.Budget(20, 2, 5.0),
+                       processes=False)
+    assert m.digests == ["hashed"] and len(m.samples_s) == 20
+    # The digest's CPU alone is DIGEST_CPU_S; counted, it would be at least that.
+    assert m.client_cpu_s < DIGEST_CPU_S

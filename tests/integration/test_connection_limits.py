@@ -29,6 +29,10 @@ def threads(svc: Service) -> int:
     return len(os.listdir(f"/proc/{svc.pid}/task"))
 
 
+def fds(svc: Service) -> int:
+    return len(os.listdir(f"/proc/{svc.pid}/fd"))
+
+
 def attempt(path: Path) -> tuple[str, str]:
     """One connection and HELLO: ("ok", "") or the error's (code, message)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
@@ -101,7 +105,7 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
     with running(model_repo, shared, "--allow-uid", str(other_user.uid),
                  "--max-connections-per-user", str(PER_USER)) as svc:
         quiet = other_user("runs", socket=str(svc.socket), seconds=2.0)
-        base = threads(svc)
+        base, base_fds = threads(svc), fds(svc)
         held = [IpcClient(svc.socket) for _ in range(PER_USER)]  # this user's share
         codes: Counter[str] = Counter()
         messages: set[str] = set()
@@ -134,11 +138,15 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
         for i, c in enumerate(held):  # this user's own connections are untouched
             run_once(c, i)
             c.close()
-    # The held connections' threads, the other user's, and the one that answers every refusal.
-    bound = base + PER_USER + 2
+        deadline = time.monotonic() + 10  # each connection is forgotten by its own thread
+        while fds(svc) > base_fds and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after_fds = fds(svc)
+    # The held connections' threads and the other user's: refusals take no thread.
+    bound = base + PER_USER + 1
     print(f"\n{ATTEMPTS} attempts in {took:.1f} s: {dict(codes)}; threads: {base} before, at "
-          f"most {bound} allowed ({PER_USER} held, the other user's, the refusals'), at most "
-          f"{max(most)} seen during the flood")
+          f"most {bound} allowed ({PER_USER} held, the other user's), at most "
+          f"{max(most)} seen during the flood; fds {base_fds} before, {after_fds} after")
     print(f"the other user's renderer (add_64x64, one run at a time): quiet {quiet['runs']} runs "
           f"p50 {quiet['p50_us']:.0f} us p99 {quiet['p99_us']:.0f} us; during the flood"
           f"{'' if still_flooding else ' (partly after it)'} {flooded['runs']} runs p50 "
@@ -149,5 +157,6 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
         f"(--max-connections-per-user {PER_USER}); close one and retry"
     }
     assert max(most) <= bound, max(most)
+    assert after_fds <= base_fds, (base_fds, after_fds)  # nothing held or leaked
     assert quiet["wrong"] == 0 and flooded["wrong"] == 0
     assert flooded["runs"] > 0

@@ -212,6 +212,12 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
             reply = codec.decode(theirs.recv(codec.MAX_FRAME))
             assert reply.request_id == 2 and codec.decode_run_reply(reply.body).signal_value == 2
             assert b.value == 2
+            # Counted once its reply was sent, before the loop went on to the next frame: the
+            # session's counters, its recent runs (the status page's) and the metrics.
+            session = runtime.session(owner, sid)
+            assert (session.runs, session.last_signal_value) == (1, 2)
+            assert [r.signal_value for _, r in session.recent] == [2]
+            assert ("add_64x64", "ipc", 1) in runtime.metrics.run_store.runs()
             table.close()  # as IpcServer.stop does first
             assert not served(3) and b.value == 2
     finally:

@@ -72,6 +72,34 @@ def test_run_replies_round_trip(v: int, w: int, i: int, t: int) -> None:
     assert codec.decode_run_reply(f.body) == codec.RunReply(v, w, i, t)
 
 
+@given(v=U64, w=U32, i=U32, t=U32, rid=U32)
+def test_the_client_reads_a_run_reply_in_one_unpack(v: int, w: int, i: int, t: int,
+                                                    rid: int) -> None:
+    data = codec.encode_run_reply(rid, codec.RunReply(v, w, i, t))
+    assert codec.run_reply_of(data, rid) == codec.RunReply(v, w, i, t)
+    assert codec.run_reply_of(data, rid + 1) is None  # another request's: judged by decode
+
+
+@given(data=st.binary(max_size=64), rid=U32)
+def test_only_a_well_formed_run_reply_is_read_in_one_unpack(data: bytes, rid: int) -> None:
+    got = codec.run_reply_of(data, rid)
+    if got is not None:
+        assert data == codec.encode_run_reply(rid, got)
+
+
+def test_an_error_reply_is_left_to_the_general_decoder() -> None:
+    data = codec.encode_error(4, errors.Conflict("no"))
+    assert codec.run_reply_of(data, 4) is None
+
+
+@given(sid=st.binary(min_size=16, max_size=16), wait=U64, rid=U32)
+def test_run_async_is_run_with_its_own_kind(sid: bytes, wait: int, rid: int) -> None:
+    run = codec.Run(sid, wait, None, None)
+    f = codec.decode(codec.encode_run_async(rid, run))
+    assert f.kind == codec.Kind.RUN_ASYNC and f.request_id == rid
+    assert codec.decode_run(f.body) == run
+
+
 @given(cls=st.sampled_from(errors.ALL), message=st.text(max_size=100_000))
 def test_errors_round_trip_and_fit_in_one_frame(
     cls: type[errors.FencelineError], message: str

@@ -159,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="combined frames/s of N renderers through IPC against the in-process "
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
+    bench.add_argument("--flood", type=int, metavar="N",
+                       help="one renderer's p50/p99 quiet, beside a CPU burner and during N "
+                       "connection attempts from one user past its limit (e.g. 5000); --seconds "
+                       "each quiet phase's length (default 2)")
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
                        help="with --scaling, --gst or --obs: onnxruntime's intra-op threads per run "
                        "on both sides (default: the model's, a pool sized to the machine)")
@@ -244,6 +248,10 @@ def _main(argv: list[str] | None) -> int:
             print(f"fenceline bench: confined to CPUs {confine(args.cpus)}", flush=True)
         if args.intra_op_threads is not None and not (args.scaling or args.gst or args.obs):
             raise InvalidArgument("--intra-op-threads goes with --scaling, --gst or --obs")
+        if args.flood is not None:
+            from fenceline.bench.flood import run_flood
+
+            return run_flood(args.flood, seconds=args.seconds or 2.0, json_path=args.json)
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 

@@ -98,7 +98,12 @@ class IpcClient:
             raise ClientError(f"IPC transport failed: {e}") from None
 
     def _receive(self, request_id: int) -> codec.Frame:
+        return self._reply(self._receive_data(), request_id)
+
+    def _receive_data(self) -> bytes:
+        """The next frame the service sent, whatever it is."""
         try:
+            data: bytes | None
             got_fds: list[int]
             if self._pipe is not None:
                 budget = self._spin.budget_ns()
@@ -117,6 +122,10 @@ class IpcClient:
             raise ClientError("the service closed the connection")
         if problem is not None:
             raise ClientError(f"bad reply from the service: {problem}")
+        return data
+
+    def _reply(self, data: bytes, request_id: int) -> codec.Frame:
+        """The frame ``data`` as the reply to ``request_id``; raises the service's error."""
         try:
             reply = codec.decode(data)
         except FencelineError as e:
@@ -312,10 +321,9 @@ class IpcClient:
         ``timeout_s``: the longest fence wait (``timeout_ms``, the older spelling)."""
         timeout_ms = timeout_ms_of(timeout_s, timeout_ms)
         rid = next(self._ids)
-        frame = codec.encode_run(
-            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
-        )
-        return codec.decode_run_reply(self._exchange(frame, rid).body)
+        self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
+                                   signal_value, timeout_ms))
+        return self.recv_run_reply(rid)
 
     def send_run(
         self,
@@ -330,9 +338,8 @@ class IpcClient:
         so collect the replies in that order; the next RUN then waits in the socket while the
         service runs this one."""
         rid = next(self._ids)
-        self._send(codec.encode_run(
-            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, timeout_ms)
-        ))
+        self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
+                                   signal_value, timeout_ms))
         return rid
 
     def run_async(
@@ -350,13 +357,16 @@ class IpcClient:
         :meth:`recv_run_reply`, later if need be: as with :meth:`send_run`, replies come in the
         order the runs were sent."""
         rid = next(self._ids)
-        self._send(codec.encode_run_async(
-            rid, codec.Run(codec.session_id_bytes(session_id), wait_value, signal_value, None)
-        ))
+        self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
+                                   signal_value, None, kind=codec.Kind.RUN_ASYNC))
         return rid
 
     def recv_run_reply(self, request_id: int) -> codec.RunReply:
-        return codec.decode_run_reply(self._receive(request_id).body)
+        data = self._receive_data()
+        # A RUN reply is read in one unpack; anything else (an error) goes the general way.
+        reply = codec.run_reply_of(data, request_id)
+        return reply if reply is not None else codec.decode_run_reply(
+            self._reply(data, request_id).body)
 
     def describe(self, kind: str, id: str) -> dict[str, Any]:
         return dict(self._call(Kind.DESCRIBE, {"kind": kind, "id": id}))

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from fenceline import _native
 from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied, ResourceExhausted, Unavailable
+from fenceline.interop.owners import Caller
 from fenceline.ipc.limits import ConnectionLimits
 from fenceline.runtime.service import Runtime
 
@@ -29,6 +30,7 @@ class Connection(Protocol):
 
     sock: Any
     peer: str
+    caller: Caller
     thread: threading.Thread
 
     def close(self) -> None: ...
@@ -63,22 +65,30 @@ class ServerBase:
         """Ends ``c``'s blocked receive, so that its thread closes the connection."""
         raise NotImplementedError
 
+    def _counted(self, c: Connection) -> None:
+        """Called with the lock held each time a connection of ``c``'s peer was admitted or
+        forgotten: a transport that refuses without asking (the Unix socket's native accept
+        loop, fenceline.ipc.server) learns which limits are reached. Nothing by default."""
+
     # -- shared -----------------------------------------------------------------------------
 
     def _admit(
         self, channel: Any, peer: str, pid: int, allowed: bool,
         connection: Callable[[int], Connection],
-    ) -> None:
+    ) -> FencelineError | None:
         """Serves an accepted, identified peer (``peer``: "uid 1000", "user S-1-5-..."), or
-        refuses it when it is not ``allowed`` or the service is shutting down."""
+        refuses it when it is not ``allowed``, the service is shutting down or a limit is
+        reached: then returns the error it answered."""
         if not allowed:
             log.warning("refused IPC peer pid %d %s: not on the allow-list", pid, peer)
             self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
-            self._refuse(channel, PermissionDenied(f"{peer} may not use this service"))
-            return
+            denied = PermissionDenied(f"{peer} may not use this service")
+            self._refuse(channel, denied)
+            return denied
         if self.runtime.closing.is_set():
-            self._refuse(channel, Unavailable("the service is shutting down"))
-            return
+            closing = Unavailable("the service is shutting down")
+            self._refuse(channel, closing)
+            return closing
         # Only the accept thread admits, so the counts can only fall between this check and the
         # connection's entry below.
         with self._lock:
@@ -86,12 +96,14 @@ class ServerBase:
         if over is not None:
             log.warning("refused IPC peer pid %d %s: %s", pid, peer, over)
             self.runtime.metrics.errors.labels("ipc", ResourceExhausted.code).inc()
-            self._refuse(channel, ResourceExhausted(over))
-            return
+            exhausted = ResourceExhausted(over)
+            self._refuse(channel, exhausted)
+            return exhausted
         c = connection(next(self._numbers))
         with self._lock:
             self._connections.add(c)
             self._per_peer[c.peer] = self._per_peer.get(c.peer, 0) + 1
+            self._counted(c)
         self.runtime.metrics.ipc_connections.inc()
         self.runtime.metrics.ipc_connections_total.inc()
         try:
@@ -99,6 +111,7 @@ class ServerBase:
         except BaseException:
             c.close()
             raise
+        return None
 
     def _refuse(self, channel: Any, err: FencelineError) -> None:
         threading.Thread(
@@ -114,6 +127,7 @@ class ServerBase:
                 left = self._per_peer.pop(c.peer) - 1
                 if left:
                     self._per_peer[c.peer] = left
+                self._counted(c)
                 return True
             return False
 

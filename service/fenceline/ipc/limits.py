@@ -35,11 +35,21 @@ class ConnectionLimits:
     def refusal(self, peer: str, total: int, of_peer: int) -> str | None:
         """Why one more connection of ``peer`` (which holds ``of_peer`` of the ``total``) is
         refused, naming the limit; None when it is not."""
+        return self.over_total(total) or self.over_peer(peer, of_peer)
+
+    def over_total(self, total: int) -> str | None:
+        """Why one more connection is refused when the service serves ``total``; None: it is
+        not, by the total."""
         if total >= self.max_connections:
             return (
                 f"the service already serves {total} connections, its most "
                 f"(--max-connections {self.max_connections}); retry later"
             )
+        return None
+
+    def over_peer(self, peer: str, of_peer: int) -> str | None:
+        """Why one more connection of ``peer``, which holds ``of_peer``, is refused; None: it
+        is not, by the per-user limit."""
         if of_peer >= self.max_per_user:
             return (
                 f"{peer} already holds {of_peer} connections, the most one user may "

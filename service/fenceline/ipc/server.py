@@ -5,7 +5,6 @@ dying) releases everything."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -13,7 +12,6 @@ import select
 import socket
 import struct
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,11 @@ from pydantic import BaseModel, ValidationError
 from fenceline import __version__, _native, logs, waiting
 from fenceline.config import RunPath
 from fenceline.errors import (
+    BY_IPC_CODE,
     FencelineError,
     InvalidArgument,
     InvalidRequest,
+    PermissionDenied,
     ResourceExhausted,
     Unsupported,
 )
@@ -35,7 +35,6 @@ from fenceline.ipc.access import socket_error
 from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
 from fenceline.ipc.limits import ConnectionLimits
-from fenceline.ipc.refusals import Refusals
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -400,26 +399,6 @@ def _hung_up(sock: socket.socket) -> bool:
         return True
 
 
-# What accept(2) answers when this process (or the system) has no fd or buffer to spare.
-OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-ACCEPT_BACKOFF_S = (0.01, 0.5)  # first and longest pause between accepts while out of fds
-
-
-def _reserve_fd() -> int | None:
-    try:
-        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def _fds_available() -> bool:
-    fd = _reserve_fd()
-    if fd is None:
-        return False
-    os.close(fd)
-    return True
-
-
 PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -434,7 +413,13 @@ class IpcServer(ServerBase):
     The socket file's mode only keeps other users out early; the peer's uid is the real check.
     With no other uid allowed the socket is 0600 in a 0700 directory; with others it is 0666 in
     a directory they can traverse (0711 when the service creates it), and :meth:`start` fails
-    when an allowed user could not reach it."""
+    when an allowed user could not reach it.
+
+    Connections are accepted by a native loop (``_native.Acceptor``) on the accept thread with
+    the GIL released: it refuses by itself the peers that the refusal table names (a uid at
+    its limit or not allowed, everyone while the total is reached), which this server keeps
+    in step with its counts (:meth:`_counted`); every other connection comes here to be
+    admitted or refused (docs/reliability.md, "Connections")."""
 
     def __init__(
         self,
@@ -446,22 +431,21 @@ class IpcServer(ServerBase):
         run_path: RunPath = "native",
     ) -> None:
         super().__init__(runtime, spin_ns, limits, run_path)
-        self._refusals = Refusals()
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
         self._sock: socket.socket | None = None
-        self._accepting = False
-        self._stopping = False
-        self._spare: int | None = None  # an fd held back to shed connections when out of fds
+        self._acceptor: Any = None  # _native.Acceptor, made by start()
+        self._reasons: dict[int, str] = {}  # why the table refuses a uid (-1: everyone)
 
     def start(self) -> None:
         try:
             self._listen()
         except OSError as e:
             raise InvalidArgument(socket_error(self.path, e)) from None
-        self._spare = _reserve_fd()
-        self._accepting = True
+        assert self._sock is not None
+        self._acceptor = _native.Acceptor(self._sock.fileno(), codec.encode_error(
+            0, ResourceExhausted("the service is out of file descriptors; retry later")))
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
         self._thread.start()
         log.info("IPC socket listening on %s", self.path)
@@ -485,87 +469,103 @@ class IpcServer(ServerBase):
     def accepting(self) -> bool:
         """False while the socket cannot take new connections (stopped, or the process is out
         of file descriptors): the readiness probe answers 503 then."""
-        return self._accepting and self._thread is not None and self._thread.is_alive()
+        return (self._acceptor is not None and self._acceptor.accepting
+                and self._thread is not None and self._thread.is_alive())
 
     def _accept(self) -> None:
-        sock = self._sock
-        assert sock is not None
-        backoff = ACCEPT_BACKOFF_S[0]
-        while not self._stopping:
+        acceptor = self._acceptor
+        short = False  # out of fds: said once, until it accepts again
+        while True:
             try:
-                conn, _ = sock.accept()
+                event = acceptor.next_event()
             except OSError as e:
-                if self._stopping:
-                    return
-                if e.errno in OUT_OF_FDS:
-                    self._out_of_fds(sock, e)
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, ACCEPT_BACKOFF_S[1])
-                    if self._spare is None:
-                        self._spare = _reserve_fd()
-                    if self._spare is not None and _fds_available():
-                        self._set_accepting(True)
-                    continue
-                if e.errno in (errno.EINTR, errno.ECONNABORTED, errno.EPROTO):
-                    continue
                 log.error("IPC accept failed, no new connections: %s", e)
-                self._set_accepting(False)
                 return
-            backoff = ACCEPT_BACKOFF_S[0]
-            self._set_accepting(True)
-            try:
-                self._identify(conn)
-            except Exception:  # a thread that cannot start, a peer gone before SO_PEERCRED
-                log.exception("could not take an IPC connection")
-                with contextlib.suppress(OSError):
-                    conn.close()
+            if event is None:  # stopped
+                return
+            kind, value = event
+            if kind == "peer":
+                self._take(*value)
+            elif kind == "refused":
+                self._refused_here(value)
+            elif kind == "out_of_fds":
+                if not short:
+                    log.warning("IPC cannot accept connections: %s; retrying", value)
+                    short = True
+                self.runtime.metrics.errors.labels("ipc", ResourceExhausted.code).inc()
+            elif kind == "accepting" and short:
+                log.info("IPC accepts connections again")
+                short = False
 
-    def _out_of_fds(self, sock: socket.socket, err: OSError) -> None:
-        """Keeps serving the connections that exist; sheds one waiting connection with a clear
-        error through the fd held in reserve for this, so a client is not left hanging."""
-        if self._accepting:
-            log.warning("IPC cannot accept connections: %s; retrying", err.strerror)
-        self._set_accepting(False)
-        self.runtime.metrics.errors.labels("ipc", ResourceExhausted.code).inc()
-        if self._spare is None:
-            return
-        os.close(self._spare)
-        self._spare = None
-        sock.setblocking(False)
+    def _take(self, fd: int, pid: int, uid: int) -> None:
+        """A connection the refusal table did not refuse: admitted, or refused here."""
         try:
-            conn, _ = sock.accept()
+            conn = socket.socket(fileno=fd)
         except OSError:
+            os.close(fd)
             return
-        finally:
-            sock.setblocking(True)
-        self._refuse(conn, ResourceExhausted("the service is out of file descriptors; retry later"))
+        try:
+            allowed = uid in self.allow_uids
+            if not allowed:
+                logs.peer.set(f"uid {uid}")
+            refused = self._admit(conn, f"uid {uid}", pid, allowed,
+                                  lambda number: Connection(self, conn, number))
+            if isinstance(refused, PermissionDenied):  # for good: the allow-list is fixed
+                with self._lock:
+                    self._reasons[uid] = refused.message
+                    self._acceptor.limit(uid, codec.encode_error(0, refused))
+        except Exception:  # a thread that cannot start, a peer gone before SO_PEERCRED
+            log.exception("could not take an IPC connection")
+            with contextlib.suppress(OSError):
+                conn.close()
 
-    def _set_accepting(self, accepting: bool) -> None:
-        if accepting and not self._accepting:
-            log.info("IPC accepts connections again")
-        self._accepting = accepting
+    def _counted(self, c: Served) -> None:
+        """Keeps the native refusal table in step with the counts (the lock is held)."""
+        uid = c.caller.uid
+        if uid is None or self._acceptor is None:
+            return
+        over = self.limits.over_peer(c.peer, self._per_peer.get(c.peer, 0))
+        self._table(uid, over)
+        self._table(-1, self.limits.over_total(len(self._connections)))
 
-    def _identify(self, conn: socket.socket) -> None:
-        pid, uid, _gid = peer_credentials(conn)
-        if uid not in self.allow_uids:
-            logs.peer.set(f"uid {uid}")
-        self._admit(conn, f"uid {uid}", pid, uid in self.allow_uids,
-                    lambda number: Connection(self, conn, number))
+    def _table(self, uid: int, over: str | None) -> None:
+        if self._reasons.get(uid) == over:
+            return
+        frame = None if over is None else codec.encode_error(0, ResourceExhausted(over))
+        if uid < 0:
+            self._acceptor.full(frame)
+        else:
+            self._acceptor.limit(uid, frame)
+        if over is None:
+            self._reasons.pop(uid, None)
+        else:
+            self._reasons[uid] = over
+
+    def _refused_here(self, refused: list[tuple[int, int, int]]) -> None:
+        """Counts and logs, once a second at most, what the native loop refused by itself."""
+        for uid, code, n in refused:
+            error = BY_IPC_CODE.get(code, FencelineError)
+            self.runtime.metrics.errors.labels("ipc", error.code).inc(n)
+            with self._lock:
+                reason = (self._reasons.get(uid) if error is PermissionDenied
+                          else self._reasons.get(-1) or self._reasons.get(uid)) or error.code
+            log.warning("refused %d IPC connection(s) of uid %d since the last report: %s",
+                        n, uid, reason)
 
     def _refuse(self, channel: Any, err: FencelineError) -> None:
-        self._refusals.add(channel, err)  # one thread for all (fenceline.ipc.refusals)
+        # Answered by the native loop, as the refusals it makes itself.
+        self._acceptor.refuse(channel.detach(), codec.encode_error(0, err))
 
     def _wake(self, c: Served) -> None:
         with contextlib.suppress(OSError):
             c.sock.shutdown(socket.SHUT_RDWR)
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopping = True
-        self._accepting = False
         self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
-        if self._spare is not None:
-            os.close(self._spare)
-            self._spare = None
+        if self._acceptor is not None:
+            self._acceptor.stop()  # what it holds is closed, nothing more is accepted
+        if self._thread is not None:
+            self._thread.join(timeout)
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
@@ -574,4 +574,3 @@ class IpcServer(ServerBase):
             with contextlib.suppress(OSError):
                 self.path.unlink()
         self._stop_connections(timeout)
-        self._refusals.close()

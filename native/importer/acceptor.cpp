@@ -1,0 +1,505 @@
+// The Unix socket's accept loop (fenceline.ipc.server), run by its accept thread with the GIL
+// released: a flood of connections that the service refuses costs its Python side nothing
+// (docs/reliability.md, "Connections").
+//
+// The loop accepts every connection waiting (one wakeup takes a batch), reads the peer's uid
+// (SO_PEERCRED) and looks it up in the refusal table that Python keeps: a frame for every uid
+// while the total limit is reached, a frame per uid at its own limit or not on the allow-list.
+// A connection the table refuses is refused here; any other goes to Python, which decides (the
+// limits are counted there, once) and admits it or hands it back through refuse().
+//
+// A refused peer gets its answer as the reply to its first request (so a client reads it where
+// it reads its HELLO reply), then the service's end is shut down for writing and read until the
+// peer closes: closing a Unix socket with unread data would reset the peer before it read the
+// answer. Each refusal is held for at most grace_s; at most max_pending are held at once, and
+// one past that is closed at once without an answer. Whatever fds a refused peer sends are
+// closed by the kernel (nothing is received with them).
+//
+// When the process is out of fds, the loop sheds one waiting connection with the out-of-fds
+// frame through an fd held in reserve, stops listening for a backoff (10 ms doubling to
+// 500 ms) and tries again; Python hears of each round, and of accepting again.
+#include <fcntl.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/typing.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "../common/fenceline_wire_io.h"
+#include "../common/host_timeline.h"
+#include "errors.h"
+
+namespace py = pybind11;
+
+namespace fl {
+namespace {
+
+using Frame = std::shared_ptr<const std::string>;
+
+constexpr std::int64_t kMs = 1000000;
+constexpr std::int64_t kBackoffFirstNs = 10 * kMs, kBackoffMostNs = 500 * kMs;
+constexpr std::int64_t kReportEveryNs = 1000 * kMs;  // refusals made here, told to Python
+constexpr int kBatch = 64;                           // accepts per wakeup, at most
+constexpr std::size_t kMostUids = 65536;             // entries of the per-uid table, at most
+
+bool out_of_fds(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+Frame frame_of(const py::bytes &b) {
+  std::string s = b;
+  FlWireHeader h;
+  if (!fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(s.data()), s.size(), &h) ||
+      h.kind != FL_KIND_ERROR || h.body_length < 4)
+    throw py::value_error("a refusal is an encoded ERROR frame");
+  return std::make_shared<const std::string>(std::move(s));
+}
+
+struct Held {
+  Frame frame;
+  std::uint64_t seq = 0;
+};
+
+// What the loop tells Python.
+struct Event {
+  enum Kind { None, Stopped, Peer, OutOfFds, Accepting, Refused, Failed } kind = None;
+  int fd = -1, pid = 0, err = 0;
+  std::uint32_t uid = 0;
+  std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>> refused;
+};
+
+class Acceptor {
+ public:
+  Acceptor(int listen_fd, const py::bytes &out_of_fds_frame, double grace_s,
+           std::size_t max_pending)
+      : listen_(listen_fd),
+        out_of_fds_(frame_of(out_of_fds_frame)),
+        grace_ns_(static_cast<std::int64_t>(grace_s * 1e9)),
+        max_pending_(max_pending),
+        buf_(FL_WIRE_MAX_FRAME + 1) {
+    if (grace_s <= 0 || grace_s > 3600) throw py::value_error("grace_s is in (0, 3600]");
+    // Made now: a refusal may come when the process has no fd to spare.
+    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int flags = ::fcntl(listen_, F_GETFL);
+    if (epoll_ < 0 || wake_ < 0 || flags < 0 ||
+        ::fcntl(listen_, F_SETFL, flags | O_NONBLOCK) < 0 || !watch(listen_, EPOLLIN, false) ||
+        !watch(wake_, EPOLLIN, false)) {
+      const int err = errno;
+      release();
+      throw Error(Code::OsError, errno_message("the IPC accept loop", err));
+    }
+  }
+  ~Acceptor() { release(); }
+  Acceptor(const Acceptor &) = delete;
+  Acceptor &operator=(const Acceptor &) = delete;
+
+  // -- the table (Python keeps it: fenceline.ipc.server) -------------------------------------
+
+  void limit(std::uint32_t uid, const py::object &frame) {
+    Frame f = frame.is_none() ? nullptr : frame_of(frame.cast<py::bytes>());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!f)
+      by_uid_.erase(uid);
+    else if (by_uid_.size() < kMostUids || by_uid_.count(uid))
+      by_uid_[uid] = std::move(f);  // past the most, Python decides each of the others itself
+  }
+
+  void full(const py::object &frame) {
+    Frame f = frame.is_none() ? nullptr : frame_of(frame.cast<py::bytes>());
+    std::lock_guard<std::mutex> lock(mu_);
+    full_ = std::move(f);
+  }
+
+  // Refuses a connection Python accepted from next_event: owns fd from here on.
+  void refuse(int fd, const py::bytes &frame) {
+    Frame f = frame_of(frame);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopped_) {
+        incoming_.emplace_back(fd, std::move(f));
+        fd = -1;
+      }
+    }
+    if (fd >= 0) ::close(fd);
+    poke();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    poke();
+  }
+
+  bool accepting() const { return accepting_.load(); }
+  std::size_t held() const { return held_count_.load(); }
+  std::uint64_t dropped() const { return dropped_.load(); }
+
+  // Runs the loop until something needs Python: ("peer", (fd, pid, uid)) for a connection the
+  // table does not refuse (the caller owns fd); ("refused", [(uid, error code, count), ...])
+  // at most once a second while refusals are made here; ("out_of_fds", message) for each
+  // round without fds; ("accepting", None) once it accepts again; None once stopped.
+  py::object next_event() {
+    Event ev;
+    {
+      py::gil_scoped_release nogil;
+      ev = loop();
+    }
+    switch (ev.kind) {
+      case Event::Peer:
+        return py::make_tuple("peer", py::make_tuple(ev.fd, ev.pid, ev.uid));
+      case Event::Refused: {
+        py::list l;
+        for (const auto &[uid, code, n] : ev.refused) l.append(py::make_tuple(uid, code, n));
+        return py::make_tuple("refused", l);
+      }
+      case Event::OutOfFds:
+        return py::make_tuple("out_of_fds", py::str(std::strerror(ev.err)));
+      case Event::Accepting:
+        return py::make_tuple("accepting", py::none());
+      case Event::Failed:
+        errno = ev.err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        throw py::error_already_set();
+      default:
+        return py::none();
+    }
+  }
+
+ private:
+  bool watch(int fd, std::uint32_t events, bool modify) {
+    struct epoll_event e {};
+    e.events = events;
+    e.data.fd = fd;
+    return ::epoll_ctl(epoll_, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &e) == 0;
+  }
+
+  void poke() {
+    const std::uint64_t one = 1;
+    if (wake_ >= 0) {
+      [[maybe_unused]] const ssize_t n = ::write(wake_, &one, sizeof one);
+    }
+  }
+
+  void release() {
+    for (auto &[fd, h] : held_) ::close(fd);
+    held_.clear();
+    held_count_ = 0;
+    for (const Event &e : events_)
+      if (e.kind == Event::Peer) ::close(e.fd);
+    events_.clear();
+    for (auto &[fd, f] : incoming_) ::close(fd);
+    incoming_.clear();
+    for (int *fd : {&epoll_, &wake_, &spare_})
+      if (*fd >= 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+  }
+
+  Event loop() {
+    for (;;) {
+      std::vector<std::pair<int, Frame>> incoming;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopped_) break;
+        incoming.swap(incoming_);
+      }
+      for (auto &[fd, f] : incoming) hold(fd, std::move(f));
+      const std::int64_t now = fl_htl_now_ns();
+      if (backoff_until_ != 0 && now >= backoff_until_) retry();
+      if (!events_.empty()) {
+        Event e = std::move(events_.front());
+        events_.pop_front();
+        return e;
+      }
+      if (!counts_.empty() && now >= reported_ + kReportEveryNs) {
+        Event e;
+        e.kind = Event::Refused;
+        for (const auto &[key, n] : counts_) e.refused.emplace_back(key.first, key.second, n);
+        counts_.clear();
+        reported_ = now;
+        return e;
+      }
+      expire(now);
+      std::int64_t until = -1;
+      if (!deadlines_.empty()) until = deadlines_.front().first;
+      if (!counts_.empty()) until = earliest(until, reported_ + kReportEveryNs);
+      if (backoff_until_ != 0) until = earliest(until, backoff_until_);
+      int timeout_ms = -1;
+      if (until >= 0) timeout_ms = static_cast<int>(std::max<std::int64_t>(0, (until - now + kMs - 1) / kMs));
+      struct epoll_event ready[64];
+      const int n = ::epoll_wait(epoll_, ready, 64, timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        Event e;
+        e.kind = Event::Failed;
+        e.err = errno;
+        return e;
+      }
+      for (int i = 0; i < n; ++i) {
+        const int fd = ready[i].data.fd;
+        if (fd == listen_) {
+          accept_batch();
+        } else if (fd == wake_) {
+          std::uint64_t v;
+          [[maybe_unused]] auto r = ::read(wake_, &v, sizeof v);
+        } else {
+          step(fd);
+        }
+      }
+    }
+    // Stopped: what is held, and what Python was not handed yet, is closed now.
+    std::vector<std::pair<int, Frame>> incoming;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      incoming.swap(incoming_);
+    }
+    for (auto &[fd, f] : incoming) ::close(fd);
+    for (auto &[fd, h] : held_) ::close(fd);
+    held_.clear();
+    held_count_ = 0;
+    deadlines_.clear();
+    for (const Event &ev : events_)
+      if (ev.kind == Event::Peer) ::close(ev.fd);
+    events_.clear();
+    Event e;
+    e.kind = Event::Stopped;
+    return e;
+  }
+
+  static std::int64_t earliest(std::int64_t a, std::int64_t b) { return a < 0 ? b : std::min(a, b); }
+
+  void accept_batch() {
+    for (int k = 0; k < kBatch && listening_; ++k) {
+      const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) {
+        const int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK) return;
+        if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+        if (out_of_fds(err)) {
+          shed(err);
+          return;
+        }
+        listening_ = false;  // nothing more is accepted: Python says so and ends
+        watch(listen_, 0, true);
+        accepting_ = false;
+        Event e;
+        e.kind = Event::Failed;
+        e.err = err;
+        events_.push_back(std::move(e));
+        return;
+      }
+      backoff_ns_ = kBackoffFirstNs;
+      if (!accepting_.exchange(true)) {
+        Event e;
+        e.kind = Event::Accepting;
+        events_.push_back(std::move(e));
+      }
+      identify(c);
+    }
+  }
+
+  void identify(int c) {
+    struct ucred cred {};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      ::close(c);  // gone before it could be identified
+      return;
+    }
+    Frame f;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (full_) {
+        f = full_;
+      } else {
+        auto it = by_uid_.find(cred.uid);
+        if (it != by_uid_.end()) f = it->second;
+      }
+    }
+    if (!f) {
+      Event e;
+      e.kind = Event::Peer;
+      e.fd = c;
+      e.pid = cred.pid;
+      e.uid = cred.uid;
+      events_.push_back(std::move(e));
+      return;
+    }
+    const auto *p = reinterpret_cast<const std::uint8_t *>(f->data());
+    ++counts_[{cred.uid, fl_wire_get_error_code(p + FL_WIRE_HEADER_SIZE)}];
+    hold(c, std::move(f));
+  }
+
+  // Out of fds: shed one waiting connection through the spare fd, stop listening for a while.
+  void shed(int err) {
+    accepting_ = false;
+    if (spare_ >= 0) {
+      ::close(spare_);
+      spare_ = -1;
+      const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) hold(c, out_of_fds_);
+    }
+    listening_ = false;
+    watch(listen_, 0, true);
+    backoff_until_ = fl_htl_now_ns() + backoff_ns_;
+    backoff_ns_ = std::min(backoff_ns_ * 2, kBackoffMostNs);
+    Event e;
+    e.kind = Event::OutOfFds;
+    e.err = err;
+    events_.push_back(std::move(e));
+  }
+
+  void retry() {
+    backoff_until_ = 0;
+    if (spare_ < 0) spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    listening_ = true;
+    watch(listen_, EPOLLIN, true);
+    if (spare_ < 0) return;  // the next accept fails again: another round
+    const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (probe < 0) return;
+    ::close(probe);
+    if (!accepting_.exchange(true)) {
+      Event e;
+      e.kind = Event::Accepting;
+      events_.push_back(std::move(e));
+    }
+  }
+
+  void hold(int fd, Frame f) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (held_.size() >= max_pending_ || flags < 0 ||
+        ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || !watch(fd, EPOLLIN, false)) {
+      ++dropped_;
+      ::close(fd);
+      return;
+    }
+    const std::uint64_t seq = ++seq_;
+    held_[fd] = Held{std::move(f), seq};
+    held_count_ = held_.size();
+    deadlines_.emplace_back(fl_htl_now_ns() + grace_ns_, std::make_pair(fd, seq));
+    step(fd);  // a first request already there is answered at once
+  }
+
+  void drop(int fd) {
+    held_.erase(fd);
+    held_count_ = held_.size();
+    ::close(fd);  // which takes it out of the epoll set
+  }
+
+  // Every refusal has the same grace: the deadlines are in order of their holds.
+  void expire(std::int64_t now) {
+    while (!deadlines_.empty() && deadlines_.front().first <= now) {
+      const auto [fd, seq] = deadlines_.front().second;
+      deadlines_.pop_front();
+      auto it = held_.find(fd);
+      if (it != held_.end() && it->second.seq == seq) drop(fd);
+    }
+  }
+
+  // Reads what the peer sent and answers its first request; drops the connection once the
+  // peer is done (or failed).
+  void step(int fd) {
+    auto it = held_.find(fd);
+    if (it == held_.end()) return;
+    for (;;) {
+      const ssize_t n = ::recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n <= 0) break;
+      Frame &f = it->second.frame;
+      if (!f) continue;  // answered already: read to the peer's end
+      FlWireHeader h;
+      const std::uint32_t request_id =
+          fl_wire_header_ok(buf_.data(), static_cast<std::size_t>(n), &h) ? h.request_id : 0;
+      std::string reply = *f;
+      FlWireHeader ours;
+      fl_wire_get_header(reinterpret_cast<const std::uint8_t *>(reply.data()), &ours);
+      fl_wire_put_header(reinterpret_cast<std::uint8_t *>(reply.data()), ours.kind, request_id,
+                         ours.body_length);
+      f.reset();
+      if (::send(fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) break;
+      ::shutdown(fd, SHUT_WR);
+    }
+    drop(fd);
+  }
+
+  const int listen_;  // Python's socket owns it
+  const Frame out_of_fds_;
+  const std::int64_t grace_ns_;
+  const std::size_t max_pending_;
+  int epoll_ = -1, wake_ = -1, spare_ = -1;
+  std::vector<std::uint8_t> buf_;
+
+  std::mutex mu_;  // the table, incoming_ and stopped_
+  std::unordered_map<std::uint32_t, Frame> by_uid_;
+  Frame full_;
+  std::vector<std::pair<int, Frame>> incoming_;
+  bool stopped_ = false;
+
+  // The loop's own (one thread at a time runs it).
+  std::unordered_map<int, Held> held_;
+  std::deque<std::pair<std::int64_t, std::pair<int, std::uint64_t>>> deadlines_;
+  std::deque<Event> events_;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> counts_;
+  std::int64_t reported_ = 0, backoff_until_ = 0, backoff_ns_ = kBackoffFirstNs;
+  std::uint64_t seq_ = 0;
+  bool listening_ = true;
+  std::atomic<bool> accepting_{true};
+  std::atomic<std::size_t> held_count_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+};
+
+}  // namespace
+
+void bind_acceptor(py::module_ &mod) {
+  py::class_<Acceptor, std::shared_ptr<Acceptor>>(
+      mod, "Acceptor",
+      "The Unix socket's accept loop: accepts, identifies each peer (SO_PEERCRED) and refuses "
+      "here, without the GIL, the connections that the refusal table names (limit(), full()); "
+      "the others go to Python (next_event). Refuses a connection by answering its first "
+      "request with the table's ERROR frame (the request id set), shutting it down for writing "
+      "and reading until the peer closes, for at most grace_s; past max_pending held at once, "
+      "one more is closed unanswered. listen_fd stays the caller's (made non-blocking here).")
+      .def(py::init<int, const py::bytes &, double, std::size_t>(), py::arg("listen_fd"),
+           py::arg("out_of_fds"), py::arg("grace_s") = 1.0, py::arg("max_pending") = 1024)
+      .def("limit", &Acceptor::limit, py::arg("uid"), py::arg("frame"),
+           "Refuses uid's connections with this ERROR frame from now on (None: no more).")
+      .def("full", &Acceptor::full, py::arg("frame"),
+           "Refuses every connection with this ERROR frame from now on (None: no more).")
+      .def("refuse", &Acceptor::refuse, py::arg("fd"), py::arg("frame"),
+           "Refuses a connection that next_event handed over, with this ERROR frame; owns fd.")
+      .def("next_event", &Acceptor::next_event,
+           "Runs the loop (the GIL released) until something needs Python: ('peer', (fd, pid, "
+           "uid)), the caller owning fd; ('refused', [(uid, error code, count), ...]), at most "
+           "once a second while refusals are made here; ('out_of_fds', why) for each round "
+           "without fds (one waiting connection shed, accepting paused); ('accepting', None) "
+           "once it accepts again; None once stopped. Raises OSError when accepting fails "
+           "otherwise. One thread at a time.")
+      .def("stop", &Acceptor::stop, "next_event returns None; what is held is closed.")
+      .def_property_readonly("accepting", &Acceptor::accepting,
+                             "False while out of fds, or after accepting failed")
+      .def_property_readonly("held", &Acceptor::held, "refused connections held now")
+      .def_property_readonly("dropped", &Acceptor::dropped,
+                             "refused connections closed unanswered, past max_pending");
+}
+
+}  // namespace fl
