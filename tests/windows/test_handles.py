@@ -42,12 +42,6 @@ def test_renderer_runs_200_frames_by_handle_with_outputs_equal_to_onnxruntime(se
     assert service.metric("fenceline_ipc_open_connections") == 0
 
 
-@pytest.mark.xfail(
-    reason="open: under Wine 8 the service holds 2-3 more kernel handles after a by-handle "
-    "renderer ran 200 frames (the by-name renderers and a by-handle import without runs leave "
-    "none); not yet explained, so not yet known to be a leak (docs/windows.md)",
-    strict=False,
-)
 def test_a_by_handle_renderer_leaves_no_handle_in_the_service(service: WinService) -> None:
     before = service.baseline_handles()
     finish(renderer(service, "pipe", "--unnamed"))
