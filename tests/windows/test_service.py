@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from fenceline.models import build_repository
+from tests.support.metrics import metrics_text, total
 
 HERE = Path(__file__).parent
 FRAMES = 200
@@ -42,11 +43,7 @@ class WinService:
 
     def metric(self, name: str) -> float:
         """Sum of a metric's samples on /metrics."""
-        total = 0.0
-        for line in httpx.get(f"{self.url}/metrics", timeout=30).text.splitlines():
-            if line.startswith(name) and not line.startswith("#"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        return total(metrics_text(self), name)
 
     def handle_count(self) -> int:
         """How many kernel handles the service process holds: GetProcessHandleCount, or where
