@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from fenceline.bench import engine, floors
+from fenceline import trace
+from fenceline.bench import engine, floors, registry, report
 from fenceline.bench import streaming as bench
 from fenceline.bench.c_client import build_renderer, run_c_client
+from fenceline.bench.stats import Row
 from fenceline.client.c_api import find_c_compiler
 from tests.support.metrics import metric
 from tests.support.service import Service
@@ -165,3 +167,30 @@ def test_a_lanes_digest_is_not_counted_in_the_renderers_cpu_per_frame() -> None:
     assert m.digests == ["hashed"] and len(m.samples_s) == 20
     # The digest's CPU alone is DIGEST_CPU_S; counted, it would be at least that.
     assert m.client_cpu_s < DIGEST_CPU_S
+
+
+def _traced_row(frame_us: list[int]) -> Row:
+    """An ipc-traced row of one round whose trace holds one frame of each length (model half,
+    reply half), as _traced reads a service's trace."""
+    us = 1000
+    moments = []
+    for k, n in enumerate(frame_us):
+        t = 2_000_000 + k * 10_000 * us
+        for m, at in ((trace.RECEIVED, 0), (trace.INPUT_REACHED, 0), (trace.MODEL_START, 0),
+                      (trace.MODEL_END, n // 2), (trace.SIGNALLED, n // 2),
+                      (trace.REPLY_SENT, n)):
+            moments.append((t + at * us, m, 7, k + 1, 1))
+    doc = trace.chrome_trace(trace.Recording(moments, 0, 1_000_000, 9_000_000_000), {})
+    row = Row("ipc-traced", "720p", [n * 2e-6 for n in frame_us])
+    row.stages_us = registry.trace_stages(doc)
+    return row
+
+
+def test_a_traced_rows_service_side_is_summed_over_its_rounds() -> None:
+    row = _traced_row([100, 300]).merged(_traced_row([200]))
+    assert row.stages_p50_us() == {"frame": 200.0, "model": 100.0, "reply": 100.0,
+                                   "signal": 0.0, "wait for input": 0.0}
+    assert row.summary()["service_stages_p50_us"]["frame"] == 200.0
+    text = report.table([row])
+    assert "ipc-traced, the service's side (its trace, p50): 200.0 us a frame" in text
+    assert "model 100.0" in text and "200.0 us, is the renderer's and the socket's" in text
