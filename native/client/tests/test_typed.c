@@ -11,37 +11,7 @@
 #include "checks.h"
 
 /* add_64x64's memory and fences, imported; the session is the check's. */
-typedef struct setup {
-  FlClient *client;
-  FlFrame *frame;
-  FlFence *ready, *done;
-  FlMemoryImport *memory;
-  FlFenceImport *ready_import, *done_import;
-  float *x, *y;
-} setup;
-
-static void make_setup(setup *s) {
-  memset(s, 0, sizeof *s);
-  OK(api->CreateClient(socket_path, "c-typed-test", &s->client));
-  OK(api->CreateFrame(NULL, 2 * NBYTES, &s->frame));
-  OK(api->CreateFence(NULL, &s->ready));
-  OK(api->CreateFence(NULL, &s->done));
-  OK(api->ImportFrame(s->client, s->frame, FL_ACCESS_READ_WRITE, &s->memory));
-  OK(api->ImportFence(s->client, s->ready, &s->ready_import));
-  OK(api->ImportFence(s->client, s->done, &s->done_import));
-  s->x = api->GetFrameData(s->frame);
-  s->y = s->x + ELEMENTS;
-}
-
-static void free_setup(setup *s) {
-  api->ReleaseMemoryImport(s->memory);
-  api->ReleaseFenceImport(s->ready_import);
-  api->ReleaseFenceImport(s->done_import);
-  api->ReleaseClient(s->client);
-  api->ReleaseFence(s->ready);
-  api->ReleaseFence(s->done);
-  api->ReleaseFrame(s->frame);
-}
+static void make_setup(setup *s) { make_imports(s, "c-typed-test", NULL, NULL, NULL); }
 
 static void expect_y_is_x_plus_one(const setup *s) {
   for (int i = 0; i < ELEMENTS; ++i)
