@@ -193,4 +193,4 @@ def test_a_traced_rows_service_side_is_summed_over_its_rounds() -> None:
     assert row.summary()["service_stages_p50_us"]["frame"] == 200.0
     text = report.table([row])
     assert "ipc-traced, the service's side (its trace, p50): 200.0 us a frame" in text
-    assert "model 100.0" in text and "200.0 us, is the renderer's and the socket's" in text
+    assert "model 100.0" in text and "less that, 200.0 us, is outside the service" in text

@@ -151,7 +151,8 @@ def _ipc_written(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {**_ipc(ctx, sc), "write": True}
 
 
-TRACED_SIZES = ("64x64", "720p")
+# Every size of the #31 goals: the row's service-side line says where each gap to the floor is.
+TRACED_SIZES = ("64x64", "720p", "1080p", "4K")
 
 
 def _traced(ctx: Context, sc: Scenario) -> Row | None:
