@@ -56,6 +56,21 @@ static const int64_t SHAPE[4] = {1, 3, 64, 64};
 #define ELEMENTS (3 * 64 * 64)
 #define NBYTES (ELEMENTS * sizeof(float))
 
+/* PROGRAM SOCKET WHICH: sets `api` and `socket_path`; -1 to go on, else the exit status. */
+static int start_checks(int argc, char **argv, const char *usage) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
+  }
+  api = FlGetApi(FL_API_VERSION);
+  if (api == NULL) {
+    fprintf(stderr, "FlGetApi(%u) returned NULL\n", FL_API_VERSION);
+    return 1;
+  }
+  socket_path = argv[1];
+  return -1;
+}
+
 /* add_64x64's frame (input x, then output y) and two fences, imported by one client; a session
  * on them when a check makes one. */
 typedef struct setup {

@@ -657,16 +657,8 @@ static int silent(const char *mode) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: test_client SOCKET CHECK|all|hold|list\n");
-    return 2;
-  }
-  api = FlGetApi(FL_API_VERSION);
-  if (api == NULL) {
-    fprintf(stderr, "FlGetApi(%u) returned NULL\n", FL_API_VERSION);
-    return 1;
-  }
-  socket_path = argv[1];
+  int status = start_checks(argc, argv, "test_client SOCKET CHECK|all|hold|list");
+  if (status >= 0) return status;
   const char *which = argv[2];
   if (strcmp(which, "list") == 0) {
     for (size_t i = 0; i < CHECK_COUNT; ++i) printf("%s\n", CHECKS[i].name);

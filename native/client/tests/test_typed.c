@@ -232,16 +232,8 @@ static const check_entry CHECKS[] = {
 #define CHECK_COUNT (sizeof CHECKS / sizeof CHECKS[0])
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: test_typed SOCKET CHECK|list\n");
-    return 2;
-  }
-  api = FlGetApi(FL_API_VERSION);
-  if (api == NULL) {
-    fprintf(stderr, "FlGetApi(%u) returned NULL\n", FL_API_VERSION);
-    return 1;
-  }
-  socket_path = argv[1];
+  int status = start_checks(argc, argv, "test_typed SOCKET CHECK|list");
+  if (status >= 0) return status;
   for (size_t i = 0; i < CHECK_COUNT; ++i) {
     if (strcmp(argv[2], "list") == 0) {
       printf("%s\n", CHECKS[i].name);
