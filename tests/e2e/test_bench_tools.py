@@ -4,17 +4,22 @@ import the bench; these test the bench itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fenceline.bench import floors
+from fenceline import trace
+from fenceline.bench import engine, floors, registry, report
 from fenceline.bench import streaming as bench
 from fenceline.bench.c_client import build_renderer, run_c_client
+from fenceline.bench.stats import Row
 from fenceline.client.c_api import find_c_compiler
 from tests.support.metrics import metric
 from tests.support.service import Service
@@ -127,3 +132,65 @@ def test_handoff_measurements_report_latency_and_cpu(service: Service) -> None:
     # request-per-frame runs are recorded after their reply is sent, every one of them
     assert metric(service, "fenceline_session_runs_total", model="add_64x64",
                   transport="ipc") == runs + 220
+
+
+DIGEST_CPU_S = 0.2
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _HashingLane:
+    """Frames that cost nothing and a digest that burns DIGEST_CPU_S of this process's CPU, as
+    hashing a 4K frame's outputs does."""
+
+    def frame(self, i: int) -> None:
+        return None
+
+    def digest(self) -> str:
+        until = _cpu_s() + DIGEST_CPU_S
+        while _cpu_s() < until:
+            pass
+        return "hashed"
+
+
+@contextlib.contextmanager
+def hashing_lane() -> Iterator[_HashingLane]:
+    yield _HashingLane()
+
+
+def test_a_lanes_digest_is_not_counted_in_the_renderers_cpu_per_frame() -> None:
+    m = engine.measure(f"{__name__}:hashing_lane", {}, engine.Budget(20, 2, 5.0),
+                       processes=False)
+    assert m.digests == ["hashed"] and len(m.samples_s) == 20
+    # The digest's CPU alone is DIGEST_CPU_S; counted, it would be at least that.
+    assert m.client_cpu_s < DIGEST_CPU_S
+
+
+def _traced_row(frame_us: list[int]) -> Row:
+    """An ipc-traced row of one round whose trace holds one frame of each length (model half,
+    reply half), as _traced reads a service's trace."""
+    us = 1000
+    moments = []
+    for k, n in enumerate(frame_us):
+        t = 2_000_000 + k * 10_000 * us
+        for m, at in ((trace.RECEIVED, 0), (trace.INPUT_REACHED, 0), (trace.MODEL_START, 0),
+                      (trace.MODEL_END, n // 2), (trace.SIGNALLED, n // 2),
+                      (trace.REPLY_SENT, n)):
+            moments.append((t + at * us, m, 7, k + 1, 1))
+    doc = trace.chrome_trace(trace.Recording(moments, 0, 1_000_000, 9_000_000_000), {})
+    row = Row("ipc-traced", "720p", [n * 2e-6 for n in frame_us])
+    row.stages_us = registry.trace_stages(doc)
+    return row
+
+
+def test_a_traced_rows_service_side_is_summed_over_its_rounds() -> None:
+    row = _traced_row([100, 300]).merged(_traced_row([200]))
+    assert row.stages_p50_us() == {"frame": 200.0, "model": 100.0, "reply": 100.0,
+                                   "signal": 0.0, "wait for input": 0.0}
+    assert row.summary()["service_stages_p50_us"]["frame"] == 200.0
+    text = report.table([row])
+    assert "ipc-traced, the service's side (its trace, p50): 200.0 us a frame" in text
+    assert "model 100.0" in text and "less that, 200.0 us, is outside the service" in text

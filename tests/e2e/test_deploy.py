@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fenceline.client import IpcClient, View
 from fenceline.metrics import Metrics
 from tests.support.helpers import open_session
-from tests.support.service import Service, free_port, stop_service
+from tests.support.service import Service, free_port, stop_service, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -219,7 +218,7 @@ def test_unit_command_line_starts_a_working_service(
                                 stderr=subprocess.STDOUT)  # fmt: skip
     svc = Service(proc, f"http://127.0.0.1:{port}", socket, log)
     try:
-        _wait_ready(svc)
+        wait_ready(proc, svc.url, socket, log=log.read_text)
         with IpcClient(socket) as client:
             s = open_session(client, "add_64x64", [1, 3, 64, 64])
             s.x[:] = 2
@@ -230,21 +229,6 @@ def test_unit_command_line_starts_a_working_service(
     finally:
         stop_service(svc)
     assert proc.returncode == 0, log.read_text()
-
-
-def _wait_ready(svc: Service, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if svc.proc.poll() is not None:
-            pytest.fail(f"service exited with {svc.proc.returncode}:\n{svc.log_text()}")
-        try:
-            if httpx.get(svc.url + "/v2/health/ready", timeout=1).status_code == 200 \
-                    and svc.socket.exists():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"service did not become ready:\n{svc.log_text()}")
 
 
 # -- Docker -----------------------------------------------------------------------------------

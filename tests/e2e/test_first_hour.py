@@ -11,14 +11,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.service import free_port
+from tests.support.service import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCELINE = [sys.executable, "-m", "fenceline"]
@@ -39,19 +38,6 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
 def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*FENCELINE, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def wait_ready(proc: subprocess.Popen[str], url: str, sock: Path) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"the service exited with {proc.returncode}"
-        try:
-            if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200 and sock.exists():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the service did not become ready")
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -75,7 +61,7 @@ def bare_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dic
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(proc, url, Path(env["XDG_RUNTIME_DIR"]) / "fenceline" / "fenceline.sock")
+        wait_ready(proc, url, Path(env["XDG_RUNTIME_DIR"]) / "fenceline" / "fenceline.sock", 90)
         yield env, url
     finally:
         log = stop(proc)
@@ -122,7 +108,7 @@ def test_fenceline_socket_is_honoured_by_service_and_python_client(tmp_path: Pat
     proc = subprocess.Popen([*FENCELINE, "serve", "--model", "m=" + str(write_model(env, tmp_path))],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_ready(proc, f"http://127.0.0.1:{port}", sock)
+        wait_ready(proc, f"http://127.0.0.1:{port}", sock, 90)
         old = os.environ.get("FENCELINE_SOCKET")
         os.environ["FENCELINE_SOCKET"] = str(sock)
         try:
@@ -157,7 +143,7 @@ def test_flags_win_over_environment(tmp_path: Path) -> None:
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             wait_ready(proc, f"http://127.0.0.1:{port}",
-                       Path(env["XDG_RUNTIME_DIR"]) / "fenceline" / "fenceline.sock")
+                       Path(env["XDG_RUNTIME_DIR"]) / "fenceline" / "fenceline.sock", 90)
         finally:
             stop(proc)
 

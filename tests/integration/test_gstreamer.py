@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from fenceline.bench import gst
 from fenceline.models import build_repository
+from tests.support.metrics import metrics_text, total
 from tests.support.service import Service, running, start_service, stop_service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,14 +44,7 @@ def gst_service(gst_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def metric(svc: Service, name: str, **labels: str) -> float:
     """The sum of a metric's samples whose labels include `labels`."""
-    total = 0.0
-    for line in httpx.get(svc.url + "/metrics", timeout=10).text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        head, value = line.rsplit(" ", 1)
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            total += float(value)
-    return total
+    return total(metrics_text(svc), name, **labels)
 
 
 NOTHING_HELD = (0.0, 0.0, 0)

@@ -20,17 +20,9 @@ from fenceline.client import ClientError, IpcClient, ServiceError, SharedFrame
 from fenceline.protocol import codec
 from tests.support.helpers import open_session, reference
 from tests.support.service import Service
+from tests.support.waiting import wait_until
 
 HERE = Path(__file__).parents[1] / "support"
-
-
-def wait_until(pred, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return bool(pred())
 
 
 def diff(now: list[str], before: list[str]) -> str:
@@ -126,7 +118,7 @@ def test_closing_a_connection_releases_its_objects(service: Service) -> None:
     s = open_session(c, "add_64x64", [1, 3, 64, 64])
     assert len(service.maps()) > len(maps_before)
     c.close()
-    assert wait_until(lambda: service.maps() == maps_before)
+    wait_until(lambda: service.maps() == maps_before, what=service.maps)
     s.close()
 
 
@@ -140,7 +132,7 @@ def test_a_killed_renderer_leaks_nothing_and_the_service_keeps_serving(service: 
     assert proc.stdout is not None
     info = json.loads(proc.stdout.readline())
     assert "session" in info
-    assert wait_until(lambda: len(service.maps()) > len(maps_before))
+    wait_until(lambda: len(service.maps()) > len(maps_before), what="the renderer's mappings")
     # What the renderer made the service open (its connection, its imports). Comparing only
     # these, not every fd, keeps the check deterministic while unrelated fds of the service
     # (HTTP connections of earlier tests closing late under load) come and go.
@@ -150,9 +142,8 @@ def test_a_killed_renderer_leaks_nothing_and_the_service_keeps_serving(service: 
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     proc.stdout.close()
-    assert wait_until(lambda: service.maps() == maps_before and not added & service.fd_table()), (
-        service.maps(), added & service.fd_table(),
-    )
+    wait_until(lambda: service.maps() == maps_before and not added & service.fd_table(),
+               what=lambda: (service.maps(), added & service.fd_table()))
     with IpcClient(service.socket) as c:
         s = open_session(c, "add_64x64", [1, 3, 64, 64])
         s.x[:] = 1
@@ -202,7 +193,7 @@ def test_fds_sent_with_a_bad_request_are_closed_by_the_service(service: Service)
         assert codec.decode(s.recv(codec.MAX_FRAME)).kind == codec.Kind.HELLO | codec.REPLY_BIT
         socket.send_fds(s, [codec.encode_run(3, codec.Run(b"\0" * 16, 1, None, 0))], [a.fd])
         assert codec.decode(s.recv(codec.MAX_FRAME)).kind == codec.Kind.ERROR
-    assert wait_until(lambda: sorted(service.fds()) == fds_before), diff(service.fds(), fds_before)
+    wait_until(lambda: sorted(service.fds()) == fds_before, what=lambda: diff(service.fds(), fds_before))
 
 
 def test_socket_is_private_to_its_user(service: Service) -> None:

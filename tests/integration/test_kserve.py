@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from fenceline.triton.cuda_shm import cuda_backend_works
+from tests.support import metrics
 from tests.support.service import Service
 
 SHAPE = [1, 3, 64, 64]
@@ -302,13 +303,7 @@ def test_triton_metrics_count_kserve_requests_as_triton_names_them(
     labelled model and version), beside fenceline's own."""
     def sample(text: str, name: str, **labels: str) -> float:
         """The sample as exposed, named exactly ``name`` (a parser would add ``_total``)."""
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(
-            {"model": "add_64x64", "version": "1", **labels}.items()))
-        for line in text.splitlines():
-            key, _, value = line.rpartition(" ")
-            if key == f"{name}{{{want}}}":
-                return float(value)
-        raise AssertionError(f"no {name} {labels} in /metrics")
+        return metrics.sample(text, name, model="add_64x64", version="1", **labels)
 
     before = httpx.get(service.url + "/metrics", timeout=5).text
     for _ in range(3):

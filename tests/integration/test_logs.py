@@ -7,7 +7,6 @@ import logging
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from fenceline import logs
 from fenceline.client import IpcClient
 from tests.support.helpers import open_session
 from tests.support.service import start_service, stop_service
+from tests.support.waiting import wait_until
 
 
 def records(text: str) -> list[dict[str, Any]]:
@@ -64,10 +64,7 @@ def test_text_logs_append_the_ids_to_the_line(service: Any) -> None:
         s = open_session(client, "add_64x64", [1, 3, 64, 64])
         s.close()
     marker = f"session_id={s.session_id[:8]}"
-    deadline = time.monotonic() + 10
-    while marker not in service.log_text():
-        assert time.monotonic() < deadline, service.log_text()
-        time.sleep(0.05)
+    wait_until(lambda: marker in service.log_text(), what=service.log_text)
     line = next(ln for ln in service.log_text().splitlines() if marker in ln)
     assert " INFO fenceline.runtime: session created for model add_64x64 [" in line
     assert re.search(r"\bowner=ipc:\d+\b", line), line

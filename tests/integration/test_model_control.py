@@ -6,7 +6,6 @@ Triton's wording for a model that is not there."""
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from fenceline.client import Fence, IpcClient, Layout, SharedFrame
 from fenceline.models import build_repository
 from tests.support.service import Service, running
+from tests.support.waiting import wait_until
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -166,10 +166,7 @@ def test_poll_mode_loads_new_models_and_unloads_removed_ones(tmp_path: Path, add
         c = client(svc)
 
         def wait_for(name: str, ready: bool) -> None:
-            deadline = time.monotonic() + 30
-            while c.is_model_ready(name) != ready:
-                assert time.monotonic() < deadline, f"{name} never became ready={ready}"
-                time.sleep(0.1)
+            wait_until(lambda: c.is_model_ready(name) == ready, 30, what=f"{name} ready={ready}")
 
         model_dir(root, "new", add_model)
         wait_for("new", True)

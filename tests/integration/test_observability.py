@@ -8,6 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.support.metrics import metric
 from tests.support.service import Service
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
@@ -21,10 +22,7 @@ def test_metrics_have_the_process_collector_and_no_created_series(service: Servi
 
 def test_unknown_routes_are_not_counted_as_api_errors(service: Service) -> None:
     def not_found_count() -> float:
-        for line in httpx.get(service.url + "/metrics").text.splitlines():
-            if line.startswith('fenceline_api_errors_total{code="not_found",transport="kserve"}'):
-                return float(line.split()[-1])
-        return 0.0
+        return metric(service, "fenceline_api_errors_total", 0.0, code="not_found", transport="kserve")
 
     before = not_found_count()
     assert httpx.get(service.url + "/favicon.ico").status_code == 404

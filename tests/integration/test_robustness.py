@@ -13,7 +13,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,17 +30,9 @@ from fenceline.soak.hostile import FdOnly
 from tests.support.helpers import open_session
 from tests.support.metrics import metric
 from tests.support.service import Service, start_service, stop_service
+from tests.support.waiting import wait_until
 
 SHAPE = [1, 3, 64, 64]
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
 
 
 def hostile(service: Service, mode: str, *args: str, timeout: float = 120) -> dict[str, Any]:
@@ -103,7 +95,7 @@ def test_memory_shrunk_during_a_run_fails_that_run_and_nothing_else(
         bystander.wait.signal(1)
         assert other.run(bystander.session_id, 1).signal_value == 1 and np.all(bystander.y == 4)
         bystander.close()
-    assert eventually(lambda: service.maps() == maps_before), service.maps()
+    wait_until(lambda: service.maps() == maps_before, what=service.maps)
 
 
 def test_a_shrunk_fence_page_fails_the_wait_and_the_signal_with_device_lost(
@@ -124,9 +116,8 @@ def test_fds_attached_to_frames_with_bad_headers_are_closed(service: Service) ->
     # 100 rounds of 6 malformed frames, each with 2 fds of a 1 MiB memfd: 1,200 fds.
     result = hostile(service, "bad-headers", "--runs", "100")
     assert result == {"frames": 600, "wrong": [], "connection_usable": True}
-    assert eventually(lambda: sorted(service.fds()) == fds_before), (
-        sorted(set(service.fds()) - set(fds_before))
-    )
+    wait_until(lambda: sorted(service.fds()) == fds_before,
+               what=lambda: sorted(set(service.fds()) - set(fds_before)))
     assert service.maps() == maps_before
 
 
@@ -166,15 +157,17 @@ def test_a_renderer_killed_during_a_long_wait_is_released_within_two_seconds(
 ) -> None:
     fds_before, maps_before = service.settled()
     with hostile_process(service, "die-waiting") as proc:
-        assert eventually(lambda: metric(service, "fenceline_session_active", 0, model="add_64x64") >= 1)
+        wait_until(lambda: metric(service, "fenceline_session_active", 0, model="add_64x64") >= 1,
+                   what="the renderer's session")
         time.sleep(0.3)  # the service is in the fence wait (600 s timeout)
         proc.kill()
         proc.wait(10)
         killed = time.monotonic()
-        assert eventually(lambda: service.maps() == maps_before, timeout_s=10)
+        wait_until(lambda: service.maps() == maps_before, 10, what=service.maps)
         released_s = time.monotonic() - killed
     assert released_s < 2.0, f"released {released_s:.2f} s after the kill"
-    assert eventually(lambda: sorted(service.fds()) == fds_before)
+    wait_until(lambda: sorted(service.fds()) == fds_before,
+               what=lambda: sorted(set(service.fds()) - set(fds_before)))
     assert metric(service, "fenceline_ipc_open_connections") == 0
 
 
@@ -192,7 +185,7 @@ def test_a_renderer_killed_before_its_reply_is_released_without_garbage_collecti
         proc.wait(60)
         assert proc.returncode == -9
     # The objects are released, and /metrics counts what is really still mapped.
-    assert eventually(lambda: service.maps() == maps_before, timeout_s=2.0), service.maps()
+    wait_until(lambda: service.maps() == maps_before, 2.0, what=service.maps)
     assert metric(service, "fenceline_interop_host_mappings") == mapped_before
     assert metric(service, "fenceline_interop_imported_handles", 0, kind="host_fd") == 0
 
@@ -246,7 +239,7 @@ def test_ipc_accepts_again_after_fd_exhaustion_and_readiness_says_so(fd_starved:
     finally:
         for s in held:
             s.close()
-    assert eventually(lambda: probe.get("/v2/health/ready").status_code == 200)
+    wait_until(lambda: probe.get("/v2/health/ready").status_code == 200, what="ready again")
     with IpcClient(svc.socket) as c:  # the accept loop is alive again
         check_good_renderer(c, 7)
     probe.close()
@@ -305,9 +298,8 @@ def test_fuzzed_malformed_frames_with_fds_leave_no_fd_behind(service: Service) -
             assert reply.request_id == (codec.peek_request_id(data))
 
         one()
-    assert eventually(lambda: sorted(service.fds()) == fds_before), (
-        sorted(set(service.fds()) - set(fds_before))
-    )
+    wait_until(lambda: sorted(service.fds()) == fds_before,
+               what=lambda: sorted(set(service.fds()) - set(fds_before)))
 
 
 # -- rules of docs/ipc.md and docs/fences.md -----------------------------------------------------

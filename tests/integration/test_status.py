@@ -18,6 +18,7 @@ import pytest
 from fenceline.api.status import fps
 from fenceline.client import Fence, HttpClient
 from tests.support.service import start_service, stop_service
+from tests.support.waiting import wait_until
 
 RENDERER = Path(__file__).parents[1] / "support" / "status_renderer.py"
 
@@ -50,17 +51,6 @@ def status(url: str) -> dict[str, Any]:
     return dict(r.json())
 
 
-def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
-
-
 def session_row(doc: dict[str, Any], session_id: str) -> dict[str, Any] | None:
     return next((s for s in doc["sessions"] if s["id"] == session_id[:8]), None)
 
@@ -71,7 +61,7 @@ def test_status_lists_an_ipc_session_with_its_fences_and_recent_runs(service: An
             row = session_row(status(service.url), ids["session"])
             return row if row and row["runs"] == 20 else None
 
-        row = wait_for(finished)
+        row = wait_until(finished, what="the session's 20 runs in the status")
         doc = status(service.url)
         assert row["owner"].startswith("ipc:")
         assert row["model"] == "add_64x64"
@@ -103,21 +93,22 @@ def test_status_reports_fps_of_a_running_renderer_and_zero_once_it_stops(service
     with renderer(service.socket, "--fps", "50", "--seconds", "20", "--frames", "75") as (
         proc, ids,
     ):
-        row = wait_for(lambda: (r := session_row(status(service.url), ids["session"]))
-                       and r["runs"] >= 30 and r)  # fmt: skip
+        row = wait_until(lambda: (r := session_row(status(service.url), ids["session"]))
+                         and r["runs"] >= 30 and r, what="30 runs")  # fmt: skip
         assert 10 <= row["fps"] <= 100, row["fps"]
-        wait_for(lambda: (r := session_row(status(service.url), ids["session"]))
-                 and r["runs"] == 75)  # fmt: skip
+        wait_until(lambda: (r := session_row(status(service.url), ids["session"]))
+                   and r["runs"] == 75, what="75 runs")  # fmt: skip
         time.sleep(1.1)
         assert session_row(status(service.url), ids["session"])["fps"] == 0  # type: ignore[index]
 
 
 def test_status_drops_the_objects_of_a_renderer_that_died(service: Any) -> None:
     with renderer(service.socket, "--frames", "3") as (proc, ids):
-        wait_for(lambda: session_row(status(service.url), ids["session"]))
+        wait_until(lambda: session_row(status(service.url), ids["session"]), what="the session listed")
         proc.kill()
         proc.wait()
-        wait_for(lambda: session_row(status(service.url), ids["session"]) is None)
+        wait_until(lambda: session_row(status(service.url), ids["session"]) is None,
+                   what="the killed renderer's session gone")
         doc = status(service.url)
         assert ids["signal_fence"][:8] not in {f["id"] for f in doc["fences"]}
 

@@ -25,6 +25,7 @@ from fenceline.waiting import AdaptiveSpin, SpinGate
 from tests.support.metrics import metric
 from tests.support.service import Service, start_service, stop_service
 from tests.support.stream_renderer import NBYTES, SHAPE, frame
+from tests.support.waiting import wait_until
 
 RENDERER = Path(__file__).parents[1] / "support" / "stream_renderer.py"
 
@@ -109,14 +110,6 @@ def shared(service: Service) -> tuple[list[str], list[str]]:
 
 def threads(service: Service) -> set[str]:
     return set(os.listdir(f"/proc/{service.pid}/task"))
-
-
-def eventually(check: Any, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
 
 
 # -- frames --------------------------------------------------------------------------------------
@@ -206,7 +199,7 @@ def test_input_fence_status_is_passed_on_to_the_output_fence(
 
 def released(service: Service) -> None:
     """Waits until the service maps nothing of any renderer (earlier tests included)."""
-    eventually(lambda: shared(service) == ([], []))
+    wait_until(lambda: shared(service) == ([], []), what=lambda: shared(service))
 
 
 def test_stop_releases_the_worker_and_every_mapping(service: Service, tmp_path: Path) -> None:
@@ -225,7 +218,8 @@ def test_stop_releases_the_worker_and_every_mapping(service: Service, tmp_path: 
     assert shared(service) == base_shared
     # The worker is gone. join() returns once the thread's Python code is done; the OS thread
     # leaves /proc/PID/task a moment later, so wait for that instead of racing it.
-    eventually(lambda: len(new_threads & threads(service)) == len(new_threads) - 1)
+    wait_until(lambda: len(new_threads & threads(service)) == len(new_threads) - 1,
+               what="the stopped session's worker thread gone")
     assert len(new_threads & threads(service)) == len(new_threads) - 1
     assert metric(service, "fenceline_stream_running_sessions") == 0
     r.send("exit")
@@ -239,8 +233,8 @@ def test_a_killed_renderer_stops_its_streaming_sessions(service: Service, tmp_pa
     assert r.read()["streaming"]
     assert metric(service, "fenceline_stream_running_sessions") == 1
     r.kill()
-    eventually(lambda: shared(service) == base_shared)
-    eventually(lambda: metric(service, "fenceline_stream_running_sessions") == 0)
+    wait_until(lambda: shared(service) == base_shared, what=lambda: shared(service))
+    wait_until(lambda: metric(service, "fenceline_stream_running_sessions") == 0, what="no running stream")
 
 
 # -- HTTP control ----------------------------------------------------------------------------------

@@ -4,15 +4,12 @@ Triton's own qa suite (L0_shared_memory) makes."""
 
 from __future__ import annotations
 
-import re
 import secrets
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -22,8 +19,10 @@ from hypothesis import strategies as st
 
 from fenceline.models import build_repository
 from tests.integration.test_kserve import reference
+from tests.support.metrics import metric
 from tests.support.service import Service, running
 from tests.support.triton_shm import raises, shm_input, shm_output, triton_client
+from tests.support.waiting import wait_until
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = 3 * 64 * 64 * 4
@@ -75,13 +74,6 @@ def regions(client: httpclient.InferenceServerClient) -> Iterator[Regions]:
 
 def frame(shape: list[int] = SHAPE, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random(shape, dtype=np.float32)
-
-
-def wait_until(cond: Callable[[], bool], timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def mapped(service: Service, key: str) -> bool:
@@ -364,9 +356,7 @@ def test_outputs_of_free_shape_land_in_regions_and_binary_alike(
 
 
 def in_flight(service: Service) -> float:
-    text = httpx.get(service.url + "/metrics", timeout=10).text
-    m = re.search(r"^fenceline_kserve_requests_in_flight (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+    return metric(service, "fenceline_kserve_requests_in_flight", 0.0)
 
 
 def test_unregister_while_a_request_is_in_flight_keeps_the_region_until_it_ends(
@@ -391,7 +381,7 @@ def test_unregister_while_a_request_is_in_flight_keeps_the_region_until_it_ends(
     t = threading.Thread(target=run)
     t.start()
     try:
-        wait_until(lambda: in_flight(service) >= 1)
+        wait_until(lambda: in_flight(service) >= 1, what="the slow request in flight")
         client.unregister_system_shared_memory("slow_in")
         client.unregister_system_shared_memory("slow_out")
         assert client.get_system_shared_memory_status() == []
@@ -404,15 +394,14 @@ def test_unregister_while_a_request_is_in_flight_keeps_the_region_until_it_ends(
     assert "error" not in outcome, outcome.get("error")
     np.testing.assert_array_equal(shm.get_contents_as_numpy(h_out, np.float32, SHAPE), x + 1)
     wait_until(lambda: not mapped(service, regions.key("slow_out"))
-               and not mapped(service, regions.key("slow_in")))
+               and not mapped(service, regions.key("slow_in")), what="the unregistered regions unmapped")
 
 
 def test_regions_are_reported_in_metrics(
     client: httpclient.InferenceServerClient, regions: Regions, service: Service
 ) -> None:
     regions.create("m", 64)
-    text = httpx.get(service.url + "/metrics", timeout=10).text
-    assert re.search(r"^fenceline_kserve_shm_regions 1\.0$", text, re.M)
+    assert metric(service, "fenceline_kserve_shm_regions") == 1
 
 
 # -- registration switched off ------------------------------------------------------------

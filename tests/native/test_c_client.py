@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from fenceline.client import c_api
 from fenceline.client.c_api import find_c_compiler
 from tests.support.helpers import ensure_user, shared_dir
 from tests.support.service import Service, start_service, stop_service
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_SRC = ROOT / "native" / "client"
@@ -321,11 +321,7 @@ def test_killed_c_client_leaks_nothing_in_service(
     def clean() -> bool:
         return not set(service.fds()) - fds_before and sorted(service.maps()) == maps_before
 
-    deadline = time.monotonic() + 10
-    while not clean() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sorted(service.maps()) == maps_before
-    assert set(service.fds()) - fds_before == set()
+    wait_until(clean, what=lambda: (set(service.fds()) - fds_before, service.maps()))
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,

@@ -6,21 +6,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from fenceline.cli.process import free_port
+from tests.support.waiting import wait_until
 
 
 @dataclass(frozen=True)
@@ -120,18 +117,27 @@ def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited with {proc.returncode}:\n{log.read_text()}")
+    try:
+        wait_ready(proc, url, sock, log=log.read_text)
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise
+    return Service(proc, url, sock, log)
+
+
+def wait_ready(proc: subprocess.Popen[Any], url: str, sock: Path, timeout_s: float = 60,
+               log: Callable[[], str] = lambda: "") -> None:
+    """Until the service ``proc`` answers ready at ``url`` and its socket exists; an
+    AssertionError with ``log()`` when it exits first or is not ready in ``timeout_s``."""
+    def ready() -> bool:
+        assert proc.poll() is None, f"the service exited with {proc.returncode}:\n{log()}"
         try:
-            if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200 and sock.exists():
-                return Service(proc, url, sock, log)
+            return httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200 and sock.exists()
         except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"service did not become ready:\n{log.read_text()}")
+            return False
+
+    wait_until(ready, timeout_s, what=lambda: f"the service ready:\n{log()}")
 
 
 def stop_service(svc: Service) -> None:

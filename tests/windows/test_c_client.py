@@ -39,6 +39,7 @@ def c_renderer(*args: str, program: str = "win_c_renderer.exe") -> subprocess.Po
 def test_c_renderer_runs_200_frames_by_name_over_the_pipe_with_outputs_equal_to_onnxruntime(
     service: WinService, tmp_path: Path
 ) -> None:
+    before = service.baseline_handles()
     result = finish(c_renderer("run", service.pipe, str(FRAMES), str(tmp_path)))
     assert result == {"frames": FRAMES, "mismatches": 0}
     x = np.fromfile(tmp_path / "input.bin", dtype=np.float32).reshape(1, 3, 64, 64)
@@ -47,15 +48,12 @@ def test_c_renderer_runs_200_frames_by_name_over_the_pipe_with_outputs_equal_to_
     assert x.std() > 0.1
     np.testing.assert_array_equal(y, direct.run(None, {"x": x})[0])
     # The renderer is gone: the service holds nothing of it.
-    service.assert_released()
-    # Not the kernel handle count here: the first C client a fresh service meets leaves it 2-3
-    # handles higher under Wine 8, once (an open finding, docs/windows.md); the tests below
-    # count handles around later C renderers, whole and killed, and find nothing left.
+    service.assert_released(before)
 
 
 def test_docs_c_renderer_runs_as_written(service: WinService) -> None:
     """docs/windows.md's C renderer, compiled as written by the lane, given the lane's pipe."""
-    before = service.settled_handles()
+    before = service.baseline_handles()
     out = finish_lines(c_renderer(service.pipe, program="docs_renderer.exe"))
     assert "200 frames, 0 wrong outputs" in out, out
     service.assert_released(before)
@@ -64,7 +62,7 @@ def test_docs_c_renderer_runs_as_written(service: WinService) -> None:
 def test_c_renderer_killed_mid_run_leaks_nothing_in_the_service(
     service: WinService, tmp_path: Path
 ) -> None:
-    before = service.settled_handles()
+    before = service.baseline_handles()
     p = c_renderer("run", service.pipe, str(FRAMES), str(tmp_path), "5")
     service.assert_kill_releases(p, 5, before)
 

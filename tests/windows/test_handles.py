@@ -6,8 +6,6 @@ are refused with invalid_argument, and the service's handle count shows nothing 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +15,7 @@ from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame
 from fenceline.protocol.codec import Kind
 from tests.unit.test_nt_handle_rules import *  # noqa: F403  (the same rules, in this process)
 from tests.windows.kernel import close_handle, event_handle
-from tests.windows.test_service import FRAMES, HERE, WinService, finish, renderer
+from tests.windows.test_service import FRAMES, WinService, finish, renderer
 
 
 def test_the_kernel_types_the_rules_expect_are_what_windows_reports() -> None:
@@ -44,32 +42,15 @@ def test_renderer_runs_200_frames_by_handle_with_outputs_equal_to_onnxruntime(se
     assert service.metric("fenceline_ipc_open_connections") == 0
 
 
-@pytest.mark.xfail(
-    reason="open: under Wine 8 the service holds 2-3 more kernel handles after a by-handle "
-    "renderer ran 200 frames (the by-name renderers and a by-handle import without runs leave "
-    "none); not yet explained, so not yet known to be a leak (docs/windows.md)",
-    strict=False,
-)
 def test_a_by_handle_renderer_leaves_no_handle_in_the_service(service: WinService) -> None:
-    # A first renderer warms the service up: its first model run starts onnxruntime's threads,
-    # which live as long as the service. The second one must leave nothing behind.
-    finish(warm_up(service))
-    before = service.settled_handles()
+    before = service.baseline_handles()
     finish(renderer(service, "pipe", "--unnamed"))
     assert service.settled_handles() <= before
 
 
-def warm_up(service: WinService) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "win_renderer.py"), "pipe", service.pipe, "3",
-         str(service.model), "--unnamed"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-
-
 def test_a_released_handle_import_closes_the_services_duplicate(service: WinService) -> None:
     with IpcClient(service.pipe) as client, SharedFrame(65536, named=False) as frame:
-        before = service.settled_handles()
+        before = service.baseline_handles()
         mem = client.import_memory(frame)
         assert client.describe("memory", mem)["size_bytes"] == 65536
         assert service.settled_handles() > before  # the service's duplicate of the section
@@ -84,7 +65,7 @@ def refused(client: IpcClient, kind: Kind, body: dict[str, object]) -> ServiceEr
 
 
 def test_bad_and_foreign_handle_values_are_refused_with_stable_codes(service: WinService) -> None:
-    before = service.settled_handles()
+    before = service.baseline_handles()
     event = event_handle()
     with IpcClient(service.pipe) as client, SharedFrame(4096, named=False) as frame, \
             Fence(named=False) as fence:

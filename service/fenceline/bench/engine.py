@@ -7,7 +7,8 @@ own client, buffers and session); a row runs ``renderers x depth`` lanes at once
 - Every lane warms up, then all start together; each stops after ``iterations`` frames or when
   the row's time budget is spent, whichever comes first. Nothing waits without a timeout.
 - CPU per frame counts the renderers' processes and the server's process tree over the timed
-  window only.
+  window only (a renderer's ends when all its lanes have stopped timing, before they hash
+  their outputs).
 
 A lane is named by ``"module:function"``: a context manager ``function(**kwargs)`` that yields
 an object with ``frame(i)`` (frame values rise from 1) and ``digest()`` (of its outputs), so a
@@ -133,8 +134,14 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
     open_lane = _resolve(target)
     limit = SETUP_TIMEOUT_S + budget.seconds + 120
     ready, go = threading.Barrier(lanes + 1, timeout=limit), threading.Barrier(lanes + 1)
+    # stopped: every lane has stopped timing, before it reads its outputs for the digest (a
+    # 4K frame's hash is milliseconds of CPU: not the renderer's per-frame cost). The CPU is
+    # read by the barrier's action, before any lane goes on to its digest.
+    cpu_marks: list[float] = []
+    stopped = threading.Barrier(lanes + 1, action=lambda: cpu_marks.append(_own_cpu_s()),
+                                timeout=limit)
     done, release = threading.Barrier(lanes + 1, timeout=limit), threading.Barrier(lanes + 1)
-    barriers = (ready, go, done, release)
+    barriers = (ready, go, stopped, done, release)
     results: list[_LaneResult | None] = [None] * lanes
     errors: list[str] = []
 
@@ -164,7 +171,9 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                     i += 1
                     if t1 > deadline:
                         break
-                results[index] = _LaneResult(samples, first, clock(), lane.digest())
+                stop = clock()
+                stopped.wait()
+                results[index] = _LaneResult(samples, first, stop, lane.digest())
                 done.wait()
                 release.wait(limit)
         except threading.BrokenBarrierError:
@@ -183,8 +192,9 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
         sync.ready()
         cpu0 = _own_cpu_s()
         go.wait(limit)
+        stopped.wait()
+        cpu = cpu_marks[0] - cpu0
         done.wait()
-        cpu = _own_cpu_s() - cpu0
         sync.done([r for r in results if r is not None], cpu)
         release.wait(limit)
     except BaseException:

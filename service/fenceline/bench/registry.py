@@ -151,7 +151,8 @@ def _ipc_written(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {**_ipc(ctx, sc), "write": True}
 
 
-TRACED_SIZES = ("64x64", "720p")
+# Every size of the #31 goals: the row's service-side line says where each gap to the floor is.
+TRACED_SIZES = ("64x64", "720p", "1080p", "4K")
 
 
 def _traced(ctx: Context, sc: Scenario) -> Row | None:
@@ -184,11 +185,22 @@ def _traced(ctx: Context, sc: Scenario) -> Row | None:
         recorder.join(150)
     if not got or got[0].status_code != 200:
         raise engine.LaneError(f"the trace failed: {got[0].text[:200] if got else 'no answer'}")
-    if not got[0].json()["otherData"]["frames"]:
+    trace = got[0].json()
+    if not trace["otherData"]["frames"]:
         raise engine.LaneError("the trace recorded no frame of the row")
     if row is not None:
         row.note = "tracing on: every frame recorded"
+        row.stages_us = trace_stages(trace)
     return row
+
+
+def trace_stages(trace: dict[str, Any]) -> dict[str, list[float]]:
+    """The durations (us) in a service trace: each frame's span ("frame") and each stage's."""
+    out: dict[str, list[float]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("frame", "stage"):
+            out.setdefault("frame" if e["cat"] == "frame" else e["name"], []).append(e["dur"])
+    return out
 
 
 def _two_cpus(ctx: Context) -> str | None:

@@ -66,6 +66,17 @@ def table(rows: list[Row]) -> str:
                 f"{triton:>9} {cpu:>11} {parts:>17} {r.check or '-':>8}"
                 + (f"  {r.note}" if r.note else "")
             )
+        for r in members.values():
+            stages = r.stages_p50_us()
+            if stages:
+                inside = stages.pop("frame", None)
+                parts = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+                lines.append(
+                    f"  {r.transport}, the service's side (its trace, p50): "
+                    + (f"{inside:.1f} us a frame ({parts}); the row's p50 less that, "
+                       f"{r.p50_us - inside:.1f} us, is outside the service: the renderer, the "
+                       "socket, the wakeups"
+                       if inside is not None else parts))
     lines += ["", "x floor: p50 over the in-process p50 of the same scenario (1.00x is the floor); "
               "vs triton: Triton system-shm p50 over this p50 (times faster than Triton).",
               "cpu/frame: user+sys of renderer and server processes per frame (renderer+service: "

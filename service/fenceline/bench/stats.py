@@ -29,6 +29,9 @@ class Row:
     # tree (None where the row has no server: the floor).
     renderer_cpu_us: float | None = None
     service_cpu_us: float | None = None
+    # A traced row's service side, from its trace (docs/tracing.md): each frame's span in the
+    # service ("frame") and its stages ("model", "reply", ...), in microseconds.
+    stages_us: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def scenario_label(self) -> str:
@@ -67,11 +70,20 @@ class Row:
                        throughput_fps=(n1 + n2) / sum(walls) if len(walls) == 2 else None,
                        check=check,
                        renderer_cpu_us=weighted(self.renderer_cpu_us, other.renderer_cpu_us),
-                       service_cpu_us=weighted(self.service_cpu_us, other.service_cpu_us))
+                       service_cpu_us=weighted(self.service_cpu_us, other.service_cpu_us),
+                       stages_us={k: self.stages_us.get(k, []) + other.stages_us.get(k, [])
+                                  for k in {*self.stages_us, *other.stages_us}})
+
+    def stages_p50_us(self) -> dict[str, float]:
+        """The p50 of each traced stage, the frame's whole span first (empty: not traced)."""
+        order = sorted(self.stages_us, key=lambda k: (k != "frame", k))
+        return {k: percentile(self.stages_us[k], 0.50) for k in order if self.stages_us[k]}
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["samples_s"]
+        del d["samples_s"], d["stages_us"]
+        if self.stages_us:
+            d["service_stages_p50_us"] = {k: round(v, 2) for k, v in self.stages_p50_us().items()}
         d.update(n=len(self.samples_s), p50_us=self.p50_us, p99_us=self.p99_us, mean_us=self.mean_us)
         return d
 
