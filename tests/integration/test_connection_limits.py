@@ -19,6 +19,7 @@ from fenceline.client import IpcClient, ServiceError
 from fenceline.protocol import codec
 from tests.integration.test_multi_user import User
 from tests.support.helpers import open_session, shared_dir
+from tests.support.metrics import metrics_text, sample
 from tests.support.service import Service, running
 
 ATTEMPTS = 5000
@@ -46,6 +47,11 @@ def attempt(path: Path) -> tuple[str, str]:
         err = codec.decode_error(reply.body)
         assert reply.request_id == 1, "the refusal answers the request it refuses"
         return err.code, err.message
+
+
+def refused(svc: Service) -> float:
+    return sample(metrics_text(svc), "fenceline_api_errors_total", 0.0,
+                  code="resource_exhausted", transport="ipc")
 
 
 def run_once(c: IpcClient, value: int) -> None:
@@ -107,6 +113,7 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
                  "--max-connections-per-user", str(PER_USER)) as svc:
         quiet = other_user("runs", socket=str(svc.socket), seconds=2.0)
         base, base_fds = threads(svc), fds(svc)
+        refused_before = refused(svc)
         held = [IpcClient(svc.socket) for _ in range(PER_USER)]  # this user's share
         codes: Counter[str] = Counter()
         messages: set[str] = set()
@@ -143,6 +150,10 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
         while fds(svc) > base_fds and time.monotonic() < deadline:
             time.sleep(0.05)
         after_fds = fds(svc)
+        # Refusals made in native code reach the metrics at most a second later.
+        while refused(svc) - refused_before < ATTEMPTS and time.monotonic() < deadline:
+            time.sleep(0.1)
+        counted = refused(svc) - refused_before
     # The held connections' threads and the other user's: refusals take no thread. Beyond
     # them onnxruntime starts up to three short-lived threads of its own now and then, flood
     # or not (`fenceline bench --flood` shows them in its quiet phase too).
@@ -162,5 +173,6 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
     }
     assert max(most) <= bound, max(most)
     assert after_fds <= base_fds, (base_fds, after_fds)  # nothing held or leaked
+    assert counted == ATTEMPTS, counted
     assert quiet["wrong"] == 0 and flooded["wrong"] == 0
     assert flooded["runs"] > 0
