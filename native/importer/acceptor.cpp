@@ -11,14 +11,21 @@
 // A refused peer gets its answer as the reply to its first request (so a client reads it where
 // it reads its HELLO reply), then the service's end is shut down for writing and read until the
 // peer closes: closing a Unix socket with unread data would reset the peer before it read the
-// answer. Each refusal is held for at most grace_s; at most max_pending are held at once, and
-// one past that is closed at once without an answer. Whatever fds a refused peer sends are
-// closed by the kernel (nothing is received with them).
+// answer. Each refusal is held for at most grace_s once answered.
+//
+// The answers the table gives one uid are paced: a burst of `burst`, then `per_s` a second. A
+// uid past that waits, its connection accepted but unanswered, for its turn: a flooder that
+// waits for its answers (as every client does) sleeps meanwhile instead of taking a CPU, and
+// the service spends at most per_s answers' worth of CPU a second on it. At most `burst` of
+// one uid's connections wait at once, and at most max_pending refused connections are held
+// at once, answering and waiting; one past either is closed at once without an answer.
+// Whatever fds a refused peer sends are closed by the kernel (nothing is received with them).
 //
 // When the process is out of fds, the loop sheds one waiting connection with the out-of-fds
 // frame through an fd held in reserve, stops listening for a backoff (10 ms doubling to
 // 500 ms) and tries again; Python hears of each round, and of accepting again.
 #include <fcntl.h>
+#include <pthread.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pybind11/typing.h>
@@ -36,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -76,6 +84,13 @@ struct Held {
   std::uint64_t seq = 0;
 };
 
+// One uid's pace: tokens refill at per_s up to burst; connections wait in order for one.
+struct Bucket {
+  double tokens = 0;
+  std::int64_t at = 0;
+  std::deque<std::pair<int, Frame>> waiting;
+};
+
 // What the loop tells Python.
 struct Event {
   enum Kind { None, Stopped, Peer, OutOfFds, Accepting, Refused, Failed } kind = None;
@@ -87,13 +102,16 @@ struct Event {
 class Acceptor {
  public:
   Acceptor(int listen_fd, const py::bytes &out_of_fds_frame, double grace_s,
-           std::size_t max_pending)
+           std::size_t max_pending, double per_s, std::size_t burst)
       : listen_(listen_fd),
         out_of_fds_(frame_of(out_of_fds_frame)),
         grace_ns_(static_cast<std::int64_t>(grace_s * 1e9)),
         max_pending_(max_pending),
+        per_ns_(per_s / 1e9),
+        burst_(static_cast<double>(burst)),
         buf_(FL_WIRE_MAX_FRAME + 1) {
     if (grace_s <= 0 || grace_s > 3600) throw py::value_error("grace_s is in (0, 3600]");
+    if (!(per_s > 0) || burst < 1) throw py::value_error("per_s > 0 and burst >= 1");
     // Made now: a refusal may come when the process has no fd to spare.
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -152,6 +170,7 @@ class Acceptor {
 
   bool accepting() const { return accepting_.load(); }
   std::size_t held() const { return held_count_.load(); }
+  std::size_t waiting() const { return waiting_count_.load(); }
   std::uint64_t dropped() const { return dropped_.load(); }
 
   // Runs the loop until something needs Python: ("peer", (fd, pid, uid)) for a connection the
@@ -159,6 +178,10 @@ class Acceptor {
   // at most once a second while refusals are made here; ("out_of_fds", message) for each
   // round without fds; ("accepting", None) once it accepts again; None once stopped.
   py::object next_event() {
+    if (!named_) {  // what top -H and /proc/<pid>/task/<tid>/comm show (fenceline bench --flood)
+      ::pthread_setname_np(::pthread_self(), "fl-ipc-accept");
+      named_ = true;
+    }
     Event ev;
     {
       py::gil_scoped_release nogil;
@@ -200,7 +223,16 @@ class Acceptor {
     }
   }
 
+  void close_waiting() {
+    for (auto &[uid, b] : buckets_)
+      for (auto &[fd, f] : b.waiting) ::close(fd);
+    buckets_.clear();
+    slow_.clear();
+    waiting_count_ = 0;
+  }
+
   void release() {
+    close_waiting();
     for (auto &[fd, h] : held_) ::close(fd);
     held_.clear();
     held_count_ = 0;
@@ -238,15 +270,19 @@ class Acceptor {
         for (const auto &[key, n] : counts_) e.refused.emplace_back(key.first, key.second, n);
         counts_.clear();
         reported_ = now;
+        forget_rested(now);
         return e;
       }
+      release_due(now);
       expire(now);
       std::int64_t until = -1;
       if (!deadlines_.empty()) until = deadlines_.front().first;
+      if (!slow_.empty()) until = earliest(until, next_due());
       if (!counts_.empty()) until = earliest(until, reported_ + kReportEveryNs);
       if (backoff_until_ != 0) until = earliest(until, backoff_until_);
       int timeout_ms = -1;
-      if (until >= 0) timeout_ms = static_cast<int>(std::max<std::int64_t>(0, (until - now + kMs - 1) / kMs));
+      if (until >= 0)  // rounded up: a wait that ends early only loops again
+        timeout_ms = static_cast<int>(std::max<std::int64_t>(0, (until - now + kMs - 1) / kMs));
       struct epoll_event ready[64];
       const int n = ::epoll_wait(epoll_, ready, 64, timeout_ms);
       if (n < 0 && errno != EINTR) {
@@ -274,6 +310,7 @@ class Acceptor {
       incoming.swap(incoming_);
     }
     for (auto &[fd, f] : incoming) ::close(fd);
+    close_waiting();
     for (auto &[fd, h] : held_) ::close(fd);
     held_.clear();
     held_count_ = 0;
@@ -286,7 +323,9 @@ class Acceptor {
     return e;
   }
 
-  static std::int64_t earliest(std::int64_t a, std::int64_t b) { return a < 0 ? b : std::min(a, b); }
+  static std::int64_t earliest(std::int64_t a, std::int64_t b) {
+    return a < 0 ? b : std::min(a, b);
+  }
 
   void accept_batch() {
     for (int k = 0; k < kBatch && listening_; ++k) {
@@ -346,7 +385,77 @@ class Acceptor {
     }
     const auto *p = reinterpret_cast<const std::uint8_t *>(f->data());
     ++counts_[{cred.uid, fl_wire_get_error_code(p + FL_WIRE_HEADER_SIZE)}];
-    hold(c, std::move(f));
+    pace(cred.uid, c, std::move(f));
+  }
+
+  // -- the pace of one uid's refusals ---------------------------------------------------------
+
+  void refill(Bucket &b, std::int64_t now) const {
+    b.tokens = std::min(burst_, b.tokens + static_cast<double>(now - b.at) * per_ns_);
+    b.at = now;
+  }
+
+  void pace(std::uint32_t uid, int fd, Frame f) {
+    if (held_.size() + waiting_count_ >= max_pending_) {
+      ++dropped_;
+      ::close(fd);
+      return;
+    }
+    const std::int64_t now = fl_htl_now_ns();
+    auto [it, fresh] = buckets_.try_emplace(uid);
+    Bucket &b = it->second;
+    if (fresh) {
+      b.tokens = burst_;
+      b.at = now;
+    }
+    refill(b, now);
+    if (b.waiting.empty() && b.tokens >= 1) {
+      b.tokens -= 1;
+      hold(fd, std::move(f));
+      return;
+    }
+    if (static_cast<double>(b.waiting.size()) >= burst_) {  // one uid's share of the fds
+      ++dropped_;
+      ::close(fd);
+      return;
+    }
+    b.waiting.emplace_back(fd, std::move(f));
+    ++waiting_count_;
+    slow_.insert(uid);
+  }
+
+  // Answers the waiting connections whose turn has come.
+  void release_due(std::int64_t now) {
+    for (auto u = slow_.begin(); u != slow_.end();) {
+      Bucket &b = buckets_[*u];
+      refill(b, now);
+      while (!b.waiting.empty() && b.tokens >= 1) {
+        b.tokens -= 1;
+        auto [fd, f] = std::move(b.waiting.front());
+        b.waiting.pop_front();
+        --waiting_count_;
+        hold(fd, std::move(f));
+      }
+      u = b.waiting.empty() ? slow_.erase(u) : std::next(u);
+    }
+  }
+
+  std::int64_t next_due() const {
+    std::int64_t due = -1;
+    for (const std::uint32_t uid : slow_) {
+      const Bucket &b = buckets_.at(uid);
+      due = earliest(due, b.at + static_cast<std::int64_t>((1 - b.tokens) / per_ns_) + 1);
+    }
+    return due;
+  }
+
+  // Buckets full again and with nobody waiting are forgotten (a fresh one is full).
+  void forget_rested(std::int64_t now) {
+    for (auto it = buckets_.begin(); it != buckets_.end();) {
+      refill(it->second, now);
+      it = it->second.waiting.empty() && it->second.tokens >= burst_ ? buckets_.erase(it)
+                                                                      : std::next(it);
+    }
   }
 
   // Out of fds: shed one waiting connection through the spare fd, stop listening for a while.
@@ -386,7 +495,7 @@ class Acceptor {
 
   void hold(int fd, Frame f) {
     const int flags = ::fcntl(fd, F_GETFL);
-    if (held_.size() >= max_pending_ || flags < 0 ||
+    if (held_.size() + waiting_count_ >= max_pending_ || flags < 0 ||
         ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || !watch(fd, EPOLLIN, false)) {
       ++dropped_;
       ::close(fd);
@@ -446,6 +555,7 @@ class Acceptor {
   const Frame out_of_fds_;
   const std::int64_t grace_ns_;
   const std::size_t max_pending_;
+  const double per_ns_, burst_;  // the pace: tokens per ns, and the most saved up
   int epoll_ = -1, wake_ = -1, spare_ = -1;
   std::vector<std::uint8_t> buf_;
 
@@ -460,11 +570,14 @@ class Acceptor {
   std::deque<std::pair<std::int64_t, std::pair<int, std::uint64_t>>> deadlines_;
   std::deque<Event> events_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> counts_;
+  std::unordered_map<std::uint32_t, Bucket> buckets_;
+  std::set<std::uint32_t> slow_;  // uids with connections waiting
   std::int64_t reported_ = 0, backoff_until_ = 0, backoff_ns_ = kBackoffFirstNs;
   std::uint64_t seq_ = 0;
   bool listening_ = true;
+  bool named_ = false;
   std::atomic<bool> accepting_{true};
-  std::atomic<std::size_t> held_count_{0};
+  std::atomic<std::size_t> held_count_{0}, waiting_count_{0};
   std::atomic<std::uint64_t> dropped_{0};
 };
 
@@ -477,10 +590,14 @@ void bind_acceptor(py::module_ &mod) {
       "here, without the GIL, the connections that the refusal table names (limit(), full()); "
       "the others go to Python (next_event). Refuses a connection by answering its first "
       "request with the table's ERROR frame (the request id set), shutting it down for writing "
-      "and reading until the peer closes, for at most grace_s; past max_pending held at once, "
-      "one more is closed unanswered. listen_fd stays the caller's (made non-blocking here).")
-      .def(py::init<int, const py::bytes &, double, std::size_t>(), py::arg("listen_fd"),
-           py::arg("out_of_fds"), py::arg("grace_s") = 1.0, py::arg("max_pending") = 1024)
+      "and reading until the peer closes, for at most grace_s. The table's answers to one uid "
+      "come at most per_s a second after a burst of burst; the others wait, unanswered, for "
+      "their turn, at most burst of them. Past that, or past max_pending held at once "
+      "(answering and waiting), one more is closed unanswered. listen_fd stays the caller's "
+      "(made non-blocking here).")
+      .def(py::init<int, const py::bytes &, double, std::size_t, double, std::size_t>(),
+           py::arg("listen_fd"), py::arg("out_of_fds"), py::arg("grace_s"),
+           py::arg("max_pending"), py::arg("per_s"), py::arg("burst"))
       .def("limit", &Acceptor::limit, py::arg("uid"), py::arg("frame"),
            "Refuses uid's connections with this ERROR frame from now on (None: no more).")
       .def("full", &Acceptor::full, py::arg("frame"),
@@ -497,7 +614,9 @@ void bind_acceptor(py::module_ &mod) {
       .def("stop", &Acceptor::stop, "next_event returns None; what is held is closed.")
       .def_property_readonly("accepting", &Acceptor::accepting,
                              "False while out of fds, or after accepting failed")
-      .def_property_readonly("held", &Acceptor::held, "refused connections held now")
+      .def_property_readonly("held", &Acceptor::held, "refused connections answering now")
+      .def_property_readonly("waiting", &Acceptor::waiting,
+                             "refused connections waiting for their turn now")
       .def_property_readonly("dropped", &Acceptor::dropped,
                              "refused connections closed unanswered, past max_pending");
 }

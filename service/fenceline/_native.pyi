@@ -402,9 +402,9 @@ class RunTable:
         """
 class Acceptor:
     """
-    The Unix socket's accept loop: accepts, identifies each peer (SO_PEERCRED) and refuses here, without the GIL, the connections that the refusal table names (limit(), full()); the others go to Python (next_event). Refuses a connection by answering its first request with the table's ERROR frame (the request id set), shutting it down for writing and reading until the peer closes, for at most grace_s; past max_pending held at once, one more is closed unanswered. listen_fd stays the caller's (made non-blocking here).
+    The Unix socket's accept loop: accepts, identifies each peer (SO_PEERCRED) and refuses here, without the GIL, the connections that the refusal table names (limit(), full()); the others go to Python (next_event). Refuses a connection by answering its first request with the table's ERROR frame (the request id set), shutting it down for writing and reading until the peer closes, for at most grace_s. The table's answers to one uid come at most per_s a second after a burst of burst; the others wait, unanswered, for their turn, at most burst of them. Past that, or past max_pending held at once (answering and waiting), one more is closed unanswered. listen_fd stays the caller's (made non-blocking here).
     """
-    def __init__(self, listen_fd: typing.SupportsInt | typing.SupportsIndex, out_of_fds: bytes, grace_s: typing.SupportsFloat | typing.SupportsIndex = 1.0, max_pending: typing.SupportsInt | typing.SupportsIndex = 1024) -> None:
+    def __init__(self, listen_fd: typing.SupportsInt | typing.SupportsIndex, out_of_fds: bytes, grace_s: typing.SupportsFloat | typing.SupportsIndex, max_pending: typing.SupportsInt | typing.SupportsIndex, per_s: typing.SupportsFloat | typing.SupportsIndex, burst: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     def full(self, frame: typing.Any) -> None:
         """
@@ -439,7 +439,12 @@ class Acceptor:
     @property
     def held(self) -> int:
         """
-        refused connections held now
+        refused connections answering now
+        """
+    @property
+    def waiting(self) -> int:
+        """
+        refused connections waiting for their turn now
         """
 def can_import_fence(kind: str) -> bool:
     ...

@@ -300,7 +300,9 @@ def test_flood_mode_measures_three_phases_and_every_attempt_is_refused(tmp_path:
     assert all(p["runs"] > 0 and p["p99_us"] >= p["p50_us"] > 0 for p in doc["phases"]), doc
     assert doc["flood"]["answers"] == {"resource_exhausted": 300}
     s = doc["service"]
-    assert s["threads_most"] <= s["threads_before"] and s["fds_after"] <= s["fds_before"], s
+    assert set(s["threads_most"]) == {"quiet", "cpu burner", "flood"}, s
+    assert s["fds_after"] <= s["fds_before"], s
+    assert doc["flood"]["accept_thread_cpu_s"] is not None  # the native loop's thread is named
     assert doc["outputs_equal"] is True
     assert "p99/quiet" in done.stdout and "--max-connections-per-user 16" in done.stdout
 

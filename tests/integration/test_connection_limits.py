@@ -23,6 +23,7 @@ from tests.support.service import Service, running
 
 ATTEMPTS = 5000
 PER_USER = 16
+ORT_TRANSIENT_THREADS = 3
 
 
 def threads(svc: Service) -> int:
@@ -142,10 +143,13 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
         while fds(svc) > base_fds and time.monotonic() < deadline:
             time.sleep(0.05)
         after_fds = fds(svc)
-    # The held connections' threads and the other user's: refusals take no thread.
-    bound = base + PER_USER + 1
+    # The held connections' threads and the other user's: refusals take no thread. Beyond
+    # them onnxruntime starts up to three short-lived threads of its own now and then, flood
+    # or not (`fenceline bench --flood` shows them in its quiet phase too).
+    bound = base + PER_USER + 1 + ORT_TRANSIENT_THREADS
     print(f"\n{ATTEMPTS} attempts in {took:.1f} s: {dict(codes)}; threads: {base} before, at "
-          f"most {bound} allowed ({PER_USER} held, the other user's), at most "
+          f"most {bound} allowed ({PER_USER} held, the other user's, onnxruntime's "
+          f"{ORT_TRANSIENT_THREADS}), at most "
           f"{max(most)} seen during the flood; fds {base_fds} before, {after_fds} after")
     print(f"the other user's renderer (add_64x64, one run at a time): quiet {quiet['runs']} runs "
           f"p50 {quiet['p50_us']:.0f} us p99 {quiet['p99_us']:.0f} us; during the flood"

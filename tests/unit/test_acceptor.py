@@ -1,7 +1,8 @@
 """fenceline._native.Acceptor, the Unix socket's accept loop, on a real listening socket: a
 refused peer reads its answer as the reply to its first request; a uid in the refusal table is
-refused without reaching Python, and counted; a silent peer is closed after the grace period;
-past the most held at once a connection is closed unanswered; stop() ends the loop."""
+refused without reaching Python, and counted; past its burst a uid's refusals wait for their
+turn; a silent peer is closed after the grace period; past the most held at once a connection
+is closed unanswered; stop() ends the loop and closes what it holds."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def start(tmp_path: Path, **kwargs: Any) -> Iterator[Loop]:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(tmp_path / "s.sock"))
     listener.listen(64)
-    loop = Loop(tmp_path / "s.sock", _native.Acceptor(listener.fileno(), TOO_MANY, **kwargs))
+    settings = {"grace_s": 10.0, "max_pending": 1024, "per_s": 1000.0, "burst": 64, **kwargs}
+    loop = Loop(tmp_path / "s.sock", _native.Acceptor(listener.fileno(), TOO_MANY, **settings))
     thread = threading.Thread(target=loop.run)
     thread.start()
     try:
@@ -76,7 +78,7 @@ def start(tmp_path: Path, **kwargs: Any) -> Iterator[Loop]:
 
 @pytest.fixture
 def loop(tmp_path: Path) -> Iterator[Loop]:
-    yield from start(tmp_path, grace_s=10.0, max_pending=2)
+    yield from start(tmp_path, max_pending=2)
 
 
 def refusal(s: socket.socket, request_id: int) -> tuple[int, str, str]:
@@ -143,6 +145,31 @@ def test_past_the_most_held_a_refusal_is_closed_unanswered(loop: Loop) -> None:
     for s in socks[:2]:
         with s:
             assert refusal(s, 1)[1] == "resource_exhausted"
+
+
+def test_past_its_burst_a_uids_refusals_wait_for_their_turn(tmp_path: Path) -> None:
+    # One answer in 1,000 s after a burst of 2: the next two wait, accepted but unanswered; a
+    # burst's worth waits at most, so the fifth is closed at once.
+    for loop in start(tmp_path, per_s=0.001, burst=2):
+        loop.acceptor.limit(os.geteuid(), TOO_MANY)
+        for i in range(2):
+            with loop.connect() as s:
+                assert refusal(s, i + 1)[1] == "resource_exhausted"
+        waiting = [loop.connect() for _ in range(2)]
+        for s in waiting:
+            s.send(codec.encode_json(codec.Kind.HELLO, 3, {"client": "t"}))
+            s.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                s.recv(codec.MAX_FRAME)
+        assert (loop.acceptor.waiting, loop.acceptor.held) == (2, 0)
+        with loop.connect() as fifth:
+            assert fifth.recv(codec.MAX_FRAME) == b""
+        assert loop.acceptor.dropped == 1
+        loop.acceptor.stop()  # closes the waiting unanswered: their HELLO unread, a reset
+        for s in waiting:
+            s.settimeout(5)
+            with s, pytest.raises(ConnectionResetError):
+                s.recv(codec.MAX_FRAME)
 
 
 def test_a_connection_handed_to_python_stays_open_and_stop_ends_the_loop(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -19,17 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fenceline.cli.process import free_port
 from fenceline.models import build_repository
 from tests.support.metrics import metrics_text, total
 
 HERE = Path(__file__).parent
 FRAMES = 200
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -27,59 +27,30 @@ static void unique_name(char *buf, size_t n, const char *what) {
   snprintf(buf, n, "/fl-ctest-%d-%s-%u", (int)getpid(), what, ++counter);
 }
 
-/* A complete add_64x64 setup: input and output in one frame, two fences. */
-typedef struct setup {
-  FlClient *client;
-  FlFrame *frame;
-  FlFence *ready, *done;
-  FlMemoryImport *memory;
-  FlFenceImport *ready_import, *done_import;
-  FlSession *session;
-  float *in, *out;
-} setup;
-
+/* A complete add_64x64 setup: input and output in one frame, two fences, a session. */
 static void make_setup(setup *s, int named) {
   char frame_name[64], ready_name[64], done_name[64];
   unique_name(frame_name, sizeof frame_name, "frame");
   unique_name(ready_name, sizeof ready_name, "ready");
   unique_name(done_name, sizeof done_name, "done");
-  memset(s, 0, sizeof *s);
-  OK(api->CreateClient(socket_path, "c-test", &s->client));
-  OK(api->CreateFrame(named ? frame_name : NULL, 2 * NBYTES, &s->frame));
-  OK(api->CreateFence(named ? ready_name : NULL, &s->ready));
-  OK(api->CreateFence(named ? done_name : NULL, &s->done));
-  OK(api->ImportFrame(s->client, s->frame, FL_ACCESS_READ_WRITE, &s->memory));
-  OK(api->ImportFence(s->client, s->ready, &s->ready_import));
-  OK(api->ImportFence(s->client, s->done, &s->done_import));
+  make_imports(s, "c-test", named ? frame_name : NULL, named ? ready_name : NULL,
+               named ? done_name : NULL);
   FlTensorView in = {sizeof(FlTensorView), "x", s->memory, 0, "FP32", SHAPE, 4};
   FlTensorView out = {sizeof(FlTensorView), "y", s->memory, NBYTES, "FP32", SHAPE, 4};
   FlSessionDesc d = {sizeof(FlSessionDesc), "add_64x64", &in, 1, &out, 1, s->ready_import,
                      s->done_import};
   OK(api->CreateSession(s->client, &d, &s->session));
-  s->in = api->GetFrameData(s->frame);
-  s->out = s->in + ELEMENTS;
-}
-
-static void free_setup(setup *s) {
-  api->ReleaseSession(s->session);
-  api->ReleaseMemoryImport(s->memory);
-  api->ReleaseFenceImport(s->ready_import);
-  api->ReleaseFenceImport(s->done_import);
-  api->ReleaseClient(s->client);
-  api->ReleaseFence(s->ready);
-  api->ReleaseFence(s->done);
-  api->ReleaseFrame(s->frame);
 }
 
 static void run_frame(setup *s, uint64_t value) {
-  for (int i = 0; i < ELEMENTS; ++i) s->in[i] = (float)(i % 251) * 0.5f + (float)value;
+  for (int i = 0; i < ELEMENTS; ++i) s->x[i] = (float)(i % 251) * 0.5f + (float)value;
   OK(api->SignalFence(s->ready, value));
   FlRunResult r = {.struct_size = sizeof(FlRunResult)};
   OK(api->Run(s->session, value, 0, FL_TIMEOUT_DEFAULT, &r));
   EXPECT(r.signal_value == value);
   EXPECT(api->GetFenceValue(s->done) == value);
   for (int i = 0; i < ELEMENTS; ++i)
-    if (s->out[i] != s->in[i] + 1.0f) FAIL("frame %llu element %d wrong", (unsigned long long)value, i);
+    if (s->y[i] != s->x[i] + 1.0f) FAIL("frame %llu element %d wrong", (unsigned long long)value, i);
 }
 
 /* ---- checks without the service ----------------------------------------------------------- */
@@ -480,13 +451,13 @@ static void check_imported_memfd_is_sealed_against_shrinking(void) {
 static void check_run_async_on_a_host_session_completes(void) {
   setup s;
   make_setup(&s, 0);
-  for (int i = 0; i < ELEMENTS; ++i) s.in[i] = (float)i;
+  for (int i = 0; i < ELEMENTS; ++i) s.x[i] = (float)i;
   OK(api->SignalFence(s.ready, 1));
   FlRunResult r = {.struct_size = sizeof(FlRunResult)};
   /* A host session has no queue: RunAsync answers once the frame is done, as Run does. */
   OK(api->RunAsync(s.session, 1, 0, FL_TIMEOUT_DEFAULT, &r));
   EXPECT(r.signal_value == 1 && api->GetFenceValue(s.done) == 1);
-  for (int i = 0; i < ELEMENTS; ++i) EXPECT(s.out[i] == s.in[i] + 1.0f);
+  for (int i = 0; i < ELEMENTS; ++i) EXPECT(s.y[i] == s.x[i] + 1.0f);
   FAILS_WITH(FL_ERROR_CONFLICT, api->RunAsync(s.session, 1, 1, FL_TIMEOUT_DEFAULT, NULL));
   FAILS_WITH(FL_ERROR_INVALID_ARGUMENT, api->RunAsync(NULL, 1, 0, 100, NULL));
   free_setup(&s);
@@ -510,10 +481,10 @@ static void check_streaming_session_start_pause_stop(void) {
              api->CreateStreamingSession(s.client, &d, "sometimes", -1, 1, &s.session));
   OK(api->CreateStreamingSession(s.client, &d, "every", 0, 1, &s.session));
   for (uint64_t v = 1; v <= 5; ++v) {
-    for (int i = 0; i < ELEMENTS; ++i) s.in[i] = (float)(i % 97) + (float)v;
+    for (int i = 0; i < ELEMENTS; ++i) s.x[i] = (float)(i % 97) + (float)v;
     OK(api->SignalFence(s.ready, v));
     OK(api->WaitFence(s.done, v, 10 * 1000 * 1000 * 1000LL));
-    for (int i = 0; i < ELEMENTS; ++i) EXPECT(s.out[i] == s.in[i] + 1.0f);
+    for (int i = 0; i < ELEMENTS; ++i) EXPECT(s.y[i] == s.x[i] + 1.0f);
   }
   /* No RUN for a streaming session: it runs by itself. */
   FAILS_WITH(FL_ERROR_CONFLICT, api->Run(s.session, 6, 0, 100, NULL));
@@ -686,16 +657,8 @@ static int silent(const char *mode) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: test_client SOCKET CHECK|all|hold|list\n");
-    return 2;
-  }
-  api = FlGetApi(FL_API_VERSION);
-  if (api == NULL) {
-    fprintf(stderr, "FlGetApi(%u) returned NULL\n", FL_API_VERSION);
-    return 1;
-  }
-  socket_path = argv[1];
+  int status = start_checks(argc, argv, "test_client SOCKET CHECK|all|hold|list");
+  if (status >= 0) return status;
   const char *which = argv[2];
   if (strcmp(which, "list") == 0) {
     for (size_t i = 0; i < CHECK_COUNT; ++i) printf("%s\n", CHECKS[i].name);

@@ -11,37 +11,7 @@
 #include "checks.h"
 
 /* add_64x64's memory and fences, imported; the session is the check's. */
-typedef struct setup {
-  FlClient *client;
-  FlFrame *frame;
-  FlFence *ready, *done;
-  FlMemoryImport *memory;
-  FlFenceImport *ready_import, *done_import;
-  float *x, *y;
-} setup;
-
-static void make_setup(setup *s) {
-  memset(s, 0, sizeof *s);
-  OK(api->CreateClient(socket_path, "c-typed-test", &s->client));
-  OK(api->CreateFrame(NULL, 2 * NBYTES, &s->frame));
-  OK(api->CreateFence(NULL, &s->ready));
-  OK(api->CreateFence(NULL, &s->done));
-  OK(api->ImportFrame(s->client, s->frame, FL_ACCESS_READ_WRITE, &s->memory));
-  OK(api->ImportFence(s->client, s->ready, &s->ready_import));
-  OK(api->ImportFence(s->client, s->done, &s->done_import));
-  s->x = api->GetFrameData(s->frame);
-  s->y = s->x + ELEMENTS;
-}
-
-static void free_setup(setup *s) {
-  api->ReleaseMemoryImport(s->memory);
-  api->ReleaseFenceImport(s->ready_import);
-  api->ReleaseFenceImport(s->done_import);
-  api->ReleaseClient(s->client);
-  api->ReleaseFence(s->ready);
-  api->ReleaseFence(s->done);
-  api->ReleaseFrame(s->frame);
-}
+static void make_setup(setup *s) { make_imports(s, "c-typed-test", NULL, NULL, NULL); }
 
 static void expect_y_is_x_plus_one(const setup *s) {
   for (int i = 0; i < ELEMENTS; ++i)
@@ -262,16 +232,8 @@ static const check_entry CHECKS[] = {
 #define CHECK_COUNT (sizeof CHECKS / sizeof CHECKS[0])
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: test_typed SOCKET CHECK|list\n");
-    return 2;
-  }
-  api = FlGetApi(FL_API_VERSION);
-  if (api == NULL) {
-    fprintf(stderr, "FlGetApi(%u) returned NULL\n", FL_API_VERSION);
-    return 1;
-  }
-  socket_path = argv[1];
+  int status = start_checks(argc, argv, "test_typed SOCKET CHECK|list");
+  if (status >= 0) return status;
   for (size_t i = 0; i < CHECK_COUNT; ++i) {
     if (strcmp(argv[2], "list") == 0) {
       printf("%s\n", CHECKS[i].name);

@@ -21,7 +21,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from fenceline.cli.process import free_port
 from fenceline.errors import FencelineError
 
 ACCESS_HEADER = "triton-access-token"
@@ -48,12 +48,6 @@ def available() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TritonPeer:
     """A Triton server process serving ``models`` (name -> ONNX path). ``close()`` stops it and
     is safe twice; ``url`` and ``headers`` are what a client needs."""
@@ -61,7 +55,7 @@ class TritonPeer:
     def __init__(self, models: dict[str, Path], workdir: Path) -> None:
         self.models = dict(models)
         self.token = secrets.token_urlsafe(24)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.headers = {ACCESS_HEADER: self.token}
         self.log_path = workdir / "triton-peer.log"
@@ -173,8 +167,8 @@ def serve(port: int, models: dict[str, Path], workspace: Path | None) -> int:
 
     token = os.environ.get("FENCELINE_TRITON_TOKEN") or secrets.token_urlsafe(24)
     config = TritonConfig(
-        http_address="127.0.0.1", http_port=port, allow_grpc=False, grpc_port=_free_port(),
-        allow_metrics=False, metrics_port=_free_port(), log_verbose=0,
+        http_address="127.0.0.1", http_port=port, allow_grpc=False, grpc_port=free_port(),
+        allow_metrics=False, metrics_port=free_port(), log_verbose=0,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -15,7 +15,8 @@ from fenceline.errors import FencelineError
 from fenceline.models.builtin import build_repository, cache_dir
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -29,7 +30,7 @@ def start_service(
     if any(not (repo / m / "1" / "model.onnx").is_file() for m in models):
         print(f"building models {', '.join(models)} in {repo} (first use)", flush=True)
     build_repository(repo, models)
-    port = _free_port()
+    port = free_port()
     # Windows: a named pipe of its own (pipe names are machine-wide, the folder's name is unique).
     sock = (Path(f"\\\\.\\pipe\\fenceline-{workdir.name}") if sys.platform == "win32"
             else workdir / "fenceline.sock")

@@ -9,6 +9,16 @@ DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_MAX_CONNECTIONS_PER_USER = 128
 DEFAULT_SEND_TIMEOUT_S = 5.0
 
+# How the Unix socket's accept loop answers the connections it refuses (_native.Acceptor): each
+# is answered and drained for at most REFUSAL_GRACE_S; one user's answers come REFUSAL_BURST at
+# once, then at most REFUSALS_PER_S a second, at most REFUSAL_BURST of its connections waiting
+# for their turn; at most MAX_HELD_REFUSALS held at once, answering and waiting. One past a
+# bound is closed unanswered.
+REFUSAL_GRACE_S = 1.0
+MAX_HELD_REFUSALS = 1024
+REFUSAL_BURST = 64
+REFUSALS_PER_S = 250.0
+
 
 @dataclass(frozen=True)
 class ConnectionLimits:

@@ -34,7 +34,13 @@ from fenceline.ipc import access
 from fenceline.ipc.access import socket_error
 from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
-from fenceline.ipc.limits import ConnectionLimits
+from fenceline.ipc.limits import (
+    MAX_HELD_REFUSALS,
+    REFUSAL_BURST,
+    REFUSAL_GRACE_S,
+    REFUSALS_PER_S,
+    ConnectionLimits,
+)
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
@@ -444,8 +450,12 @@ class IpcServer(ServerBase):
         except OSError as e:
             raise InvalidArgument(socket_error(self.path, e)) from None
         assert self._sock is not None
-        self._acceptor = _native.Acceptor(self._sock.fileno(), codec.encode_error(
-            0, ResourceExhausted("the service is out of file descriptors; retry later")))
+        self._acceptor = _native.Acceptor(
+            self._sock.fileno(),
+            codec.encode_error(
+                0, ResourceExhausted("the service is out of file descriptors; retry later")),
+            grace_s=REFUSAL_GRACE_S, max_pending=MAX_HELD_REFUSALS, per_s=REFUSALS_PER_S,
+            burst=REFUSAL_BURST)
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
         self._thread.start()
         log.info("IPC socket listening on %s", self.path)
