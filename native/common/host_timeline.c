@@ -7,6 +7,16 @@
 
 void fl_cpu_relax(void) { fl_cpu_pause(); }
 
+void fl_cpu_relax_ns(int64_t ns) {
+  const int64_t end = fl_htl_now_ns() + ns;
+  do {
+    fl_cpu_pause();
+    fl_cpu_pause();
+    fl_cpu_pause();
+    fl_cpu_pause();
+  } while (fl_htl_now_ns() < end);
+}
+
 void fl_htl_init(void *page, uint64_t initial_value) {
   fl_htl_page *p = (fl_htl_page *)page;
   memset(page, 0, FL_HTL_PAGE_SIZE);

@@ -121,6 +121,16 @@ int64_t fl_htl_now_ns(void);
 /* One CPU pause instruction, for spin loops elsewhere. */
 void fl_cpu_relax(void);
 
+/* Pauses for about ns nanoseconds of the clock above (pause instructions, the clock read every
+ * fourth), whatever one pause instruction takes on this CPU (10 ns to over 40 ns). */
+void fl_cpu_relax_ns(int64_t ns);
+
+/* Between two tries of a spinning socket receive (the service's, the C client's). Each try
+ * takes the socket's lock, which the peer's send needs too: a spinner that retried at once
+ * would slow the very message it waits for. With the try's own system call, about a
+ * microsecond from one try to the next. */
+#define FL_RECV_RETRY_NS 300
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,8 +90,6 @@ struct Buffers {
 
 thread_local Buffers buffers;
 
-// Pause instructions between two tries of a spinning receive: about a microsecond.
-const int kRelaxPerTry = 32;
 
 // What one successful recvmsg of n bytes (n >= 0) received.
 Message finish(int fd, ssize_t n, int msg_flags, std::size_t max_bytes, std::size_t max_fds) {
@@ -181,9 +179,7 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
   if (!done && spin_ns > 0) {
     const std::int64_t end = fl_htl_now_ns() + spin_ns;
     for (unsigned i = 0; !(done = attempt()); ++i) {
-      // Each try takes the socket's lock, which the peer's send needs too: a spinner that
-      // retried at once would slow the very message it waits for.
-      for (int k = 0; k < kRelaxPerTry; ++k) fl_cpu_relax();
+      fl_cpu_relax_ns(FL_RECV_RETRY_NS);  // the socket's lock is the sender's too
       if ((i & 3u) == 3u && fl_htl_now_ns() >= end) break;
     }
   }

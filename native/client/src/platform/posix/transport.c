@@ -10,9 +10,6 @@
 
 #include "platform/transport.h"
 
-/* Pause instructions between two tries of a spinning receive: about a microsecond. */
-#define RELAX_PER_TRY 32
-
 struct fl_conn {
   int fd;
 };
@@ -176,10 +173,7 @@ FlStatus *fl_conn_recv(fl_conn *c, uint8_t *buf, size_t cap, size_t *len, int64_
     for (unsigned i = 0;; ++i) {
       n = recv_once(c, buf, cap, &msg_flags);
       if (n >= 0 || !transient(errno)) break;
-      /* Each try takes the socket's lock, which the service's send needs too: a spinner that
-       * retried at once would slow the very reply it waits for (as the service's own receive,
-       * native/importer/seqpacket.cpp, about a microsecond between tries). */
-      for (int k = 0; k < RELAX_PER_TRY; ++k) fl_cpu_relax();
+      fl_cpu_relax_ns(FL_RECV_RETRY_NS); /* the socket's lock is the service's send's too */
       if ((i & 3u) == 3u && fl_htl_now_ns() >= end) break;
     }
   }
