@@ -154,6 +154,18 @@ def make_input(t: Tensor, how: str, index: int = 0) -> npt.NDArray[Any]:
     return rng.random(t.shape, dtype=np.float32).astype(t.dtype)
 
 
+def builtin_frame(model: str) -> tuple[Path, Signature, str]:
+    """A builtin model's file (built once in the cache), its signature, and the digest of its
+    outputs on the inputs every row uses (``random``)."""
+    from fenceline.models.builtin import build_repository, cache_dir
+
+    repo = cache_dir()
+    build_repository(repo, [model])
+    path = repo / model / "1" / "model.onnx"
+    sig = signature(path)
+    return path, sig, digest(direct_outputs(path, sig, "random"))
+
+
 def direct_outputs(path: Path, sig: Signature, fill: str) -> list[npt.NDArray[Any]]:
     """The outputs of a direct onnxruntime run on the inputs every row uses."""
     session = _ort_session(path)

@@ -34,12 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from fenceline.bench import engine, report
-from fenceline.bench.buffers import digest, direct_outputs, signature
+from fenceline.bench.buffers import builtin_frame
 from fenceline.bench.scenarios import MODELS
 from fenceline.cli.process import start_service, stop_service
 from fenceline.client import IpcClient, ServiceError
 from fenceline.errors import InvalidArgument
-from fenceline.models.builtin import build_repository, cache_dir
 
 PER_USER = 16  # the service's --max-connections-per-user in this bench
 FLOOD_LIMIT_S = 60.0  # the longest the flood may take, whatever N
@@ -209,11 +208,7 @@ def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = N
     parse_attempts(attempts)
     if not 0.2 <= seconds <= 60:
         raise InvalidArgument("--seconds with --flood: each quiet phase's length, 0.2..60")
-    repo = cache_dir()
-    build_repository(repo, [MODEL])
-    path = repo / MODEL / "1" / "model.onnx"
-    sig = signature(path)
-    want = digest(direct_outputs(path, sig, "random"))
+    _, sig, want = builtin_frame(MODEL)
     loadavg = [round(v, 2) for v in os.getloadavg()]
     print(f"fenceline bench --flood: {attempts} connection attempts from one user holding its "
           f"{PER_USER} connections (--max-connections-per-user {PER_USER}), beside one renderer "

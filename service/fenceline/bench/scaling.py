@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from fenceline.bench import engine, report
-from fenceline.bench.buffers import digest, direct_outputs, signature
+from fenceline.bench.buffers import builtin_frame
 from fenceline.bench.scenarios import MODELS, SIZES
 from fenceline.cli.process import start_service, stop_service
 from fenceline.errors import InvalidArgument, Unsupported
-from fenceline.models.builtin import build_repository, cache_dir
 
 _T = "fenceline.bench.transports"
 DEFAULT_SIZE = "720p"
@@ -92,11 +91,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise Unsupported("--plot needs matplotlib: pip install '.[bench]'")
     model = MODELS[(size, "FP32")]
-    repo = cache_dir()
-    build_repository(repo, [model])
-    path = repo / model / "1" / "model.onnx"
-    sig = signature(path)
-    want = digest(direct_outputs(path, sig, "random"))
+    path, sig, want = builtin_frame(model)
     loadavg = [round(v, 2) for v in os.getloadavg()]
     t_start = time.monotonic()
     threads = "default" if intra_op_threads is None else str(intra_op_threads)
