@@ -176,3 +176,24 @@ def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs
     assert counted == ATTEMPTS, counted
     assert quiet["wrong"] == 0 and flooded["wrong"] == 0
     assert flooded["runs"] > 0
+
+
+def test_the_service_raises_its_soft_fd_limit_for_the_connections_it_admits(
+    model_repo: Path, tmp_path: Path
+) -> None:
+    """Started with the 1,024 fds many desktops give a process (below what 256 connections,
+    1,024 held refusals and their imports need), the service raises its soft limit towards
+    ``FD_LIMIT``, within its hard limit, and says so in its log."""
+    import resource
+
+    from fenceline.ipc.limits import FD_LIMIT
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= 1024:
+        pytest.skip(f"this machine's hard fd limit is {hard}: nothing to raise to")
+    want = FD_LIMIT if hard == resource.RLIM_INFINITY else min(FD_LIMIT, hard)
+    with running(model_repo, tmp_path, "--log-level", "info", fd_soft_limit=1024) as svc:
+        with open(f"/proc/{svc.pid}/limits") as f:
+            line = next(x for x in f if x.startswith("Max open files"))
+        assert int(line.split()[3]) == want, line
+        assert f"open fds: soft limit raised from 1024 to {want}" in svc.log_text()

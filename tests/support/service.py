@@ -105,7 +105,9 @@ class Service:
         return self.log.read_text(errors="replace")
 
 
-def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
+def start_service(model_repo: Path, tmp: Path, *extra: str, fd_soft_limit: int = 0) -> Service:
+    """``fd_soft_limit``: the service starts with this soft limit on open fds (0: this
+    process's)."""
     port = free_port()
     sock = tmp / "fenceline.sock"
     log = tmp / "service.log"
@@ -115,6 +117,7 @@ def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
             [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
              "--port", str(port), "--socket", str(sock), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=(lambda: _set_fd_soft_limit(fd_soft_limit)) if fd_soft_limit else None,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -124,6 +127,12 @@ def start_service(model_repo: Path, tmp: Path, *extra: str) -> Service:
         proc.wait()
         raise
     return Service(proc, url, sock, log)
+
+
+def _set_fd_soft_limit(soft: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def wait_ready(proc: subprocess.Popen[Any], url: str, sock: Path, timeout_s: float = 60,
@@ -151,10 +160,10 @@ def stop_service(svc: Service) -> None:
 
 
 @contextlib.contextmanager
-def running(model_repo: Path, tmp: Path, *extra: str) -> Iterator[Service]:
+def running(model_repo: Path, tmp: Path, *extra: str, fd_soft_limit: int = 0) -> Iterator[Service]:
     """:func:`start_service` for a block, or for a fixture that yields inside it: the service
     stops when the block ends, and a block that ended normally finds no traceback in its log."""
-    svc = start_service(model_repo, tmp, *extra)
+    svc = start_service(model_repo, tmp, *extra, fd_soft_limit=fd_soft_limit)
     try:
         yield svc
     finally:

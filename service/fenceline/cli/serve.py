@@ -18,6 +18,7 @@ from fenceline.api.http_protocol import deadline_protocol
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.errors import InvalidArgument
 from fenceline.ipc.access import check_socket_path
+from fenceline.ipc.limits import raise_fd_limit
 from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer, default_socket_path
 from fenceline.metrics import Metrics
@@ -143,6 +144,9 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         # at once; the server checks again when it listens.
         others = (settings.allow_uids or frozenset()) - {os.geteuid()}
         check_socket_path(settings.socket or default_socket_path(), others)
+    before, now = raise_fd_limit()
+    if now != before:
+        log.info("open fds: soft limit raised from %d to %d", before, now)
     spinners = set_spinners(settings.max_spinners)
     if settings.builtin_models:
         log.info("no --model-repository or --model: serving the builtin models")

@@ -18,6 +18,28 @@ REFUSAL_GRACE_S = 1.0
 MAX_HELD_REFUSALS = 1024
 REFUSAL_BURST = 64
 REFUSALS_PER_S = 250.0
+# The soft limit on open fds the service raises itself to (POSIX), at most its hard limit.
+FD_LIMIT = 65536
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raises this process's soft limit on open fds towards ``FD_LIMIT`` (never past its hard
+    limit, never down): the connections the limits admit, the refusals held and the fds each
+    connection's imports hold need more than the 1,024 many desktops start a process with.
+    Returns the soft limit (before, now); on Windows, which has no such limit, (0, 0)."""
+    try:
+        import resource
+    except ImportError:
+        return 0, 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FD_LIMIT if hard == resource.RLIM_INFINITY else min(FD_LIMIT, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            return soft, soft
+        return soft, want
+    return soft, soft
 
 
 @dataclass(frozen=True)
