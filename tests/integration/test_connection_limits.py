@@ -192,7 +192,7 @@ def test_the_service_raises_its_soft_fd_limit_for_the_connections_it_admits(
     if hard != resource.RLIM_INFINITY and hard <= 1024:
         pytest.skip(f"this machine's hard fd limit is {hard}: nothing to raise to")
     want = FD_LIMIT if hard == resource.RLIM_INFINITY else min(FD_LIMIT, hard)
-    with running(model_repo, tmp_path, "--log-level", "info", fd_soft_limit=1024) as svc:
+    with running(model_repo, tmp_path, "--log-level", "info", fd_limits=(1024, hard)) as svc:
         with open(f"/proc/{svc.pid}/limits") as f:
             line = next(x for x in f if x.startswith("Max open files"))
         assert int(line.split()[3]) == want, line

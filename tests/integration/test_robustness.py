@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import socket
 import struct
 import subprocess
@@ -195,13 +194,9 @@ def test_a_renderer_killed_before_its_reply_is_released_without_garbage_collecti
 
 @pytest.fixture
 def fd_starved(model_repo: Path, tmp_path: Path) -> Iterator[Service]:
-    """A service whose fd limit is 64: a few dozen connections exhaust it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))  # inherited by the service only
-    try:
-        svc = start_service(model_repo, tmp_path)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    """A service whose fd limit is 64, hard as well as soft (the service raises its soft limit
+    up to its hard one): a few dozen connections exhaust it."""
+    svc = start_service(model_repo, tmp_path, fd_limits=(64, 64))
     yield svc
     stop_service(svc)
 
@@ -222,9 +217,12 @@ def _hello(path: Path, request_id: int) -> tuple[socket.socket, str]:
     return s, "ok" if reply.kind != codec.Kind.ERROR else codec.decode_error(reply.body).code
 
 
-def test_ipc_accepts_again_after_fd_exhaustion_and_readiness_says_so(fd_starved: Service) -> None:
+def test_ipc_accepts_again_after_fd_exhaustion_and_readiness_says_so(
+    fd_starved: Service, request: pytest.FixtureRequest
+) -> None:
     svc = fd_starved
     probe = httpx.Client(base_url=svc.url, timeout=10)  # keep-alive: needs no new fd later
+    request.addfinalizer(probe.close)  # also when an assertion below fails
     assert probe.get("/v2/health/ready").status_code == 200
     held: list[socket.socket] = []
     try:
@@ -242,7 +240,6 @@ def test_ipc_accepts_again_after_fd_exhaustion_and_readiness_says_so(fd_starved:
     wait_until(lambda: probe.get("/v2/health/ready").status_code == 200, what="ready again")
     with IpcClient(svc.socket) as c:  # the accept loop is alive again
         check_good_renderer(c, 7)
-    probe.close()
     assert "Traceback" not in svc.log_text()
 
 

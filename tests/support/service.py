@@ -105,8 +105,10 @@ class Service:
         return self.log.read_text(errors="replace")
 
 
-def start_service(model_repo: Path, tmp: Path, *extra: str, fd_soft_limit: int = 0) -> Service:
-    """``fd_soft_limit``: the service starts with this soft limit on open fds (0: this
+def start_service(
+    model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None
+) -> Service:
+    """``fd_limits``: the service starts with these (soft, hard) limits on open fds (None: this
     process's)."""
     port = free_port()
     sock = tmp / "fenceline.sock"
@@ -117,7 +119,7 @@ def start_service(model_repo: Path, tmp: Path, *extra: str, fd_soft_limit: int =
             [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
              "--port", str(port), "--socket", str(sock), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=(lambda: _set_fd_soft_limit(fd_soft_limit)) if fd_soft_limit else None,
+            preexec_fn=(lambda: _set_fd_limits(fd_limits)) if fd_limits else None,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -129,10 +131,10 @@ def start_service(model_repo: Path, tmp: Path, *extra: str, fd_soft_limit: int =
     return Service(proc, url, sock, log)
 
 
-def _set_fd_soft_limit(soft: int) -> None:
+def _set_fd_limits(limits: tuple[int, int]) -> None:
     import resource
 
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 def wait_ready(proc: subprocess.Popen[Any], url: str, sock: Path, timeout_s: float = 60,
@@ -160,10 +162,12 @@ def stop_service(svc: Service) -> None:
 
 
 @contextlib.contextmanager
-def running(model_repo: Path, tmp: Path, *extra: str, fd_soft_limit: int = 0) -> Iterator[Service]:
+def running(
+    model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None
+) -> Iterator[Service]:
     """:func:`start_service` for a block, or for a fixture that yields inside it: the service
     stops when the block ends, and a block that ended normally finds no traceback in its log."""
-    svc = start_service(model_repo, tmp, *extra, fd_soft_limit=fd_soft_limit)
+    svc = start_service(model_repo, tmp, *extra, fd_limits=fd_limits)
     try:
         yield svc
     finally:
