@@ -90,7 +90,6 @@ struct Buffers {
 
 thread_local Buffers buffers;
 
-
 // What one successful recvmsg of n bytes (n >= 0) received.
 Message finish(int fd, ssize_t n, int msg_flags, std::size_t max_bytes, std::size_t max_fds) {
   Message out;

@@ -10,7 +10,6 @@ import logging
 import os
 import select
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -74,14 +73,13 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
 
 
 class Connection:
-    def __init__(
-        self, server: ServerBase, sock: socket.socket, number: int, caller: Caller | None = None
-    ) -> None:
+    def __init__(self, server: ServerBase, sock: socket.socket, number: int, caller: Caller) -> None:
         self.server = server
         self.sock = sock
         self.owner = f"{IPC_OWNER}{number}"
-        # The Windows pipe identifies its peer itself (fenceline.ipc.pipe_server).
-        self.caller = caller or Caller(peer_credentials(sock)[1], transport="ipc")
+        # Who connected, as the transport identified it: the accept loop's SO_PEERCRED uid, or
+        # the Windows pipe client's SID (fenceline.ipc.pipe_server).
+        self.caller = caller
         self.peer = f"uid {self.caller.uid}" if self.caller.sid is None else f"user {self.caller.sid}"
         self.runtime = server.runtime
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
@@ -405,14 +403,6 @@ def _hung_up(sock: socket.socket) -> bool:
         return True
 
 
-PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    pid, uid, gid = PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
-    return pid, uid, gid
-
-
 class IpcServer(ServerBase):
     """``allow_uids``: peers whose uid may connect (SO_PEERCRED) besides the service's own.
 
@@ -519,12 +509,13 @@ class IpcServer(ServerBase):
             if not allowed:
                 logs.peer.set(f"uid {uid}")
             refused = self._admit(conn, f"uid {uid}", pid, allowed,
-                                  lambda number: Connection(self, conn, number))
+                                  lambda number: Connection(self, conn, number,
+                                                            Caller(uid, transport="ipc")))
             if isinstance(refused, PermissionDenied):  # for good: the allow-list is fixed
                 with self._lock:
                     self._reasons[uid] = refused.message
                     self._acceptor.limit(uid, codec.encode_error(0, refused))
-        except Exception:  # a thread that cannot start, a peer gone before SO_PEERCRED
+        except Exception:  # a thread that cannot start, a peer gone before its pidfd was taken
             log.exception("could not take an IPC connection")
             with contextlib.suppress(OSError):
                 conn.close()
