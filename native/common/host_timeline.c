@@ -21,7 +21,7 @@ void fl_htl_init(void *page, uint64_t initial_value) {
   fl_htl_page *p = (fl_htl_page *)page;
   memset(page, 0, FL_HTL_PAGE_SIZE);
   p->version = FL_HTL_VERSION;
-  p->flags = 0;
+  p->flags = FL_HTL_FLAG_COUNTED;
   fl_store_u64(&p->value, initial_value);
   /* The magic goes last, with release order: a reader that sees it sees the rest. */
   fl_store_u32(&p->magic, FL_HTL_MAGIC);
@@ -32,7 +32,8 @@ int fl_htl_validate(const void *page, size_t size) {
   if (size < FL_HTL_PAGE_SIZE) return -1;
   if (fl_load_u32(&p->magic) != FL_HTL_MAGIC) return -1;
   if (p->version != FL_HTL_VERSION) return -1;
-  if (p->flags != 0 || fl_load_u32(&p->status) > FL_HTL_STATUS_ERROR) return -1;
+  if ((p->flags & ~FL_HTL_FLAG_COUNTED) != 0 || fl_load_u32(&p->status) > FL_HTL_STATUS_ERROR)
+    return -1;
   return 0;
 }
 

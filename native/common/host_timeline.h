@@ -4,11 +4,11 @@
  *
  *   offset  0  u32 magic    0x46544C46
  *   offset  4  u16 version  1
- *   offset  6  u16 flags    0
+ *   offset  6  u16 flags    0, or FL_HTL_FLAG_COUNTED
  *   offset  8  u64 value    atomic, never decreases
  *   offset 16  u32 seq      futex word, incremented by every signal and status change
  *   offset 20  u32 status   0 live, 1 abandoned, 2 error
- *   offset 24  u32 waiters  Windows only: processes blocked on the wake semaphore (0 on Linux)
+ *   offset 24  u32 waiters  sleepers now (on Linux: counted on FL_HTL_FLAG_COUNTED pages)
  *
  * Plain C (C11 or C++17, GCC, Clang or MSVC) so the service's importer and the C client share
  * one implementation. Every function is safe to call from any thread or process that maps the
@@ -32,6 +32,11 @@ extern "C" {
 #define FL_HTL_MAGIC 0x46544C46u
 #define FL_HTL_VERSION 1u
 #define FL_HTL_PAGE_SIZE 4096u
+
+/* flags: every sleeper counts itself in `waiters` while it sleeps, so a signaller that sees
+ * none skips the wake (on Linux a FUTEX_WAKE system call per signal; Windows counts always).
+ * fl_htl_init sets it; pages without it (made by other implementations) are woken always. */
+#define FL_HTL_FLAG_COUNTED 0x1u
 
 #define FL_HTL_STATUS_LIVE 0u
 #define FL_HTL_STATUS_ABANDONED 1u
@@ -94,8 +99,8 @@ typedef enum fl_htl_wait_result {
 /* Writes a fresh header (value 0, status live). Only the creator of a page calls this. */
 void fl_htl_init(void *page, uint64_t initial_value);
 
-/* 0 when `size` bytes at `page` hold a valid version-1 fence (flags 0, a defined status),
- * else -1. */
+/* 0 when `size` bytes at `page` hold a valid version-1 fence (flags 0 or FL_HTL_FLAG_COUNTED,
+ * a defined status), else -1. */
 int fl_htl_validate(const void *page, size_t size);
 
 uint64_t fl_htl_value(const void *page);

@@ -51,7 +51,7 @@ std::shared_ptr<HostMemory> validated(std::shared_ptr<HostMemory> m) {
   if (fl_htl_validate(map->data(), map->size()) != 0)
     throw Error(Code::InvalidArgument,
                 "not a host_timeline fence: expected a 4096-byte page with magic 0x46544C46, "
-                "version 1, flags 0 and status 0, 1 or 2 (docs/fences.md)");
+                "version 1, flags 0 or 1 and status 0, 1 or 2 (docs/fences.md)");
   return m;
 }
 }  // namespace

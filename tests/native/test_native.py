@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from fenceline import _native, errors
 from fenceline.client import Fence, SharedFrame
+from tests.support.waiting import wait_until
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 
@@ -160,6 +162,41 @@ def test_fence_wakes_a_waiter_in_another_process() -> None:
         assert out.split() == ["result", str(_native.WAIT_REACHED), "3"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="builds its page in a memfd (Linux)")
+@pytest.mark.parametrize("flags", [1, 0])
+def test_a_sleeper_counts_itself_while_it_sleeps_and_is_woken_on_either_kind_of_page(
+    flags: int,
+) -> None:
+    """docs/fences.md, "Signal": a sleeper counts itself in ``waiters`` while it sleeps. On a
+    page marked counted (flags 1, fenceline's own) a signal with no sleeper skips the wake; a
+    plain page (flags 0, another implementation's) is woken always. Both wake a sleeper, and
+    neither wakes it before its value."""
+    fd = os.memfd_create("counted-fence", os.MFD_CLOEXEC)
+    os.ftruncate(fd, 4096)
+    os.pwrite(fd, struct.pack("<IHHQII", 0x46544C46, 1, flags, 0, 0, 0), 0)
+    reader = os.dup(fd)
+    fence = _native.HostFence.from_fd(fd)
+    try:
+        def waiters() -> int:
+            return int.from_bytes(os.pread(reader, 4, 24), "little")
+
+        assert waiters() == 0
+        fence.signal(1)  # nobody sleeps: on a counted page no wake at all
+        result: list[int] = []
+        t = threading.Thread(target=lambda: result.append(fence.wait(3, 10_000_000_000, 0)))
+        t.start()
+        wait_until(lambda: waiters() == 1, 10, what="the sleeper counted in waiters")
+        fence.signal(2)
+        time.sleep(0.05)
+        assert t.is_alive() and waiters() == 1  # woken, checked, asleep again
+        fence.signal(3)
+        t.join(10)
+        assert result == [_native.WAIT_REACHED] and waiters() == 0
+    finally:
+        fence.close()
+        os.close(reader)
+
+
 def test_abandoned_status_ends_a_wait() -> None:
     with Fence() as f:
         result: list[int] = []
@@ -197,7 +234,7 @@ def test_fence_page_layout_matches_the_spec() -> None:
         page2 = m.array(np.dtype(np.uint8), [4096]).tobytes()
         assert int.from_bytes(page[0:4], "little") == 0x46544C46
         assert int.from_bytes(page[4:6], "little") == 1
-        assert int.from_bytes(page[6:8], "little") == 0
+        assert int.from_bytes(page[6:8], "little") == 1  # waiters counted
         assert int.from_bytes(page2[8:16], "little") == 0x1122334455667788
         assert int.from_bytes(page2[16:20], "little") == int.from_bytes(page[16:20], "little") + 1
         assert int.from_bytes(page2[20:24], "little") == 0
