@@ -1,11 +1,12 @@
 // The spin rationing and the adaptive spin of fenceline.waiting, for waits done in native code
-// (the IPC connection's receive in host_runs.cpp). The rule itself is native/common/spin_rule.h,
+// (the service connection's receive in host_runs.cpp, the Python client's in client_runs.cpp). The rule itself is native/common/spin_rule.h,
 // which the C client follows too; fenceline.waiting's SpinGate is this gate, so Python and
 // native waiters share one count of spinners.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "../common/spin_rule.h"
 
@@ -30,7 +31,7 @@ class SpinGate {
   std::atomic<int> spinning_{0};
 };
 
-// The spin rule (spin_rule.h) of one waiter: AdaptiveSpin without naps. Not thread-safe.
+// The spin rule (spin_rule.h) of one waiter, as fenceline.waiting.AdaptiveSpin. Not thread-safe.
 class ReceiveSpin {
  public:
   explicit ReceiveSpin(std::int64_t max_spin_ns) { fl_spin_rule_init(&rule_, max_spin_ns); }
@@ -42,6 +43,14 @@ class ReceiveSpin {
   }
   bool spinning() const { return fl_spin_rule_spinning(&rule_) != 0; }
   double average_wait_ns() const { return fl_spin_rule_average(&rule_); }
+  // The moving average of the waits that blocked at once (< 0 before any).
+  double block_average_ns() const {
+    const std::uint64_t b = rule_.block_avg;
+    if (b == UINT64_MAX) return -1.0;
+    double v;
+    std::memcpy(&v, &b, sizeof v);
+    return v;
+  }
   std::int64_t max_spin_ns() const { return fl_spin_rule_max(&rule_); }
   std::uint64_t denied = 0;  // waits that blocked at once: every spinner slot was taken
 

@@ -168,27 +168,14 @@ class RunTable {
     for (;;) {
       Message m;
       const std::int64_t t0 = fl_htl_now_ns();
-      const std::int64_t budget = spin.budget_ns(t0);
-      std::int64_t spun = budget;
+      std::int64_t budget = spin.budget_ns(t0);
       // A frame already there is taken with the GIL held (as recv_message does).
       if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
         py::gil_scoped_release nogil;
-        bool pending = true;
-        if (budget > 0 && gate.try_enter()) {
-          struct Leave {
-            SpinGate &g;
-            ~Leave() { g.leave(); }
-          } leave{gate};
-          m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, budget, false);
-          pending = m.pending;
-        } else if (budget > 0) {
-          ++spin.denied;
-          spun = 0;
-        }
-        if (pending) m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, 0, true, pidfd);
+        m = wait_frame(fd, gate, spin, budget, pidfd);
       }
       const std::int64_t received = fl_htl_now_ns();
-      spin.observe(received - t0, spun);
+      spin.observe(received - t0, budget);
       if (m.eof) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {

@@ -31,6 +31,7 @@ void bind_host_runs(py::module_ &mod);  // host_runs.cpp
 void bind_trace(py::module_ &mod);  // trace.cpp
 #ifndef _WIN32
 void bind_acceptor(py::module_ &mod);  // acceptor.cpp
+void bind_client_runs(py::module_ &mod);  // client_runs.cpp
 #endif
 namespace win32 {
 void bind_pipe(py::module_ &mod);  // platform/win32/pipe_module.cpp
@@ -281,34 +282,31 @@ PYBIND11_MODULE(_native, mod) {
 #ifndef _WIN32
   mod.def(
       "recv_message",
-      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns,
-         std::int64_t nap_ns, bool block, int pidfd)
-          -> py::typing::Optional<
-              py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
-                                py::typing::Optional<py::str>, py::int_>> {
+      [](int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns, bool block,
+         int pidfd)
+          -> py::typing::Optional<py::typing::Tuple<
+              py::typing::Optional<py::bytes>, py::typing::List<py::int_>, py::typing::Optional<py::str>>> {
         fl::Message m;
         // A message already there is taken with the GIL held: releasing and taking it back
         // costs more than the receive when other threads want it.
         if (!fl::try_recv_message(fd, max_bytes, max_fds, m)) {
           py::gil_scoped_release release;
-          m = fl::recv_message(fd, max_bytes, max_fds, nap_ns, spin_ns, block, pidfd);
+          m = fl::recv_message(fd, max_bytes, max_fds, spin_ns, block, pidfd);
         }
         if (m.pending) return py::none();
         py::object problem = py::none();
         if (!m.problem.empty()) problem = py::str(m.problem);
-        if (m.eof) return py::make_tuple(py::none(), py::list(), problem, m.nap_late_ns);
-        return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem, m.nap_late_ns);
+        if (m.eof) return py::make_tuple(py::none(), py::list(), problem);
+        return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem);
       },
       py::arg("fd"), py::arg("max_bytes"), py::arg("max_fds"), py::arg("spin_ns") = 0,
-      py::arg("nap_ns") = 0, py::arg("block") = true, py::arg("pidfd") = -1,
-      "Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns "
-      "the fds; (None, [], None, _) at EOF, and once the process behind pidfd (-1: none; a "
-      "PeerProcess's) has exited while the receive blocked. A message over max_bytes or max_fds has its fds "
+      py::arg("block") = true, py::arg("pidfd") = -1,
+      "Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; "
+      "(None, [], None) at EOF, and once the process behind pidfd (-1: none; a PeerProcess's) "
+      "has exited while the receive blocked. A message over max_bytes or max_fds has its fds "
       "closed, data holds its first bytes and problem says what was wrong. A message already "
-      "there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up "
-      "to spin_ns, then blocks; without block it returns None instead of blocking. "
-      "nap_late_ns: how much later than planned a nap that ran its whole length ended, -1 when "
-      "none did.");
+      "there is taken at once; else, with the GIL released, it spins up to spin_ns, then "
+      "blocks; without block it returns None instead of blocking.");
   mod.def(
       "send_message",
       [](int fd, const py::bytes &data, std::int64_t timeout_ms, int pidfd) {
@@ -385,6 +383,7 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_trace(mod);
 #ifndef _WIN32
   fl::bind_acceptor(mod);
+  fl::bind_client_runs(mod);
 #endif
 #ifdef _WIN32
   fl::win32::bind_pipe(mod);

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <limits>
 
+#include "../common/fenceline_wire.h"
 #include "../common/host_timeline.h"
 #include "errors.h"
 
@@ -86,6 +87,11 @@ struct Buffers {
     control.resize(control_size);
     return recv_once(fd, buf, control, MSG_DONTWAIT, msg_flags);
   }
+  // Blocks on a blocking socket (EAGAIN at once on a non-blocking one).
+  ssize_t blocking(int fd, int *msg_flags) {
+    control.resize(control_size);
+    return recv_once(fd, buf, control, 0, msg_flags);
+  }
 };
 
 thread_local Buffers buffers;
@@ -145,10 +151,10 @@ bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Messag
   return true;
 }
 
-Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t nap_ns,
-                     std::int64_t spin_ns, bool block, int pidfd) {
-  // Called after try_recv_message found the socket empty: only a nap, a spin or a wakeup
-  // gives a reason to try again.
+Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns,
+                     bool block, int pidfd) {
+  // Called after try_recv_message found the socket empty: only a spin or a wakeup gives a
+  // reason to try again.
   buffers.prepare(max_bytes, max_fds);
   int msg_flags = 0;
   ssize_t n = -1;
@@ -158,24 +164,8 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
     err = n < 0 ? errno : 0;
     return n >= 0 || !transient(err);
   };
-  std::int64_t nap_late_ns = -1;
   bool done = false;
-  if (nap_ns > 0) {
-    // ppoll takes nanoseconds (poll only milliseconds) and any fd (select only those below
-    // FD_SETSIZE).
-    const std::int64_t start = fl_htl_now_ns();
-    struct timespec nap {
-      static_cast<time_t>(nap_ns / 1000000000), static_cast<long>(nap_ns % 1000000000)
-    };
-    struct pollfd p {
-      fd, POLLIN, 0
-    };
-    if (::ppoll(&p, 1, &nap, nullptr) == 0)
-      nap_late_ns = fl_htl_now_ns() - start - nap_ns;
-    else
-      done = attempt();
-  }
-  if (!done && spin_ns > 0) {
+  if (spin_ns > 0) {
     const std::int64_t end = fl_htl_now_ns() + spin_ns;
     for (unsigned i = 0; !(done = attempt()); ++i) {
       fl_cpu_relax_ns(FL_RECV_RETRY_NS);  // the socket's lock is the sender's too
@@ -185,8 +175,17 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
   if (!done && !block) {
     Message out;
     out.pending = true;
-    out.nap_late_ns = nap_late_ns;
     return out;
+  }
+  while (!done && pidfd < 0) {
+    // Nothing but the socket to watch: a receive that blocks is one system call after the
+    // wakeup where a poll and then a receive are two. A non-blocking socket answers EAGAIN at
+    // once, and is polled below.
+    n = buffers.blocking(fd, &msg_flags);
+    err = n < 0 ? errno : 0;
+    if (err == EINTR) continue;
+    done = n >= 0 || !transient(err);
+    break;
   }
   while (!done) {
     struct pollfd p[2] = {{fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
@@ -197,14 +196,27 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
       Message out;
       out.eof = true;
       out.peer_exited = true;
-      out.nap_late_ns = nap_late_ns;
       return out;
     }
     done = attempt();
   }
-  Message out = n < 0 ? failed(err) : finish(fd, n, msg_flags, max_bytes, max_fds);
-  out.nap_late_ns = nap_late_ns;
-  return out;
+  return n < 0 ? failed(err) : finish(fd, n, msg_flags, max_bytes, max_fds);
+}
+
+Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns,
+                   int pidfd) {
+  if (budget_ns > 0 && gate.try_enter()) {
+    struct Leave {
+      SpinGate &g;
+      ~Leave() { g.leave(); }
+    } leave{gate};
+    Message m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, budget_ns, false);
+    if (!m.pending) return m;
+  } else if (budget_ns > 0) {
+    ++spin.denied;
+    budget_ns = 0;
+  }
+  return recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true, pidfd);
 }
 
 int try_send_message(int fd, const char *data, std::size_t size) {

@@ -1,13 +1,15 @@
 // One SOCK_SEQPACKET message with its SCM_RIGHTS fds, each way. A receive tries once before it
-// waits; a wait may nap on a timer first, then spins briefly, then blocks (a wakeup across CPUs
-// costs ~70 us on a small machine: a nap pays it before the message comes, a spin catches a
-// prompt one). The plan of each wait comes from fenceline.waiting.AdaptiveSpin.
+// waits; a wait spins briefly, then blocks (a wakeup across CPUs costs tens of microseconds on
+// a small machine, and a spin catches a prompt message), as the spin rule says
+// (adaptive_spin.h, ../common/spin_rule.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "adaptive_spin.h"
 
 namespace fl {
 
@@ -18,10 +20,7 @@ struct Message {
   // Set for a message that cannot be a frame: over max_bytes (data holds its first max_bytes),
   // over max_fds (its fds are closed already), or empty.
   std::string problem;
-  // How much later than planned a nap that ran its whole length ended (timer slack and the
-  // wakeup); -1 when there was no nap or the message came during it.
-  std::int64_t nap_late_ns = -1;
-  bool pending = false;  // nothing came within the nap and spin of a wait that may not block
+  bool pending = false;  // nothing came within the spin of a wait that may not block
   bool peer_exited = false;  // eof because the peer's process exited (recv_message's pidfd)
 };
 
@@ -30,14 +29,20 @@ struct Message {
 bool try_recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, Message &out);
 
 // Receives one message once try_recv_message found the socket empty (so it does not try again
-// before it waits): a nap of nap_ns on a timer, a spin of spin_ns, then (with `block`) a
-// block; each part is skipped when 0. Without `block` a wait that got nothing returns with
-// `pending` set. A malformed message is consumed and described in `problem`. The block also
+// before it waits): a spin of spin_ns (none when 0), then (with `block`) a block. Without
+// `block` a wait that got nothing returns with `pending` set. A malformed message is consumed and described in `problem`. The block also
 // watches `pidfd` (-1: none): once that process has exited it returns with eof and
 // `peer_exited` set, leaving what it sent queued (purge_messages drops it). Throws OsError for
 // failures of the socket itself.
-Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t nap_ns,
-                     std::int64_t spin_ns, bool block, int pidfd = -1);
+Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::int64_t spin_ns,
+                     bool block, int pidfd = -1);
+
+// A frame of the wire protocol, once try_recv_message found the socket empty, waited for as
+// `spin` says: a spin of `budget_ns` while a slot of `gate` is free (none free: counted in
+// spin.denied, and `budget_ns` becomes 0, the wait's way for spin.observe), then a block that
+// watches pidfd (-1: none). Blocks: release the GIL around it. The caller observes the wait.
+Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns,
+                   int pidfd);
 
 // One send without waiting: 0 when sent, EAGAIN when the socket's buffer is full (then
 // send_waiting), else the errno.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -446,6 +446,30 @@ class Acceptor:
         """
         refused connections waiting for their turn now
         """
+class ClientSocket:
+    """
+    The Python client's end of a connection to the service: sends, and receives waited for by the spin rule, a RUN's reply read natively.
+    """
+    def __init__(self, fd: typing.SupportsInt | typing.SupportsIndex, max_spin_ns: typing.SupportsInt | typing.SupportsIndex, reply_type: typing.Any) -> None:
+        ...
+    def receive(self, request_id: typing.SupportsInt | typing.SupportsIndex, gate: SpinGate, run_reply: bool = True) -> typing.Any:
+        ...
+    def send(self, data: bytes) -> None:
+        ...
+    def send_run(self, kind: typing.SupportsInt | typing.SupportsIndex, request_id: typing.SupportsInt | typing.SupportsIndex, session_id: bytes, wait_value: typing.SupportsInt | typing.SupportsIndex, signal_value: typing.SupportsInt | typing.SupportsIndex, timeout_ms: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def average_wait_ns(self) -> float:
+        ...
+    @property
+    def denied(self) -> int:
+        ...
+    @property
+    def napping(self) -> bool:
+        ...
+    @property
+    def spinning(self) -> bool:
+        ...
 def can_import_fence(kind: str) -> bool:
     ...
 def can_import_memory(kind: str) -> bool:
@@ -512,9 +536,9 @@ def purge_messages(fd: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, 
     """
     Shuts a connection's socket down and drops what is queued on it, closing every fd those messages carried: (messages, fds) dropped. The socket itself stays open.
     """
-def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0, nap_ns: typing.SupportsInt | typing.SupportsIndex = 0, block: bool = True, pidfd: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None, int] | None:
+def recv_message(fd: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, max_fds: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex = 0, block: bool = True, pidfd: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None] | None:
     """
-    Receives one SOCK_SEQPACKET message: (data, fds, problem, nap_late_ns). The caller owns the fds; (None, [], None, _) at EOF, and once the process behind pidfd (-1: none; a PeerProcess's) has exited while the receive blocked. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. A message already there is taken at once; else, with the GIL released, it naps nap_ns on a timer, spins up to spin_ns, then blocks; without block it returns None instead of blocking. nap_late_ns: how much later than planned a nap that ran its whole length ended, -1 when none did.
+    Receives one SOCK_SEQPACKET message: (data, fds, problem). The caller owns the fds; (None, [], None) at EOF, and once the process behind pidfd (-1: none; a PeerProcess's) has exited while the receive blocked. A message over max_bytes or max_fds has its fds closed, data holds its first bytes and problem says what was wrong. A message already there is taken at once; else, with the GIL released, it spins up to spin_ns, then blocks; without block it returns None instead of blocking.
     """
 def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes, timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, pidfd: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
     """

@@ -10,19 +10,14 @@ spin budget (a 60 fps renderer). A budget of zero always blocks.
 Spinning is rationed per process by a :class:`SpinGate`: at most ``slots`` waiters spin at
 once (by default half the CPUs this process may run on, at least one); the others block at
 once instead of taking the cores that the producers they wait for need. A slot is held through
-a nap and a spin, never through a block.
+a spin, never through a block.
 
-The rule's home is native/common/spin_rule.h: the service's native receive and the C client
-follow it in C. :class:`AdaptiveSpin` is the same rule in Python (the same constants, read from
-``_native``; tests/unit/test_receive_spin.py feeds both the same waits) plus naps, kept here
-because its waiters are Python calls already: a fence wait of a host session on the Python run
-path, a streaming worker, the Python client.
-
-A waiter for socket replies (``AdaptiveSpin(..., nap=True)``: the IPC client) also naps: a reply
-that takes a model's run to come (720p: a few hundred microseconds) is too long to spin through,
-and a waiter that blocks is woken after it came, tens of microseconds late on a VM; one that
-sleeps on a timer until just before the reply is due, then spins, pays that wakeup while the
-model still runs.
+The rule's home is native/common/spin_rule.h: the service's native receive, the Python IPC
+client's replies (``_native.ClientSocket``) and the C client follow it in C. :class:`AdaptiveSpin`
+is the same rule in Python (the same constants, read from ``_native``;
+tests/unit/test_receive_spin.py feeds both the same waits), kept here because its waiters are
+Python calls already: a fence wait of a host session on the Python run path, a streaming
+worker, a renderer's :meth:`Fence.wait <fenceline.client.Fence.wait>`.
 """
 
 from __future__ import annotations
@@ -41,10 +36,6 @@ WINDOW_SHIFT: int = _native.SPIN_WINDOW_SHIFT  # exploration windows of 2.1 ms .
 WINDOWS_PER_PERIOD: int = _native.SPIN_WINDOWS_PER_PERIOD  # ... one in every 16 (every 34 ms)
 SPIN_SLACK_NS: int = _native.SPIN_SLACK_NS
 OUTLIER = float(_native.SPIN_OUTLIER)  # a wait counts for at most this many times its average
-NAP_MIN_NS = 150_000  # shorter waits: no nap (a spin of the budget pays there)
-NAP_MAX_NS = 5_000_000  # longer waits: one wakeup is a small share of them; just block
-NAP_GUARD_NS = 30_000  # wake this much earlier than the estimate says, beside its spread
-NAP_SPIN_MAX_NS = 400_000  # the longest spin after a nap, before the wait blocks after all
 
 
 class Cancel:
@@ -154,23 +145,14 @@ class AdaptiveSpin:
     which two waiters exploring at different times would never see. Spinning is chosen only
     while spun waits average within the budget, and the budget follows them:
     ``min(max_spin_ns, 4 * average + 10 us)``.
-
-    With ``nap``, it also keeps a moving average of all its waits and of their spread, and of
-    how late its naps end (timer slack and the wakeup), and plans a nap of
-    ``average - 2 * spread - lateness - NAP_GUARD_NS`` for waits averaging between
-    ``NAP_MIN_NS`` and ``NAP_MAX_NS``, then a spin over the rest of the expected wait. Napping
-    is a way like spinning: it keeps the average of the waits that napped, and blocks instead
-    while blocked waits have been faster (where the spin after a nap takes a core that the
-    model's threads need, the run it waits for gets longer), exploring the same windows.
     """
 
-    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "nap", "_spin_avg", "_block_avg",
-                 "_spinning", "_exploring", "_wait_avg", "_wait_dev", "_late_avg", "_nap_avg",
-                 "_napping")
+    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "_spin_avg", "_block_avg",
+                 "_spinning", "_exploring")
 
     def __init__(
         self, max_spin_ns: int, spin_gate: SpinGate | None = None,
-        clock: Callable[[], int] = time.monotonic_ns, *, nap: bool = False,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
@@ -182,12 +164,6 @@ class AdaptiveSpin:
         self._block_avg: float | None = None
         self._spinning = True
         self._exploring = False
-        self.nap = nap and max_spin_ns > 0
-        self._wait_avg: float | None = None
-        self._wait_dev = 0.0
-        self._late_avg = 80_000.0  # timer slack (50 us) and a wakeup: re-measured by each nap
-        self._nap_avg: float | None = None
-        self._napping = True
 
     @property
     def average_wait_ns(self) -> float:
@@ -237,12 +213,9 @@ class AdaptiveSpin:
         elif s is not None and b is not None:
             # 10% hysteresis, so two close averages do not flip the choice every wait
             self._spinning = s < b * (1.1 if self._spinning else 0.9)
-        n = self._nap_avg
-        if n is not None and b is not None:
-            self._napping = n < b * (1.1 if self._napping else 0.9)
 
     def _slot(self) -> SpinSlot | None:
-        """A spinner slot to hold while this wait spins or naps (release it before blocking), or
+        """A spinner slot to hold while this wait spins (release it before blocking), or
         None, counted in ``denied``: every slot is taken, so this wait blocks at once."""
         slot = (self.gate or _gate).try_enter()
         if slot is None:
@@ -281,72 +254,3 @@ class AdaptiveSpin:
         if r != _WAIT_TIMED_OUT:  # a timeout says how long nothing came, not how fast it comes
             self.observe(time.perf_counter_ns() - t0, budget)
         return r
-
-    # -- naps (socket replies) ----------------------------------------------------------
-
-    def plan(self) -> tuple[int, int]:
-        """(nap_ns, spin_ns) of the next wait: a nap on a timer, then a spin, then a block."""
-        nap = self._nap_ns() if self.nap else 0
-        if not nap:
-            return 0, self.budget_ns()
-        explore = self._window()  # first: the end of a window may change the choice
-        if self._napping == explore:
-            return 0, 0  # blocking has been faster (or is explored now)
-        rest = (self._wait_avg or 0.0) + 2 * self._wait_dev + NAP_GUARD_NS - nap - self._late_avg
-        return nap, int(min(NAP_SPIN_MAX_NS, max(NAP_GUARD_NS, rest)))
-
-    def _nap_ns(self) -> int:
-        avg = self._wait_avg
-        if avg is None or not NAP_MIN_NS <= avg <= NAP_MAX_NS:
-            return 0
-        nap = avg - 2 * self._wait_dev - self._late_avg - NAP_GUARD_NS
-        return int(nap) if nap >= NAP_GUARD_NS else 0
-
-    def observe_planned(self, waited_ns: int, plan: tuple[int, int], nap_late_ns: int) -> None:
-        """Feeds back a wait done as :meth:`plan` said; ``nap_late_ns``: how much later than
-        planned a nap that ran its whole length ended (-1: none did)."""
-        nap, spin = plan
-        if self.nap:
-            w = float(waited_ns)
-            a = self._wait_avg
-            if a is None:
-                self._wait_avg = w
-            else:
-                self._wait_dev += (abs(w - a) - self._wait_dev) * 0.125
-                self._wait_avg = a + (w - a) * 0.125
-            if nap and nap_late_ns >= 0:
-                self._late_avg += (float(nap_late_ns) - self._late_avg) * 0.25
-        if not nap:
-            self.observe(waited_ns, spin)
-            return
-        # A nap's spin says nothing about spinning from the start: naps have their own average.
-        self._nap_avg = _ema(self._nap_avg, waited_ns)
-        if not self._exploring:
-            self._decide()
-
-    # -- sockets --------------------------------------------------------------------------
-
-    def receive(self, fd: int, max_bytes: int, max_fds: int, pidfd: int = -1
-                ) -> tuple[bytes | None, list[int], str | None]:
-        """One SOCK_SEQPACKET message from ``fd`` as ``_native.recv_message`` returns it, waited
-        for as :meth:`plan` says: the nap and the spin while this waiter holds a spinner slot
-        (without one it blocks at once), then a block, which ends as at the peer's end once the
-        process behind ``pidfd`` (-1: none; the service's PeerProcess) has exited."""
-        nap, spin = planned = self.plan()
-        t0 = time.perf_counter_ns()
-        if nap or spin:
-            slot = self._slot()
-            if slot is None:
-                nap, spin = planned = 0, 0
-            else:
-                try:
-                    got = _native.recv_message(fd, max_bytes, max_fds, spin, nap, False)
-                finally:
-                    slot.release()
-                if got is not None:
-                    self.observe_planned(time.perf_counter_ns() - t0, planned, got[3])
-                    return got[0], got[1], got[2]
-        got = _native.recv_message(fd, max_bytes, max_fds, 0, 0, True, pidfd)
-        self.observe_planned(time.perf_counter_ns() - t0, planned, -1)
-        # A blocking receive returns a message or the peer's end, never None.
-        return (None, [], None) if got is None else (got[0], got[1], got[2])

@@ -1,8 +1,9 @@
 """The importer's SOCK_SEQPACKET receive and send, on real socket pairs: a message already
-there, a nap that ends before the message and one that it cuts short, the end of the peer, a
+there, a spin that ends before the message and one that it cuts short, the end of the peer, a
 message too long or with too many fds, a send to a peer that is gone, a send that must wait for
 room (without the GIL) and one that is not taken in time, the peer's process watched through a
-pidfd, purging what a closed connection left queued, and the spinner slot a socket wait takes
+pidfd, purging what a closed connection left queued, and the Python client's end
+(``_native.ClientSocket``): its RUN replies and the spinner slot its wait takes
 (fenceline.waiting)."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from fenceline import _native
-from fenceline.waiting import WINDOW_SHIFT, AdaptiveSpin, SpinGate
+from fenceline.protocol import codec
+from fenceline.waiting import WINDOW_SHIFT, WINDOWS_PER_PERIOD, SpinGate
 
 pytestmark = pytest.mark.skipif(_native.PLATFORM != "posix", reason="SOCK_SEQPACKET is POSIX")
 MAX, MAX_FDS = 1024, 4
@@ -39,8 +41,8 @@ def test_a_waiting_message_and_its_fds_are_taken_at_once(pair: tuple[socket.sock
     r, w = os.pipe()
     try:
         socket.send_fds(a, [b"hello"], [r])
-        data, fds, problem, late = _native.recv_message(b.fileno(), MAX, MAX_FDS, 0, 10**9)
-        assert (data, problem, late, len(fds)) == (b"hello", None, -1, 1)
+        data, fds, problem = _native.recv_message(b.fileno(), MAX, MAX_FDS, 10**9)
+        assert (data, problem, len(fds)) == (b"hello", None, 1)
         os.write(w, b"x")
         assert os.read(fds[0], 1) == b"x"  # the fd is the pipe's read end, now ours
         os.close(fds[0])
@@ -49,42 +51,42 @@ def test_a_waiting_message_and_its_fds_are_taken_at_once(pair: tuple[socket.sock
         os.close(w)
 
 
-def test_a_wait_that_may_not_block_naps_spins_and_returns_none(
+def test_a_wait_that_may_not_block_spins_and_returns_none(
         pair: tuple[socket.socket, socket.socket]) -> None:
     _, b = pair
     t0 = time.perf_counter_ns()
-    got = _native.recv_message(b.fileno(), MAX, MAX_FDS, 20_000, 2_000_000, False)
+    got = _native.recv_message(b.fileno(), MAX, MAX_FDS, 2_000_000, False)
     assert got is None
-    assert time.perf_counter_ns() - t0 >= 2_000_000  # the nap ran its whole length
+    assert time.perf_counter_ns() - t0 >= 2_000_000  # the spin ran its whole length
 
 
-def test_a_message_that_comes_during_the_nap_ends_it(
+def test_a_message_that_comes_during_the_spin_ends_it(
         pair: tuple[socket.socket, socket.socket]) -> None:
     a, b = pair
     threading.Timer(0.05, lambda: a.send(b"late")).start()
     t0 = time.monotonic()
-    data, _, _, late = _native.recv_message(b.fileno(), MAX, MAX_FDS, 0, 10 * 10**9)
-    assert data == b"late" and late == -1
-    assert time.monotonic() - t0 < 5  # not the nap's ten seconds
+    got = _native.recv_message(b.fileno(), MAX, MAX_FDS, 3 * 10**9, False)
+    assert got is not None and got[0] == b"late"
+    assert time.monotonic() - t0 < 2.5  # not the spin's three seconds
 
 
 def test_the_peers_end_too_long_and_too_many_fds(pair: tuple[socket.socket, socket.socket]
                                                 ) -> None:
     a, b = pair
     a.send(b"x" * (MAX + 10))
-    data, fds, problem, _ = _native.recv_message(b.fileno(), MAX, MAX_FDS)
+    data, fds, problem = _native.recv_message(b.fileno(), MAX, MAX_FDS)
     assert problem == f"frame longer than {MAX} bytes" and len(data or b"") == MAX and fds == []
     pipes = [os.pipe() for _ in range(MAX_FDS + 1)]
     try:
         socket.send_fds(a, [b"fds"], [r for r, _ in pipes])
-        _, fds, problem, _ = _native.recv_message(b.fileno(), MAX, MAX_FDS)
+        _, fds, problem = _native.recv_message(b.fileno(), MAX, MAX_FDS)
         assert problem == f"frame carries more than {MAX_FDS} fds" and fds == []
     finally:
         for r, w in pipes:
             os.close(r)
             os.close(w)
     a.close()
-    assert _native.recv_message(b.fileno(), MAX, MAX_FDS, 50_000)[:3] == (None, [], None)
+    assert _native.recv_message(b.fileno(), MAX, MAX_FDS, 50_000) == (None, [], None)
 
 
 def test_send_to_a_peer_that_is_gone_raises_without_a_signal(
@@ -130,19 +132,79 @@ def test_a_send_into_a_full_socket_waits_without_the_gil(
     assert len(ticks) >= 10
 
 
-def test_a_socket_wait_spins_only_with_a_spinner_slot(
+def _outside_a_window() -> None:
+    """Returns once the spin rule's clock is well outside its exploration windows, in which a
+    wait blocks at once instead of spinning (native/common/spin_rule.h)."""
+    while (time.monotonic_ns() >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD in (0, WINDOWS_PER_PERIOD - 1):
+        time.sleep(0.001)
+
+
+def test_the_clients_wait_spins_only_with_a_spinner_slot(
         pair: tuple[socket.socket, socket.socket]) -> None:
     a, b = pair
-    outside_windows = 1 << WINDOW_SHIFT  # a wait in an exploration window may block at once
-    waiter = AdaptiveSpin(1_000_000, SpinGate(0), clock=lambda: outside_windows)
+    end = _native.ClientSocket(b.fileno(), 1_000_000, codec.RunReply)
+    _outside_a_window()
     threading.Timer(0.02, lambda: a.send(b"ok")).start()
-    assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"ok", [], None)
-    assert waiter.denied == 1  # no slot: it blocked at once
+    assert end.receive(1, SpinGate(0).native) == b"ok"
+    assert end.denied == 1  # no slot: it blocked at once
     gate = SpinGate(1)
-    waiter = AdaptiveSpin(1_000_000, gate, clock=lambda: outside_windows)
-    a.send(b"there")
-    assert waiter.receive(b.fileno(), MAX, MAX_FDS) == (b"there", [], None)
-    assert waiter.denied == 0 and gate.spinning() == 0  # the slot is given back
+    _outside_a_window()
+    threading.Timer(0.005, lambda: a.send(b"there")).start()
+    assert end.receive(2, gate.native) == b"there"
+    assert end.denied == 1 and gate.spinning() == 0  # it spun, and gave the slot back
+
+
+def test_the_clients_end_reads_its_runs_reply_natively_and_hands_back_anything_else(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    end = _native.ClientSocket(b.fileno(), 0, codec.RunReply)
+    sid = bytes(range(16))
+    end.send_run(codec.Kind.RUN, 7, sid, 5, 6, 250)
+    assert codec.decode_run(codec.decode(a.recv(MAX)).body) == codec.Run(sid, 5, 6, 250)
+    reply = codec.encode(codec.Kind.RUN | codec.REPLY_BIT, 7,
+                         codec.RUN_REPLY_BODY.pack(6, 1, 2, 3, 0))
+    a.send(reply)
+    assert end.receive(7, SpinGate(1).native) == codec.RunReply(6, 1, 2, 3)
+    a.send(reply)  # the same reply where request 8's is due: the caller judges it
+    assert end.receive(8, SpinGate(1).native) == reply
+    a.send(b"")
+    assert end.receive(9, SpinGate(1).native) == "empty frame: every frame starts with the " \
+        "16-byte header"
+    with pytest.raises(ValueError, match="16 bytes"):
+        end.send_run(codec.Kind.RUN, 10, b"short", 1, 1, 1)
+    a.close()
+    assert end.receive(11, SpinGate(1).native) is None  # the service's end
+
+
+def test_the_clients_replies_due_after_a_run_all_arrive_whether_it_naps_or_blocks(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """A peer that answers each RUN 200 us after it came, as a model's run would: the waits are
+    long enough to nap (docs/fences.md, "Why spin first"), and the rule's exploration windows
+    nap even while blocking is preferred; every reply arrives, in order, whichever way."""
+    a, b = pair
+    end = _native.ClientSocket(b.fileno(), 100_000, codec.RunReply)
+    gate = SpinGate(1)
+    frames = 300
+
+    def model() -> None:
+        for _ in range(frames):
+            rid = codec.decode(a.recv(MAX)).request_id
+            t = time.perf_counter_ns() + 200_000
+            while time.perf_counter_ns() < t:
+                pass
+            a.send(codec.encode(codec.Kind.RUN | codec.REPLY_BIT, rid,
+                                codec.RUN_REPLY_BODY.pack(rid, 0, 200, 200, 0)))
+
+    peer = threading.Thread(target=model)
+    peer.start()
+    try:
+        sid = bytes(16)
+        for rid in range(1, frames + 1):
+            end.send_run(codec.Kind.RUN, rid, sid, rid, 0, 1000)
+            assert end.receive(rid, gate.native) == codec.RunReply(rid, 0, 200, 200)
+    finally:
+        peer.join(30)
+    assert gate.spinning() == 0 and isinstance(end.napping, bool)
 
 
 def _fill(a: socket.socket) -> None:
@@ -206,7 +268,7 @@ def test_the_peer_process_is_watched_beyond_its_socket(tmp_path: Path) -> None:
         assert outcome == [errno.ESRCH] and time.monotonic() - start < 1
         assert peer.exited()
         # The grandchild still holds the socket, so only the pidfd ends a blocked receive.
-        data, fds, _, _ = _native.recv_message(conn.fileno(), MAX, MAX_FDS, 0, 0, True, peer.pidfd)
+        data, fds, _ = _native.recv_message(conn.fileno(), MAX, MAX_FDS, 0, True, peer.pidfd)
         assert (data, fds) == (None, [])
         peer.close()
         peer.close()

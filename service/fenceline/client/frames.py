@@ -174,7 +174,14 @@ class Fence(_Created):
     def signal(self, value: int) -> None:
         """Sets the fence to ``value`` (0 to 2**64 - 1, above the current value: ``conflict``
         otherwise) and wakes the waiters it satisfies."""
-        self._live().signal(_integer(value, "a fence value", 0, U64_MAX))
+        # A renderer's per-frame call: the native binding checks the value's range itself (its
+        # TypeError becomes the plain message), so the frame pays one Python step.
+        handle = self._live()
+        try:
+            handle.signal(value)
+        except TypeError:
+            _integer(value, "a fence value", 0, U64_MAX)
+            raise
 
     def set_status(self, status: int) -> None:
         """0 live, 1 abandoned, 2 error (docs/fences.md); wakes every waiter."""

@@ -9,21 +9,18 @@ safe twice; the service then releases everything this client created.
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import struct
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fenceline import _native
+from fenceline import _native, waiting
 from fenceline.client.errors import ClientError, ServiceError, UsageError
 from fenceline.client.frames import Fence, SharedFrame
 from fenceline.client.views import View, session_body, timeout_ms_of
 from fenceline.errors import FencelineError
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
-from fenceline.waiting import AdaptiveSpin
 
 if TYPE_CHECKING:
     from fenceline.client.session import Session
@@ -63,8 +60,11 @@ class IpcClient:
                 self._sock.close()
                 raise ClientError(f"cannot connect to the fenceline socket {self.path}: {e}") from None
         self._ids = itertools.count(1)
-        # Replies that take a model's run to come are napped through (fenceline.waiting).
-        self._spin = AdaptiveSpin(max_spin_ns, nap=True)
+        # The socket's sends and receives, each one native call (docs/ipc.md, "The Python
+        # client"); a pipe's are the pipe's own.
+        self._end: Any = None
+        if self._pipe is None:
+            self._end = _native.ClientSocket(self._sock.fileno(), max_spin_ns, codec.RunReply)
         self._closed = False
         try:
             self.server = self._call(Kind.HELLO, {"client": name})
@@ -92,37 +92,32 @@ class IpcClient:
             if fds:
                 socket.send_fds(self._sock, [frame], fds)
             else:
-                _native.send_message(self._sock.fileno(), frame)
+                self._end.send(frame)
         except OSError as e:
             self._raise_refusal()
             raise ClientError(f"IPC transport failed: {e}") from None
 
     def _receive(self, request_id: int) -> codec.Frame:
-        return self._reply(self._receive_data(), request_id)
+        return self._reply(self._receive_frame(request_id, False), request_id)  # type: ignore[arg-type]
 
-    def _receive_data(self) -> bytes:
-        """The next frame the service sent, whatever it is."""
+    def _receive_frame(self, request_id: int, run_reply: bool = True) -> codec.RunReply | bytes:
+        """The next frame the service sent: (with ``run_reply``) the reply to the RUN
+        ``request_id``, read natively, or any other frame's bytes."""
+        if self._closed:
+            raise UsageError("the client is closed")
+        got: object
         try:
-            data: bytes | None
-            got_fds: list[int]
             if self._pipe is not None:
-                budget = self._spin.budget_ns()
-                t0 = time.perf_counter_ns()
-                data, got_fds, problem = self._pipe.recv(codec.MAX_FRAME), [], None
-                self._spin.observe(time.perf_counter_ns() - t0, budget)
+                got = self._pipe.recv(codec.MAX_FRAME)
             else:
-                data, got_fds, problem = self._spin.receive(
-                    self._sock.fileno(), codec.MAX_FRAME, codec.MAX_FDS
-                )
+                got = self._end.receive(request_id & 0xFFFFFFFF, waiting.gate().native, run_reply)
         except (OSError, FencelineError) as e:
             raise ClientError(f"IPC transport failed: {e}") from None
-        for f in got_fds:
-            os.close(f)
-        if data is None:
+        if got.__class__ is codec.RunReply or got.__class__ is bytes:
+            return got
+        if got is None:
             raise ClientError("the service closed the connection")
-        if problem is not None:
-            raise ClientError(f"bad reply from the service: {problem}")
-        return data
+        raise ClientError(f"bad reply from the service: {got}")
 
     def _reply(self, data: bytes, request_id: int) -> codec.Frame:
         """The frame ``data`` as the reply to ``request_id``; raises the service's error."""
@@ -320,10 +315,7 @@ class IpcClient:
         """Waits for the input fence, runs, signals; returns what the service signalled.
         ``timeout_s``: the longest fence wait (``timeout_ms``, the older spelling)."""
         timeout_ms = timeout_ms_of(timeout_s, timeout_ms)
-        rid = next(self._ids)
-        self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
-                                   signal_value, timeout_ms))
-        return self.recv_run_reply(rid)
+        return self.recv_run_reply(self.send_run(session_id, wait_value, signal_value, timeout_ms))
 
     def send_run(
         self,
@@ -337,10 +329,7 @@ class IpcClient:
         flight on their own sessions): the service answers them in the order they were sent,
         so collect the replies in that order; the next RUN then waits in the socket while the
         service runs this one."""
-        rid = next(self._ids)
-        self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
-                                   signal_value, timeout_ms))
-        return rid
+        return self._send_run(Kind.RUN, session_id, wait_value, signal_value, timeout_ms)
 
     def run_async(
         self, session_id: str, wait_value: int, signal_value: int | None = None
@@ -356,14 +345,32 @@ class IpcClient:
         its own GPU work while the service enqueues; collect the reply with
         :meth:`recv_run_reply`, later if need be: as with :meth:`send_run`, replies come in the
         order the runs were sent."""
+        return self._send_run(Kind.RUN_ASYNC, session_id, wait_value, signal_value, None)
+
+    def _send_run(self, kind: Kind, session_id: str, wait_value: int, signal_value: int | None,
+                  timeout_ms: int | None) -> int:
         rid = next(self._ids)
-        self._send(codec.run_frame(rid, codec.session_id_bytes(session_id), wait_value,
-                                   signal_value, None, kind=codec.Kind.RUN_ASYNC))
+        sid = codec.session_id_bytes(session_id)
+        if self._end is None or self._closed:
+            self._send(codec.run_frame(rid, sid, wait_value, signal_value, timeout_ms, kind=kind))
+            return rid
+        try:
+            self._end.send_run(kind, rid & 0xFFFFFFFF, sid, wait_value, signal_value or 0,
+                               codec.DEFAULT_TIMEOUT if timeout_ms is None else timeout_ms)
+        except OSError as e:
+            self._raise_refusal()
+            raise ClientError(f"IPC transport failed: {e}") from None
+        except TypeError:
+            raise UsageError("a RUN's fence values are 0..2**64-1 and its timeout_ms "
+                             "0..2**32-1") from None
         return rid
 
     def recv_run_reply(self, request_id: int) -> codec.RunReply:
-        data = self._receive_data()
-        # A RUN reply is read in one unpack; anything else (an error) goes the general way.
+        got = self._receive_frame(request_id)
+        if got.__class__ is codec.RunReply:
+            return got
+        # Anything else (an error, a pipe's frame) goes the general way.
+        data: bytes = got  # type: ignore[assignment]
         reply = codec.run_reply_of(data, request_id)
         return reply if reply is not None else codec.decode_run_reply(
             self._reply(data, request_id).body)

@@ -1,0 +1,252 @@
+// The Python client's end of a connection (fenceline.client.IpcClient on a Unix socket): a RUN
+// is packed and sent in one native call, and its reply waited for and read in another; every
+// other frame is sent and received through it too.
+//
+// Why native: a renderer's thread that waited through a model's run finds its caches holding
+// the model's frame, not the interpreter's code and objects, and each Python step between the
+// reply's arrival and the caller then costs microseconds (after a 720p run on the 2-CPU VM:
+// reading the reply in Python took 9 us, against 1 us after a 64x64 one). The wait follows the
+// one spin rule (../common/spin_rule.h) as the C client's does, rationed by the process's
+// SpinGate (fenceline.waiting): spin while that has paid, else block at once.
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include <poll.h>
+#include <pybind11/pybind11.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "../common/fenceline_wire.h"
+#include "../common/fenceline_wire_io.h"
+#include "../common/host_timeline.h"
+#include "adaptive_spin.h"
+#include "seqpacket.h"
+
+namespace py = pybind11;
+
+namespace fl {
+namespace {
+
+constexpr std::size_t kRunFrame = FL_WIRE_HEADER_SIZE + sizeof(FlWireRun);
+constexpr std::size_t kRunReplyFrame = FL_WIRE_HEADER_SIZE + sizeof(FlWireRunReply);
+
+[[noreturn]] void raise_errno(int err) {
+  errno = err;
+  PyErr_SetFromErrno(PyExc_OSError);
+  throw py::error_already_set();
+}
+
+// Naps. A reply that takes a model's run to come (a 720p frame: about a hundred microseconds
+// on 16 cores) comes later than any spin budget, so the rule blocks for it, and the reply then
+// wakes a sleeping thread: tens of microseconds on a VM, after the reply came. A nap sleeps on
+// a precise timer (1 us of slack) until just before the reply is due, then spins, so that the
+// wakeup is paid while the model runs. Napping is a way of waiting like spinning, and costs the
+// renderer the spin's CPU: it keeps the moving average of its waits, starts only once napped
+// waits have been 3% shorter than blocked ones, and stops when they no longer are (where the
+// spin after the nap takes a core the model's threads need, or where a wakeup is cheap), trying
+// the other way in the rule's exploration windows. FENCELINE_NAP=0 turns it off (to compare).
+class ReplyNap {
+ public:
+  static constexpr std::int64_t kMinWait = 40'000;     // shorter waits: the spin rule's
+  static constexpr std::int64_t kMaxWait = 5'000'000;  // longer: one wakeup is a small share
+  static constexpr std::int64_t kGuard = 10'000;       // wake this much earlier still
+  static constexpr std::int64_t kMaxSpin = 200'000;    // the longest spin after a nap
+
+  ReplyNap() {
+    const char *off = std::getenv("FENCELINE_NAP");
+    enabled_ = off == nullptr || std::strcmp(off, "0") != 0;
+  }
+
+  // The next wait's nap (0: none) and the spin after it.
+  std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns, double block_avg) {
+    if (!enabled_ || wait_avg_ < kMinWait || wait_avg_ > kMaxWait) return {0, 0};
+    const bool explore = (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD == 0;
+    if (explored_ && !explore) decide(block_avg);
+    explored_ = explore;
+    if (napping_ == explore) return {0, 0};
+    const double nap = wait_avg_ - 2 * wait_dev_ - late_avg_ - kGuard;
+    if (nap < kGuard) return {0, 0};
+    const double spin = wait_avg_ + 2 * wait_dev_ + kGuard - nap;
+    return {static_cast<std::int64_t>(nap),
+            static_cast<std::int64_t>(spin < kMaxSpin ? spin : kMaxSpin)};
+  }
+
+  // How long a wait took, its nap (0: none) and how late that nap ended (-1: it did not run
+  // its whole length); `block_avg`: the spin rule's average of waits that blocked at once.
+  void observe(std::int64_t waited_ns, std::int64_t nap_ns, std::int64_t late_ns,
+               double block_avg) {
+    const double w = static_cast<double>(waited_ns);
+    if (wait_avg_ < 0) {
+      wait_avg_ = w;
+    } else {
+      wait_dev_ += (std::fabs(w - wait_avg_) - wait_dev_) * 0.125;
+      wait_avg_ += (w - wait_avg_) * 0.125;
+    }
+    if (nap_ns == 0) return;
+    if (late_ns >= 0) late_avg_ += (static_cast<double>(late_ns) - late_avg_) * 0.25;
+    nap_avg_ = nap_avg_ < 0
+                   ? w
+                   : nap_avg_ + (std::fmin(w, FL_SPIN_OUTLIER * nap_avg_) - nap_avg_) * 0.125;
+    if (!explored_) decide(block_avg);
+  }
+
+  bool napping() const { return enabled_ && napping_; }
+
+ private:
+  // Not the spin rule's 10% hysteresis: these waits are long, and 10% of them is more than
+  // what napping saves. A tie goes to blocking, which costs no CPU.
+  void decide(double block_avg) {
+    if (nap_avg_ >= 0 && block_avg >= 0)
+      napping_ = nap_avg_ < block_avg * (napping_ ? 1.0 : 0.97);
+  }
+
+  bool enabled_ = true;
+  bool napping_ = false;
+  bool explored_ = false;
+  double wait_avg_ = -1, wait_dev_ = 0, nap_avg_ = -1;
+  double late_avg_ = 20'000;  // the timer's wakeup on a VM: re-measured by every nap
+};
+
+// A nap of nap_ns on a precise timer that ends early when a message comes: true when one came
+// (or the socket failed: the receive after it says so), else with `late_ns` set.
+bool nap_for(int fd, std::int64_t nap_ns, std::int64_t &late_ns) {
+  const int slack = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  const std::int64_t start = fl_htl_now_ns();
+  struct timespec t {
+    static_cast<time_t>(nap_ns / 1000000000), static_cast<long>(nap_ns % 1000000000)
+  };
+  struct pollfd p {
+    fd, POLLIN, 0
+  };
+  const int r = ::ppoll(&p, 1, &t, nullptr);
+  if (r == 0) late_ns = fl_htl_now_ns() - start - nap_ns;
+  if (slack > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0, 0, 0);
+  return r != 0;
+}
+
+class ClientSocket {
+ public:
+  // `reply_type`: what a RUN reply becomes (fenceline.protocol.codec.RunReply), called with its
+  // four fields.
+  ClientSocket(int fd, std::int64_t max_spin_ns, py::object reply_type)
+      : fd_(fd), spin_(max_spin_ns), reply_type_(std::move(reply_type)) {}
+
+  // Sends one frame; a full socket waits with the GIL released. OSError when the socket failed.
+  void send(const py::bytes &data) {
+    char *p = nullptr;
+    Py_ssize_t n = 0;
+    if (PyBytes_AsStringAndSize(data.ptr(), &p, &n) != 0) throw py::error_already_set();
+    send_raw(p, static_cast<std::size_t>(n));
+  }
+
+  void send_run(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
+                std::uint64_t wait_value, std::uint64_t signal_value, std::uint32_t timeout_ms) {
+    char *sid = nullptr;
+    Py_ssize_t sid_len = 0;
+    if (PyBytes_AsStringAndSize(session_id.ptr(), &sid, &sid_len) != 0)
+      throw py::error_already_set();
+    if (sid_len != FL_WIRE_SESSION_ID_BYTES)
+      throw py::value_error("a session id is 16 bytes on the wire");
+    std::uint8_t frame[kRunFrame];
+    FlWireRun run;
+    std::memcpy(run.session_id, sid, FL_WIRE_SESSION_ID_BYTES);
+    run.wait_value = wait_value;
+    run.signal_value = signal_value;
+    run.timeout_ms = timeout_ms;
+    run.flags = 0;
+    fl_wire_put_header(frame, kind, request_id, sizeof(FlWireRun));
+    fl_wire_put_run(frame + FL_WIRE_HEADER_SIZE, &run);
+    send_raw(reinterpret_cast<const char *>(frame), sizeof frame);
+  }
+
+  // The next frame the service sent, waited for by the spin rule: with `run_reply`, the RUN
+  // reply to `request_id` as a reply_type; any other frame as bytes (the caller decodes it: an
+  // error, a control reply); a str saying why a message was no frame; None at the service's
+  // end. Fds a message carried are closed: the service sends none to a client.
+  py::object receive(std::uint32_t request_id, SpinGate &gate, bool run_reply) {
+    Message m;
+    if (!try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
+      const std::int64_t t0 = fl_htl_now_ns();
+      const double block_avg = spin_.block_average_ns();
+      const auto [nap, nap_spin] = nap_.plan(t0, block_avg);
+      py::gil_scoped_release nogil;
+      if (nap > 0 && gate.try_enter()) {
+        struct Leave {
+          SpinGate &g;
+          ~Leave() { g.leave(); }
+        } leave{gate};
+        std::int64_t late = -1;
+        const bool came = nap_for(fd_, nap, late);
+        m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, came ? 0 : nap_spin, false);
+        if (m.pending) m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true);
+        nap_.observe(fl_htl_now_ns() - t0, nap, late, block_avg);
+      } else {
+        std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot: block at once
+        if (nap > 0) ++spin_.denied;
+        m = wait_frame(fd_, gate, spin_, budget, -1);
+        const std::int64_t waited = fl_htl_now_ns() - t0;
+        spin_.observe(waited, budget);
+        nap_.observe(waited, 0, -1, block_avg);
+      }
+    }
+    for (int f : m.fds) ::close(f);
+    if (!m.problem.empty()) return py::str(m.problem);
+    if (m.eof) return py::none();
+    const auto *p = reinterpret_cast<const std::uint8_t *>(m.data.data());
+    FlWireHeader h;
+    if (run_reply && m.data.size() == kRunReplyFrame && fl_wire_header_ok(p, m.data.size(), &h) &&
+        h.kind == (FL_KIND_RUN | FL_WIRE_REPLY_BIT) && h.request_id == request_id) {
+      FlWireRunReply r;
+      fl_wire_get_run_reply(p + FL_WIRE_HEADER_SIZE, &r);
+      return reply_type_(r.signal_value, r.wait_us, r.infer_us, r.total_us);
+    }
+    return py::bytes(m.data);
+  }
+
+  ReceiveSpin &spin() { return spin_; }
+  bool napping() const { return nap_.napping(); }
+
+ private:
+  void send_raw(const char *data, std::size_t n) {
+    int err = try_send_message(fd_, data, n);
+    if (err == EAGAIN) {
+      py::gil_scoped_release nogil;
+      err = send_waiting(fd_, data, n, -1, -1);
+    }
+    if (err != 0) raise_errno(err);
+  }
+
+  int fd_;
+  ReceiveSpin spin_;
+  ReplyNap nap_;
+  py::object reply_type_;
+};
+
+}  // namespace
+
+void bind_client_runs(py::module_ &mod) {
+  py::class_<ClientSocket>(mod, "ClientSocket",
+                           "The Python client's end of a connection to the service: sends, and "
+                           "receives waited for by the spin rule, a RUN's reply read natively.")
+      .def(py::init<int, std::int64_t, py::object>(), py::arg("fd"), py::arg("max_spin_ns"),
+           py::arg("reply_type"))
+      .def("send", &ClientSocket::send, py::arg("data"))
+      .def("send_run", &ClientSocket::send_run, py::arg("kind"), py::arg("request_id"),
+           py::arg("session_id"), py::arg("wait_value"), py::arg("signal_value"),
+           py::arg("timeout_ms"))
+      .def("receive", &ClientSocket::receive, py::arg("request_id"), py::arg("gate"),
+           py::arg("run_reply") = true)
+      .def_property_readonly("spinning", [](ClientSocket &c) { return c.spin().spinning(); })
+      .def_property_readonly("average_wait_ns",
+                             [](ClientSocket &c) { return c.spin().average_wait_ns(); })
+      .def_property_readonly("denied", [](ClientSocket &c) { return c.spin().denied; })
+      .def_property_readonly("napping", &ClientSocket::napping);
+}
+
+}  // namespace fl
