@@ -31,6 +31,21 @@ class SpinGate {
   std::atomic<int> spinning_{0};
 };
 
+// A slot of `gate` held for one spin, given back when it goes; false when every slot was taken.
+class SpinSlot {
+ public:
+  explicit SpinSlot(SpinGate &gate) : gate_(gate.try_enter() ? &gate : nullptr) {}
+  ~SpinSlot() {
+    if (gate_ != nullptr) gate_->leave();
+  }
+  SpinSlot(const SpinSlot &) = delete;
+  SpinSlot &operator=(const SpinSlot &) = delete;
+  explicit operator bool() const { return gate_ != nullptr; }
+
+ private:
+  SpinGate *gate_;
+};
+
 // The spin rule (spin_rule.h) of one waiter, as fenceline.waiting.AdaptiveSpin. Not thread-safe.
 class ReceiveSpin {
  public:

@@ -176,19 +176,23 @@ class ClientSocket {
       const double block_avg = spin_.block_average_ns();
       const auto [nap, nap_spin] = nap_.plan(t0, block_avg);
       py::gil_scoped_release nogil;
-      if (nap > 0 && gate.try_enter()) {
-        struct Leave {
-          SpinGate &g;
-          ~Leave() { g.leave(); }
-        } leave{gate};
-        std::int64_t late = -1;
-        const bool came = nap_for(fd_, nap, late);
-        m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, came ? 0 : nap_spin, false);
+      std::int64_t late = -1;
+      bool napped = false;
+      if (nap > 0) {
+        SpinSlot slot(gate);  // held through the nap and its spin, given back before a block
+        if (slot) {
+          napped = true;
+          const bool came = nap_for(fd_, nap, late);
+          m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, came ? 0 : nap_spin, false);
+        } else {
+          ++spin_.denied;
+        }
+      }
+      if (napped) {
         if (m.pending) m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true);
         nap_.observe(fl_htl_now_ns() - t0, nap, late, block_avg);
       } else {
-        std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot: block at once
-        if (nap > 0) ++spin_.denied;
+        std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot for a nap: block
         m = wait_frame(fd_, gate, spin_, budget, -1);
         const std::int64_t waited = fl_htl_now_ns() - t0;
         spin_.observe(waited, budget);

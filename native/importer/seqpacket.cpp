@@ -205,16 +205,15 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
 
 Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns,
                    int pidfd) {
-  if (budget_ns > 0 && gate.try_enter()) {
-    struct Leave {
-      SpinGate &g;
-      ~Leave() { g.leave(); }
-    } leave{gate};
-    Message m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, budget_ns, false);
-    if (!m.pending) return m;
-  } else if (budget_ns > 0) {
-    ++spin.denied;
-    budget_ns = 0;
+  if (budget_ns > 0) {
+    SpinSlot slot(gate);  // given back before the block
+    if (slot) {
+      Message m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, budget_ns, false);
+      if (!m.pending) return m;
+    } else {
+      ++spin.denied;
+      budget_ns = 0;
+    }
   }
   return recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true, pidfd);
 }
