@@ -150,7 +150,7 @@ def test_refused_pool_falls_back_to_one_copy_per_frame(
     assert held_by_service(gst_service) == NOTHING_HELD
 
 
-def failed_pipeline(pipeline: str, tmp: Path) -> str:
+def failed_pipeline(pipeline: str) -> str:
     """Plays a pipeline that must fail, in its own process; returns what it printed. Not with
     gst-launch-1.0: 1.22 can miss an error posted before its main loop runs and hang."""
     r = subprocess.run([sys.executable, "-m", "fenceline.bench.gst", pipeline],
@@ -180,10 +180,10 @@ def test_flushing_seek_drops_frames_in_flight_and_the_stream_goes_on(
 
 
 def test_caps_the_model_does_not_take_fail_negotiation_with_the_services_reason(
-    gst_service: Service, tmp_path: Path
+    gst_service: Service,
 ) -> None:
     err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
-                          f"{filter_line('image_filter_rgb8', gst_service)} ! fakesink", tmp_path)
+                          f"{filter_line('image_filter_rgb8', gst_service)} ! fakesink")
     assert "ERROR: from element /GstPipeline:pipeline0/FencelineFilter" in err, err
     assert "fenceline error invalid_argument" in err and "has shape" in err, err
     assert "fenceline-code=(int)2" in err and "fenceline-code-name=(string)invalid_argument" in err
@@ -191,19 +191,16 @@ def test_caps_the_model_does_not_take_fail_negotiation_with_the_services_reason(
     assert held_by_service(gst_service) == NOTHING_HELD
 
 
-def test_missing_model_ends_the_pipeline_with_not_found(
-    gst_service: Service, tmp_path: Path
-) -> None:
+def test_missing_model_ends_the_pipeline_with_not_found(gst_service: Service) -> None:
     err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
-                          f"{filter_line('no_such_model', gst_service)} ! fakesink", tmp_path)
+                          f"{filter_line('no_such_model', gst_service)} ! fakesink")
     assert "fenceline error not_found" in err and "no_such_model" in err, err
     assert held_by_service(gst_service) == NOTHING_HELD
 
 
 def test_no_service_ends_the_pipeline_with_a_transport_error(tmp_path: Path) -> None:
     err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
-                          f"fencelinefilter model=m socket={tmp_path / 'none.sock'} ! fakesink",
-                          tmp_path)
+                          f"fencelinefilter model=m socket={tmp_path / 'none.sock'} ! fakesink")
     assert "fenceline error transport" in err, err
 
 
@@ -212,7 +209,7 @@ def test_a_timeout_above_the_services_limit_fails_the_pipeline_at_start(tmp_path
     600000, so the element says so before it connects instead of failing the first frame."""
     err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
                           f"fencelinefilter model=m timeout=600001 "
-                          f"socket={tmp_path / 'none.sock'} ! fakesink", tmp_path)
+                          f"socket={tmp_path / 'none.sock'} ! fakesink")
     assert "timeout=600001 is above the service's limit of 600000 ms: set timeout=1..600000" in err
     assert "transport" not in err, err  # refused before connecting
 
@@ -265,7 +262,7 @@ def test_service_that_never_answers_fails_the_pipeline_with_timed_out(
         assert silent.stdout is not None and silent.stdout.readline().strip() == "ready"
         err = failed_pipeline(f"{gst.SOURCE} num-buffers=5 ! {gst.caps('RGBA', 320, 240)} ! "
                               f"fencelinefilter model=m socket={sock} service-timeout=500 ! "
-                              "fakesink", tmp_path)
+                              "fakesink")
         assert "fenceline error timed_out" in err, err
         assert "fenceline-code-name=(string)timed_out" in err, err
         assert silent.poll() is None  # hung, not dead: the element gave up on its own
