@@ -18,12 +18,19 @@ static double value(uint64_t b) {
   return v;
 }
 
+double fl_spin_ema(double avg, double sample) {
+  if (avg < 0) return sample;
+  double capped = sample < FL_SPIN_OUTLIER * avg ? sample : FL_SPIN_OUTLIER * avg;
+  return avg + (capped - avg) * 0.125;
+}
+
+int fl_spin_exploring(int64_t now_ns) {
+  return (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD == 0;
+}
+
 /* The moving average after one more wait (spin_rule.h). */
 static uint64_t ema(uint64_t avg_bits, double sample) {
-  if (avg_bits == NONE) return bits(sample);
-  double avg = value(avg_bits);
-  double capped = sample < FL_SPIN_OUTLIER * avg ? sample : FL_SPIN_OUTLIER * avg;
-  return bits(avg + (capped - avg) * 0.125);
+  return bits(fl_spin_ema(avg_bits == NONE ? -1.0 : value(avg_bits), sample));
 }
 
 void fl_spin_rule_init(fl_spin_rule *s, int64_t max_spin_ns) {
@@ -54,7 +61,7 @@ static void decide(fl_spin_rule *s) {
 
 /* Whether the next wait falls in an exploration window; decides again when one ends. */
 static int window(fl_spin_rule *s, int64_t now_ns) {
-  int explore = (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD == 0;
+  int explore = fl_spin_exploring(now_ns);
   if (fl_load_u32(&s->exploring) && !explore) decide(s);
   fl_store_u32(&s->exploring, (uint32_t)explore);
   return explore;
@@ -86,4 +93,9 @@ int fl_spin_rule_spinning(const fl_spin_rule *s) {
 double fl_spin_rule_average(const fl_spin_rule *s) {
   uint64_t a = fl_load_u64(fl_load_u32(&s->spinning) ? &s->spin_avg : &s->block_avg);
   return a == NONE ? 0.0 : value(a);
+}
+
+double fl_spin_rule_block_average(const fl_spin_rule *s) {
+  uint64_t b = fl_load_u64(&s->block_avg);
+  return b == NONE ? -1.0 : value(b);
 }

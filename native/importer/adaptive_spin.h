@@ -1,12 +1,12 @@
 // The spin rationing and the adaptive spin of fenceline.waiting, for waits done in native code
-// (the service connection's receive in host_runs.cpp, the Python client's in client_runs.cpp). The rule itself is native/common/spin_rule.h,
-// which the C client follows too; fenceline.waiting's SpinGate is this gate, so Python and
-// native waiters share one count of spinners.
+// (the service connection's receive in host_runs.cpp, the Python client's in client_runs.cpp).
+// The rule itself is native/common/spin_rule.h, which the C client follows too;
+// fenceline.waiting's SpinGate is this gate, so Python and native waiters share one count of
+// spinners.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 
 #include "../common/spin_rule.h"
 
@@ -59,13 +59,7 @@ class ReceiveSpin {
   bool spinning() const { return fl_spin_rule_spinning(&rule_) != 0; }
   double average_wait_ns() const { return fl_spin_rule_average(&rule_); }
   // The moving average of the waits that blocked at once (< 0 before any).
-  double block_average_ns() const {
-    const std::uint64_t b = rule_.block_avg;
-    if (b == UINT64_MAX) return -1.0;
-    double v;
-    std::memcpy(&v, &b, sizeof v);
-    return v;
-  }
+  double block_average_ns() const { return fl_spin_rule_block_average(&rule_); }
   std::int64_t max_spin_ns() const { return fl_spin_rule_max(&rule_); }
   std::uint64_t denied = 0;  // waits that blocked at once: every spinner slot was taken
 

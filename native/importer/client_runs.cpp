@@ -65,7 +65,7 @@ class ReplyNap {
   // The next wait's nap (0: none) and the spin after it.
   std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns, double block_avg) {
     if (!enabled_ || wait_avg_ < kMinWait || wait_avg_ > kMaxWait) return {0, 0};
-    const bool explore = (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD == 0;
+    const bool explore = fl_spin_exploring(now_ns) != 0;
     if (explored_ && !explore) decide(block_avg);
     explored_ = explore;
     if (napping_ == explore) return {0, 0};
@@ -89,9 +89,7 @@ class ReplyNap {
     }
     if (nap_ns == 0) return;
     if (late_ns >= 0) late_avg_ += (static_cast<double>(late_ns) - late_avg_) * 0.25;
-    nap_avg_ = nap_avg_ < 0
-                   ? w
-                   : nap_avg_ + (std::fmin(w, FL_SPIN_OUTLIER * nap_avg_) - nap_avg_) * 0.125;
+    nap_avg_ = fl_spin_ema(nap_avg_, w);
     if (!explored_) decide(block_avg);
   }
 

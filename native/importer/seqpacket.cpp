@@ -177,15 +177,15 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
     out.pending = true;
     return out;
   }
-  while (!done && pidfd < 0) {
+  if (!done && pidfd < 0) {
     // Nothing but the socket to watch: a receive that blocks is one system call after the
     // wakeup where a poll and then a receive are two. A non-blocking socket answers EAGAIN at
     // once, and is polled below.
-    n = buffers.blocking(fd, &msg_flags);
-    err = n < 0 ? errno : 0;
-    if (err == EINTR) continue;
+    do {
+      n = buffers.blocking(fd, &msg_flags);
+      err = n < 0 ? errno : 0;
+    } while (err == EINTR);
     done = n >= 0 || !transient(err);
-    break;
   }
   while (!done) {
     struct pollfd p[2] = {{fd, POLLIN, 0}, {pidfd, POLLIN, 0}};

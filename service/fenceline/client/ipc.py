@@ -12,7 +12,7 @@ import itertools
 import socket
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fenceline import _native, waiting
 from fenceline.client.errors import ClientError, ServiceError, UsageError
@@ -94,8 +94,13 @@ class IpcClient:
             else:
                 self._end.send(frame)
         except OSError as e:
-            self._raise_refusal()
-            raise ClientError(f"IPC transport failed: {e}") from None
+            self._send_failed(e)
+
+    def _send_failed(self, e: OSError) -> NoReturn:
+        """A send that failed: the service's refusal when it left one, else the transport's
+        failure."""
+        self._raise_refusal()
+        raise ClientError(f"IPC transport failed: {e}") from None
 
     def _receive(self, request_id: int) -> codec.Frame:
         return self._reply(self._receive_frame(request_id, False), request_id)  # type: ignore[arg-type]
@@ -358,8 +363,7 @@ class IpcClient:
             self._end.send_run(kind, rid & 0xFFFFFFFF, sid, wait_value, signal_value or 0,
                                codec.DEFAULT_TIMEOUT if timeout_ms is None else timeout_ms)
         except OSError as e:
-            self._raise_refusal()
-            raise ClientError(f"IPC transport failed: {e}") from None
+            self._send_failed(e)
         except TypeError:
             raise UsageError("a RUN's fence values are 0..2**64-1 and its timeout_ms "
                              "0..2**32-1") from None
