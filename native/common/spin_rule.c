@@ -95,7 +95,3 @@ double fl_spin_rule_average(const fl_spin_rule *s) {
   return a == NONE ? 0.0 : value(a);
 }
 
-double fl_spin_rule_block_average(const fl_spin_rule *s) {
-  uint64_t b = fl_load_u64(&s->block_avg);
-  return b == NONE ? -1.0 : value(b);
-}

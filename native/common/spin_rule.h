@@ -46,8 +46,6 @@ void fl_spin_rule_observe(fl_spin_rule *s, int64_t waited_ns, int64_t budget_ns)
 int fl_spin_rule_spinning(const fl_spin_rule *s);
 /* The moving average of the waits of the way now preferred (0 before any). */
 double fl_spin_rule_average(const fl_spin_rule *s);
-/* The moving average of the waits that blocked at once (< 0 before any). */
-double fl_spin_rule_block_average(const fl_spin_rule *s);
 
 /* The rule's parts, for waiters with a way of their own (the Python client's nap,
  * importer/client_runs.cpp): the moving average after one more wait (avg < 0: none yet), and

@@ -58,8 +58,6 @@ class ReceiveSpin {
   }
   bool spinning() const { return fl_spin_rule_spinning(&rule_) != 0; }
   double average_wait_ns() const { return fl_spin_rule_average(&rule_); }
-  // The moving average of the waits that blocked at once (< 0 before any).
-  double block_average_ns() const { return fl_spin_rule_block_average(&rule_); }
   std::int64_t max_spin_ns() const { return fl_spin_rule_max(&rule_); }
   std::uint64_t denied = 0;  // waits that blocked at once: every spinner slot was taken
 

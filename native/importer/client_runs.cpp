@@ -46,16 +46,23 @@ constexpr std::size_t kRunReplyFrame = FL_WIRE_HEADER_SIZE + sizeof(FlWireRunRep
 // wakes a sleeping thread: tens of microseconds on a VM, after the reply came. A nap sleeps on
 // a precise timer (1 us of slack) until just before the reply is due, then spins, so that the
 // wakeup is paid while the model runs. Napping is a way of waiting like spinning, and costs the
-// renderer the spin's CPU: it keeps the moving average of its waits, starts only once napped
-// waits have been 3% shorter than blocked ones, and stops when they no longer are (where the
-// spin after the nap takes a core the model's threads need, or where a wakeup is cheap), trying
-// the other way in the rule's exploration windows. FENCELINE_NAP=0 turns it off (to compare).
+// renderer the spin's CPU: it is used only while it pays, trying the other way in the rule's
+// exploration windows. FENCELINE_NAP=0 turns it off (to compare).
+//
+// What it is judged on: a wait's handoff, the wait less the time the service reports for the
+// frame (the reply's total_us: its fence wait, the model and the signal). The model's own run
+// varies by more from frame to frame (15-20 us at 720p on 16 cores) than a wakeup costs, so
+// whole waits compared over a few exploration windows decide by chance; the handoffs differ by
+// the wakeup alone. Napping starts once napped handoffs are shorter than blocked ones by 3% of
+// the wait (where a wakeup is a small share of a long wait, it is not worth a spin's CPU), and
+// stops when they are no shorter.
 class ReplyNap {
  public:
   static constexpr std::int64_t kMinWait = 40'000;     // shorter waits: the spin rule's
   static constexpr std::int64_t kMaxWait = 5'000'000;  // longer: one wakeup is a small share
   static constexpr std::int64_t kGuard = 10'000;       // wake this much earlier still
   static constexpr std::int64_t kMaxSpin = 200'000;    // the longest spin after a nap
+  static constexpr double kWorth = 0.03;               // of the wait, to start napping
 
   ReplyNap() {
     const char *off = std::getenv("FENCELINE_NAP");
@@ -63,10 +70,10 @@ class ReplyNap {
   }
 
   // The next wait's nap (0: none) and the spin after it.
-  std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns, double block_avg) {
+  std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns) {
     if (!enabled_ || wait_avg_ < kMinWait || wait_avg_ > kMaxWait) return {0, 0};
     const bool explore = fl_spin_exploring(now_ns) != 0;
-    if (explored_ && !explore) decide(block_avg);
+    if (explored_ && !explore) decide();
     explored_ = explore;
     if (napping_ == explore) return {0, 0};
     const double nap = wait_avg_ - 2 * wait_dev_ - late_avg_ - kGuard;
@@ -76,10 +83,10 @@ class ReplyNap {
             static_cast<std::int64_t>(spin < kMaxSpin ? spin : kMaxSpin)};
   }
 
-  // How long a wait took, its nap (0: none) and how late that nap ended (-1: it did not run
-  // its whole length); `block_avg`: the spin rule's average of waits that blocked at once.
+  // How long a wait took, and how: napped (nap_ns > 0; late_ns: how late the nap ended, -1
+  // when it did not run its whole length), blocked at once (`blocked`) or spun first.
   void observe(std::int64_t waited_ns, std::int64_t nap_ns, std::int64_t late_ns,
-               double block_avg) {
+               bool blocked) {
     const double w = static_cast<double>(waited_ns);
     if (wait_avg_ < 0) {
       wait_avg_ = w;
@@ -87,26 +94,44 @@ class ReplyNap {
       wait_dev_ += (std::fabs(w - wait_avg_) - wait_dev_) * 0.125;
       wait_avg_ += (w - wait_avg_) * 0.125;
     }
-    if (nap_ns == 0) return;
-    if (late_ns >= 0) late_avg_ += (static_cast<double>(late_ns) - late_avg_) * 0.25;
-    nap_avg_ = fl_spin_ema(nap_avg_, w);
-    if (!explored_) decide(block_avg);
+    if (nap_ns > 0 && late_ns >= 0)
+      late_avg_ += (static_cast<double>(late_ns) - late_avg_) * 0.25;
+    way_ = nap_ns > 0 ? kNapped : blocked ? kBlocked : kSpun;
+    waited_ = w;
   }
+
+  // The service's time for the frame whose reply ended the last wait (its total_us).
+  void served(std::uint32_t service_us) {
+    if (way_ == kSpun) return;
+    const double handoff = waited_ - 1000.0 * service_us;
+    if (handoff < 0) return;  // the service's clock and ours: not worth a sample
+    double &avg = way_ == kNapped ? nap_handoff_ : block_handoff_;
+    avg = fl_spin_ema(avg, handoff);
+    if (way_ == kNapped && !explored_) decide();
+    way_ = kSpun;
+  }
+
+  // No wait to judge: the next reply was there at once.
+  void forget() { way_ = kSpun; }
 
   bool napping() const { return enabled_ && napping_; }
 
  private:
-  // Not the spin rule's 10% hysteresis: these waits are long, and 10% of them is more than
-  // what napping saves. A tie goes to blocking, which costs no CPU.
-  void decide(double block_avg) {
-    if (nap_avg_ >= 0 && block_avg >= 0)
-      napping_ = nap_avg_ < block_avg * (napping_ ? 1.0 : 0.97);
+  enum Way { kSpun, kNapped, kBlocked };
+
+  void decide() {
+    if (nap_handoff_ < 0 || block_handoff_ < 0) return;
+    const double worth = napping_ ? 0 : kWorth * wait_avg_;
+    napping_ = nap_handoff_ + worth < block_handoff_;
   }
 
   bool enabled_ = true;
   bool napping_ = false;
   bool explored_ = false;
-  double wait_avg_ = -1, wait_dev_ = 0, nap_avg_ = -1;
+  Way way_ = kSpun;
+  double waited_ = 0;
+  double wait_avg_ = -1, wait_dev_ = 0;
+  double nap_handoff_ = -1, block_handoff_ = -1;
   double late_avg_ = 20'000;  // the timer's wakeup on a VM: re-measured by every nap
 };
 
@@ -168,11 +193,11 @@ class ClientSocket {
   // error, a control reply); a str saying why a message was no frame; None at the service's
   // end. Fds a message carried are closed: the service sends none to a client.
   py::object receive(std::uint32_t request_id, SpinGate &gate, bool run_reply) {
+    nap_.forget();
     Message m;
     if (!try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
       const std::int64_t t0 = fl_htl_now_ns();
-      const double block_avg = spin_.block_average_ns();
-      const auto [nap, nap_spin] = nap_.plan(t0, block_avg);
+      const auto [nap, nap_spin] = nap_.plan(t0);
       py::gil_scoped_release nogil;
       std::int64_t late = -1;
       bool napped = false;
@@ -188,13 +213,13 @@ class ClientSocket {
       }
       if (napped) {
         if (m.pending) m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true);
-        nap_.observe(fl_htl_now_ns() - t0, nap, late, block_avg);
+        nap_.observe(fl_htl_now_ns() - t0, nap, late, false);
       } else {
         std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot for a nap: block
         m = wait_frame(fd_, gate, spin_, budget, -1);
         const std::int64_t waited = fl_htl_now_ns() - t0;
         spin_.observe(waited, budget);
-        nap_.observe(waited, 0, -1, block_avg);
+        nap_.observe(waited, 0, -1, budget == 0);
       }
     }
     for (int f : m.fds) ::close(f);
@@ -206,6 +231,7 @@ class ClientSocket {
         h.kind == (FL_KIND_RUN | FL_WIRE_REPLY_BIT) && h.request_id == request_id) {
       FlWireRunReply r;
       fl_wire_get_run_reply(p + FL_WIRE_HEADER_SIZE, &r);
+      nap_.served(r.total_us);
       return reply_type_(r.signal_value, r.wait_us, r.infer_us, r.total_us);
     }
     return py::bytes(m.data);
