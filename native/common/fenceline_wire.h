@@ -41,6 +41,8 @@
   X(START_SESSION, 0x0020) /* streaming sessions: body {"id"}, reply the description */         \
   X(PAUSE_SESSION, 0x0021)                                                                       \
   X(STOP_SESSION, 0x0022)                                                                        \
+  X(OPEN_RUN_PAGE, 0x0030) /* one fd: a sealed memfd, the run page (run_page.h); body {} */     \
+  X(NUDGE, 0x0031) /* no body, never answered: look at the run page */                          \
   X(ERROR, 0x7FFF)
 
 #define FL_WIRE_KIND_ENUM_(name, value) FL_KIND_##name = value,

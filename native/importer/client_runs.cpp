@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include <poll.h>
@@ -25,6 +26,7 @@
 #include "../common/fenceline_wire_io.h"
 #include "../common/host_timeline.h"
 #include "adaptive_spin.h"
+#include "run_page_map.h"
 #include "seqpacket.h"
 
 namespace py = pybind11;
@@ -158,7 +160,9 @@ class ClientSocket {
   // `reply_type`: what a RUN reply becomes (fenceline.protocol.codec.RunReply), called with its
   // four fields.
   ClientSocket(int fd, std::int64_t max_spin_ns, py::object reply_type)
-      : fd_(fd), spin_(max_spin_ns), reply_type_(std::move(reply_type)) {}
+      : fd_(fd), spin_(max_spin_ns), reply_type_(std::move(reply_type)) {
+    fl_wire_put_header(reinterpret_cast<std::uint8_t *>(nudge_), FL_KIND_NUDGE, 0, 0);
+  }
 
   // Sends one frame; a full socket waits with the GIL released. OSError when the socket failed.
   void send(const py::bytes &data) {
@@ -170,15 +174,9 @@ class ClientSocket {
 
   void send_run(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
                 std::uint64_t wait_value, std::uint64_t signal_value, std::uint32_t timeout_ms) {
-    char *sid = nullptr;
-    Py_ssize_t sid_len = 0;
-    if (PyBytes_AsStringAndSize(session_id.ptr(), &sid, &sid_len) != 0)
-      throw py::error_already_set();
-    if (sid_len != FL_WIRE_SESSION_ID_BYTES)
-      throw py::value_error("a session id is 16 bytes on the wire");
     std::uint8_t frame[kRunFrame];
     FlWireRun run;
-    std::memcpy(run.session_id, sid, FL_WIRE_SESSION_ID_BYTES);
+    copy_session_id(session_id, run.session_id);
     run.wait_value = wait_value;
     run.signal_value = signal_value;
     run.timeout_ms = timeout_ms;
@@ -195,7 +193,8 @@ class ClientSocket {
   py::object receive(std::uint32_t request_id, SpinGate &gate, bool run_reply) {
     nap_.forget();
     Message m;
-    if (!try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
+    do {
+      if (try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) continue;
       const std::int64_t t0 = fl_htl_now_ns();
       const auto [nap, nap_spin] = nap_.plan(t0);
       py::gil_scoped_release nogil;
@@ -221,7 +220,102 @@ class ClientSocket {
         spin_.observe(waited, budget);
         nap_.observe(waited, 0, -1, budget == 0);
       }
+    } while (dropped_nudge(m));  // a late NUDGE of the run page says nothing here
+    return frame_of(m, request_id, run_reply);
+  }
+
+  // The run page (../common/run_page.h): a new page and its memfd, for OPEN_RUN_PAGE.
+  int make_page() {
+    page_ = RunPageMap::create();
+    return page_->fd();
+  }
+
+  // After OPEN_RUN_PAGE: its memfd is closed here; the page is used from now on when the
+  // service took it, else forgotten.
+  void keep_page(bool taken) {
+    if (!page_) return;
+    page_->close_fd();
+    if (!taken) page_.reset();
+  }
+
+  bool has_page() const { return static_cast<bool>(page_); }
+
+  // run, on the run page: the RUN is posted there (a NUDGE sent when the service sleeps), and
+  // its reply read there, waited for as receive waits (naps included); a reply the service
+  // sends on the socket instead (an error, a run its Python path serves) is received as
+  // receive does. OSError when the NUDGE's send failed.
+  py::object run_page(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
+                      std::uint64_t wait_value, std::uint64_t signal_value,
+                      std::uint32_t timeout_ms, SpinGate &gate) {
+    if (!page_) throw py::value_error("no run page: open one first");
+    FlRunPage *pg = page_->page();
+    FlRunPageRun run{++seq_, kind, request_id, timeout_ms, {}, wait_value, signal_value};
+    copy_session_id(session_id, run.session_id);
+    nap_.forget();
+    if (fl_run_page_post(pg, &run)) send_raw(nudge_, sizeof nudge_);
+    struct Watch {
+      FlRunPage *page;
+      std::uint32_t seq;
+      FlRunPageReply reply;
+    } w{pg, run.seq, {}};
+    const auto news = [](void *arg) {
+      auto *x = static_cast<Watch *>(arg);
+      return fl_run_page_reply(x->page, x->seq, &x->reply) != 0;
+    };
+    Message m;
+    bool got = news(&w);
+    if (!got) {
+      const std::int64_t t0 = fl_htl_now_ns();
+      const auto [nap, nap_spin] = nap_.plan(t0);
+      py::gil_scoped_release nogil;
+      std::int64_t late = -1;
+      bool napped = false, socket = false;
+      if (nap > 0) {
+        SpinSlot slot(gate);  // held through the nap and its spin, given back before a block
+        if (slot) {
+          napped = true;
+          // Asleep for the service, which nudges a reply that comes early.
+          fl_run_page_sleeping(&pg->client_sleeping, 1);
+          got = news(&w);
+          if (!got) nap_for(fd_, nap, late);
+          fl_run_page_sleeping(&pg->client_sleeping, 0);
+          if (!got) {
+            const int r = spin_page(fd_, nap_spin, news, &w, m);
+            got = r == 1;
+            socket = r == 0;
+          }
+        } else {
+          ++spin_.denied;
+        }
+      }
+      if (napped) {
+        if (!got && !socket) got = block_page(fd_, -1, &pg->client_sleeping, news, &w, m);
+        nap_.observe(fl_htl_now_ns() - t0, nap, late, false);
+      } else {
+        std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot for a nap: block
+        got = wait_page(fd_, gate, spin_, budget, -1, &pg->client_sleeping, news, &w, m);
+        const std::int64_t waited = fl_htl_now_ns() - t0;
+        spin_.observe(waited, budget);
+        nap_.observe(waited, 0, -1, budget == 0);
+      }
     }
+    if (!got) return frame_of(m, request_id, true);  // the service's end, or a frame
+    if (w.reply.status == FL_RUN_PAGE_ON_SOCKET) return receive(request_id, gate, true);
+    if (w.reply.status != FL_RUN_PAGE_ANSWERED || w.reply.request_id != request_id)
+      return py::str("the run page's reply does not answer this RUN");
+    nap_.served(w.reply.total_us);
+    return reply_type_(w.reply.signal_value, w.reply.wait_us, w.reply.infer_us,
+                       w.reply.total_us);
+  }
+
+  ReceiveSpin &spin() { return spin_; }
+  bool napping() const { return nap_.napping(); }
+
+ private:
+  // A received message as receive returns it: with `run_reply`, the RUN reply to `request_id`
+  // as a reply_type; any other frame as bytes; a str saying why a message was no frame; None
+  // at the service's end. Fds a message carried are closed: the service sends none to a client.
+  py::object frame_of(Message &m, std::uint32_t request_id, bool run_reply) {
     for (int f : m.fds) ::close(f);
     if (!m.problem.empty()) return py::str(m.problem);
     if (m.eof) return py::none();
@@ -237,10 +331,23 @@ class ClientSocket {
     return py::bytes(m.data);
   }
 
-  ReceiveSpin &spin() { return spin_; }
-  bool napping() const { return nap_.napping(); }
+  static bool dropped_nudge(Message &m) {
+    if (!is_nudge(m)) return false;
+    for (int f : m.fds) ::close(f);
+    m = Message();
+    return true;
+  }
 
- private:
+  static void copy_session_id(const py::bytes &session_id, std::uint8_t *out) {
+    char *sid = nullptr;
+    Py_ssize_t sid_len = 0;
+    if (PyBytes_AsStringAndSize(session_id.ptr(), &sid, &sid_len) != 0)
+      throw py::error_already_set();
+    if (sid_len != FL_WIRE_SESSION_ID_BYTES)
+      throw py::value_error("a session id is 16 bytes on the wire");
+    std::memcpy(out, sid, FL_WIRE_SESSION_ID_BYTES);
+  }
+
   void send_raw(const char *data, std::size_t n) {
     int err = try_send_message(fd_, data, n);
     if (err == EAGAIN) {
@@ -254,6 +361,9 @@ class ClientSocket {
   ReceiveSpin spin_;
   ReplyNap nap_;
   py::object reply_type_;
+  std::unique_ptr<RunPageMap> page_;
+  std::uint32_t seq_ = 0;  // the last RUN posted on the page
+  char nudge_[FL_WIRE_HEADER_SIZE];
 };
 
 }  // namespace
@@ -268,6 +378,14 @@ void bind_client_runs(py::module_ &mod) {
       .def("send_run", &ClientSocket::send_run, py::arg("kind"), py::arg("request_id"),
            py::arg("session_id"), py::arg("wait_value"), py::arg("signal_value"),
            py::arg("timeout_ms"))
+      .def("make_page", &ClientSocket::make_page,
+           "A new run page (docs/ipc.md): its memfd, to send with OPEN_RUN_PAGE.")
+      .def("keep_page", &ClientSocket::keep_page, py::arg("taken"),
+           "Closes the page's memfd; keeps the page when the service took it.")
+      .def_property_readonly("has_page", &ClientSocket::has_page)
+      .def("run_page", &ClientSocket::run_page, py::arg("kind"), py::arg("request_id"),
+           py::arg("session_id"), py::arg("wait_value"), py::arg("signal_value"),
+           py::arg("timeout_ms"), py::arg("gate"))
       .def("receive", &ClientSocket::receive, py::arg("request_id"), py::arg("gate"),
            py::arg("run_reply") = true)
       .def_property_readonly("spinning", [](ClientSocket &c) { return c.spin().spinning(); })

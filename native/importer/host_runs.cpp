@@ -30,6 +30,9 @@
 #include "host_memory.h"
 #include "run_metrics.h"
 #ifndef _WIN32
+#include <unistd.h>
+
+#include "run_page_map.h"
 #include "seqpacket.h"
 #endif
 #include "trace.h"
@@ -101,6 +104,25 @@ struct Answer {
   }
 };
 
+#ifndef _WIN32
+// A connection's run page, as the service holds it (../common/run_page.h, docs/ipc.md): made by
+// fenceline.ipc.server on OPEN_RUN_PAGE, handed to every serve_loop of the connection.
+class RunPage {
+ public:
+  explicit RunPage(int fd)
+      : map_(RunPageMap::adopt(fd)), last_(fl_load_u32(&map_->page()->request_seq)) {}
+
+  // The RUN posted since the last one taken, if any.
+  bool take(FlRunPageRun &run) { return fl_run_page_take(map_->page(), &last_, &run) != 0; }
+  FlRunPage *page() const { return map_->page(); }
+
+ private:
+  std::unique_ptr<RunPageMap> map_;
+  std::uint32_t last_;
+};
+
+#endif
+
 class RunTable {
  public:
   explicit RunTable(std::uint32_t max_timeout_ms) : max_timeout_ms_(max_timeout_ms) {}
@@ -162,21 +184,65 @@ class RunTable {
   // taken within send_timeout_ms.
   using Got = py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
                                 py::typing::Optional<py::str>, py::object>;
+  //
+  // With a run page (`page`, docs/ipc.md "The run page"), the page's RUNs are served too: a RUN
+  // answered here is answered on the page; any other is marked "on the socket" there and
+  // handed to Python as if it had come on the socket, and Python answers it there.
   Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
-                 std::int64_t send_timeout_ms) {
+                 std::int64_t send_timeout_ms, const py::object &page_arg) {
+    RunPage *page = page_arg.is_none() ? nullptr : page_arg.cast<RunPage *>();
     const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
+    const auto gone = [] { return py::make_tuple(py::none(), py::list(), py::none(), py::none()); };
     for (;;) {
       Message m;
+      FlRunPageRun posted;
+      bool on_page = false;
       const std::int64_t t0 = fl_htl_now_ns();
       std::int64_t budget = spin.budget_ns(t0);
-      // A frame already there is taken with the GIL held (as recv_message does).
-      if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
+      // What is there already is taken with the GIL held (as recv_message does).
+      if (page != nullptr && page->take(posted)) {
+        on_page = true;
+      } else if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
         py::gil_scoped_release nogil;
-        m = wait_frame(fd, gate, spin, budget, pidfd);
+        if (page == nullptr) {
+          m = wait_frame(fd, gate, spin, budget, pidfd);
+        } else {
+          const auto news = [](void *arg) {
+            auto *w = static_cast<std::pair<RunPage *, FlRunPageRun *> *>(arg);
+            return w->first->take(*w->second);
+          };
+          std::pair<RunPage *, FlRunPageRun *> w{page, &posted};
+          on_page = wait_page(fd, gate, spin, budget, pidfd, &page->page()->service_sleeping,
+                              news, &w, m);
+        }
       }
       const std::int64_t received = fl_htl_now_ns();
       spin.observe(received - t0, budget);
-      if (m.eof) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
+      if (on_page) {
+        const std::string data = page_frame(posted);
+        py::object failure = py::none();
+        Answer answer;
+        if (serve(owner, data, received, failure, answer) == kAnswered) {
+          // A client asleep on the socket is nudged before the counters and metrics, as a
+          // reply on the socket is sent before them.
+          const bool sent = !answer_page(page->page(), posted.seq, answer.reply) ||
+                            send_reply(fd, nudge().data(), nudge().size(), pidfd, send_timeout_ns);
+          answer.sent();
+          answer.record();
+          if (!sent) return gone();
+          continue;
+        }
+        // Python answers it on the socket; the client, told so by the page, reads it there.
+        const FlRunPageReply diverted{posted.seq, FL_RUN_PAGE_ON_SOCKET, posted.request_id, 0,
+                                      0, 0, 0};
+        fl_run_page_answer(page->page(), &diverted);
+        return py::make_tuple(py::bytes(data), py::list(), py::none(), failure);
+      }
+      if (m.eof) return gone();
+      if (is_nudge(m)) {
+        for (int f : m.fds) ::close(f);
+        continue;
+      }
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
@@ -185,7 +251,7 @@ class RunTable {
                                        send_timeout_ns);
           answer.sent();
           answer.record();  // the counters and metrics come after the reply
-          if (!sent) return py::make_tuple(py::none(), py::list(), py::none(), py::none());
+          if (!sent) return gone();
           continue;
         }
       }
@@ -210,6 +276,45 @@ class RunTable {
       err = send_waiting(fd, data, n, pidfd, send_timeout_ns);
     }
     return err == 0;
+  }
+#endif
+
+#ifndef _WIN32
+  // The NUDGE frame that wakes a client blocked on the socket.
+  static const std::array<std::uint8_t, FL_WIRE_HEADER_SIZE> &nudge() {
+    static const auto frame = [] {
+      std::array<std::uint8_t, FL_WIRE_HEADER_SIZE> f{};
+      fl_wire_put_header(f.data(), FL_KIND_NUDGE, 0, 0);
+      return f;
+    }();
+    return frame;
+  }
+
+  // A page's RUN as the frame the socket would have carried.
+  static std::string page_frame(const FlRunPageRun &posted) {
+    std::string data(FL_WIRE_RUN_FRAME_SIZE, '\0');
+    auto *p = reinterpret_cast<std::uint8_t *>(&data[0]);
+    FlWireRun run;
+    std::memcpy(run.session_id, posted.session_id, sizeof run.session_id);
+    run.wait_value = posted.wait_value;
+    run.signal_value = posted.signal_value;
+    run.timeout_ms = posted.timeout_ms;
+    run.flags = 0;
+    fl_wire_put_header(p, static_cast<std::uint16_t>(posted.kind), posted.request_id,
+                       sizeof(FlWireRun));
+    fl_wire_put_run(p + FL_WIRE_HEADER_SIZE, &run);
+    return data;
+  }
+
+  // Writes a reply frame's fields on the page: whether the client must be nudged.
+  static bool answer_page(FlRunPage *page, std::uint32_t seq, const std::uint8_t *reply) {
+    FlWireHeader h;
+    fl_wire_header_ok(reply, FL_WIRE_RUN_REPLY_FRAME_SIZE, &h);
+    FlWireRunReply body;
+    fl_wire_get_run_reply(reply + FL_WIRE_HEADER_SIZE, &body);
+    const FlRunPageReply r{seq,          FL_RUN_PAGE_ANSWERED, h.request_id, body.signal_value,
+                           body.wait_us, body.infer_us,        body.total_us};
+    return fl_run_page_answer(page, &r) != 0;
   }
 #endif
 
@@ -342,6 +447,12 @@ void bind_host_runs(py::module_ &mod) {
            py::arg("owner"), py::arg("run"), py::arg("binding"), py::arg("session"),
            py::arg("wait_fence"), py::arg("signal_fence"),
            py::arg("unsealed"), py::arg("series"));
+#ifndef _WIN32
+  py::class_<RunPage>(mod, "RunPage",
+                      "A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.")
+      .def(py::init<int>(), py::arg("fd"));
+  mod.attr("RUN_PAGE_SIZE") = FL_RUN_PAGE_SIZE;
+#endif
   py::class_<RunTable, std::shared_ptr<RunTable>>(mod, "RunTable")
       .def(py::init<std::uint32_t>(), py::arg("max_timeout_ms"))
       .def("add", &RunTable::add, py::arg("key"), py::arg("runner"))
@@ -355,11 +466,12 @@ void bind_host_runs(py::module_ &mod) {
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
            py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
+           py::arg("page") = py::none(),
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
            "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
            "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises "
-           "when the socket itself fails.")
+           "when the socket itself fails. With a run page, its RUNs are served too.")
 #endif
       ;
 }

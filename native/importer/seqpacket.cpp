@@ -13,6 +13,8 @@
 #include <limits>
 
 #include "../common/fenceline_wire.h"
+#include "../common/fenceline_wire_io.h"
+#include "../common/run_page.h"
 #include "../common/host_timeline.h"
 #include "errors.h"
 
@@ -216,6 +218,71 @@ Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budg
     }
   }
   return recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true, pidfd);
+}
+
+bool is_nudge(const Message &m) {
+  FlWireHeader h;
+  return m.problem.empty() && !m.eof && m.data.size() == FL_WIRE_HEADER_SIZE &&
+         fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(m.data.data()), m.data.size(),
+                           &h) &&
+         h.kind == FL_KIND_NUDGE;
+}
+
+namespace {
+// A message that is a NUDGE is dropped (with any fds it carried): true when `m` was one.
+bool dropped_nudge(Message &m) {
+  if (!is_nudge(m)) return false;
+  for (int f : m.fds) ::close(f);
+  m = Message();
+  return true;
+}
+}  // namespace
+
+int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m) {
+  const std::int64_t end = fl_htl_now_ns() + budget_ns;
+  for (unsigned i = 1;; ++i) {
+    if (news(arg)) return 1;
+    // The socket: a frame that is not for the page (a control request, an error), or the
+    // peer's end. Each look is a system call: one every 32 pauses, about a microsecond.
+    if ((i & 31u) == 0 && try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) &&
+        !dropped_nudge(m))
+      return 0;
+    fl_cpu_pause();
+    if ((i & 63u) == 0 && fl_htl_now_ns() >= end) return -1;
+  }
+}
+
+bool block_page(int fd, int pidfd, std::uint32_t *sleeping, bool (*news)(void *), void *arg,
+                Message &m) {
+  for (;;) {
+    // What the socket holds goes first: NUDGEs (one may be stale: sent while an earlier wait
+    // found its news on the page at once), and any other message ends the wait.
+    while (try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m))
+      if (!dropped_nudge(m)) return false;
+    fl_run_page_sleeping(sleeping, 1);
+    if (news(arg)) {
+      fl_run_page_sleeping(sleeping, 0);
+      return true;
+    }
+    m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true, pidfd);
+    fl_run_page_sleeping(sleeping, 0);
+    if (!dropped_nudge(m)) return false;
+  }
+}
+
+bool wait_page(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns, int pidfd,
+               std::uint32_t *sleeping, bool (*news)(void *), void *arg, Message &m) {
+  if (budget_ns > 0) {
+    SpinSlot slot(gate);  // given back before the block
+    if (slot) {
+      const int r = spin_page(fd, budget_ns, news, arg, m);
+      if (r >= 0) return r == 1;
+    } else {
+      ++spin.denied;
+      budget_ns = 0;
+    }
+  }
+  return block_page(fd, pidfd, sleeping, news, arg, m);
 }
 
 int try_send_message(int fd, const char *data, std::size_t size) {

@@ -44,6 +44,25 @@ Message recv_message(int fd, std::size_t max_bytes, std::size_t max_fds, std::in
 Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns,
                    int pidfd);
 
+// A wait for the run page (../common/run_page.h) or the socket, whichever brings news first:
+// true when `news()` (the page's RUN for the service, its reply for a client) said so, else
+// false with `m` holding the socket's message (its peer's end, a malformed one: as wait_frame).
+// NUDGE frames are read and dropped here. The spin, of `budget_ns` while a slot of `gate` is
+// free (else counted in spin.denied, `budget_ns` then 0), looks at the page at every pause and
+// at the socket every microsecond or so; the block sets `sleeping` (the page's word for this
+// side), looks at the page once more, then blocks on the socket, which the other side nudges.
+// Blocks: release the GIL around it. The caller observes the wait.
+bool wait_page(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns, int pidfd,
+               std::uint32_t *sleeping, bool (*news)(void *), void *arg, Message &m);
+// wait_page's two parts, for a waiter that holds its spinner slot already (a napping client):
+// a spin of budget_ns (1: news; 0: `m` came; -1: nothing came), and a block.
+int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m);
+bool block_page(int fd, int pidfd, std::uint32_t *sleeping, bool (*news)(void *), void *arg,
+                Message &m);
+
+// Whether a message is a NUDGE (it then carries nothing to read: the run page has the news).
+bool is_nudge(const Message &m);
+
 // One send without waiting: 0 when sent, EAGAIN when the socket's buffer is full (then
 // send_waiting), else the errno.
 int try_send_message(int fd, const char *data, std::size_t size);

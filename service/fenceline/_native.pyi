@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'ReceiveSpin', 'RunMetrics', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -377,6 +377,12 @@ class ReceiveSpin:
 class HostRunner:
     def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries) -> None:
         ...
+class RunPage:
+    """
+    A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.
+    """
+    def __init__(self, fd: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
 class RunTable:
     def __init__(self, max_timeout_ms: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -396,9 +402,9 @@ class RunTable:
         """
         Serves one received frame: (reply, None) when served here (send the reply), (None, failure) when its run failed here, (None, None) when Python serves it.
         """
-    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1) -> tuple[bytes | None, list[int], str | None, typing.Any]:
+    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
-        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails.
+        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails. With a run page, its RUNs are served too.
         """
 class Acceptor:
     """
@@ -452,7 +458,17 @@ class ClientSocket:
     """
     def __init__(self, fd: typing.SupportsInt | typing.SupportsIndex, max_spin_ns: typing.SupportsInt | typing.SupportsIndex, reply_type: typing.Any) -> None:
         ...
+    def keep_page(self, taken: bool) -> None:
+        """
+        Closes the page's memfd; keeps the page when the service took it.
+        """
+    def make_page(self) -> int:
+        """
+        A new run page (docs/ipc.md): its memfd, to send with OPEN_RUN_PAGE.
+        """
     def receive(self, request_id: typing.SupportsInt | typing.SupportsIndex, gate: SpinGate, run_reply: bool = True) -> typing.Any:
+        ...
+    def run_page(self, kind: typing.SupportsInt | typing.SupportsIndex, request_id: typing.SupportsInt | typing.SupportsIndex, session_id: bytes, wait_value: typing.SupportsInt | typing.SupportsIndex, signal_value: typing.SupportsInt | typing.SupportsIndex, timeout_ms: typing.SupportsInt | typing.SupportsIndex, gate: SpinGate) -> typing.Any:
         ...
     def send(self, data: bytes) -> None:
         ...
@@ -463,6 +479,9 @@ class ClientSocket:
         ...
     @property
     def denied(self) -> int:
+        ...
+    @property
+    def has_page(self) -> bool:
         ...
     @property
     def napping(self) -> bool:
@@ -575,6 +594,7 @@ def wire_offsets() -> dict[str, dict[str, int]]:
 FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
 PLATFORM: str = 'posix'
+RUN_PAGE_SIZE: int = 4096
 SPIN_OUTLIER: int = 4
 SPIN_SLACK_NS: int = 10000
 SPIN_WINDOWS_PER_PERIOD: int = 16

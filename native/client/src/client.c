@@ -34,6 +34,8 @@ struct FlClient {
   char *server_info;
   uint8_t *send_buf; /* MAX_FRAME bytes */
   uint8_t *recv_buf; /* MAX_FRAME + 1 bytes: one extra tells a full frame from a truncated one */
+  int page;          /* the run page (docs/ipc.md): 0 not asked for yet, 1 in use, -1 none */
+  uint32_t page_seq; /* the last RUN posted there */
 };
 
 /* ---- default path ------------------------------------------------------------------------ */
@@ -141,6 +143,10 @@ static int64_t deadline_for(FlClient *c, int64_t extra_ns, int64_t *budget_ns) {
   return fl_htl_now_ns() + t + extra_ns;
 }
 
+static FlStatus *receive_locked(FlClient *c, uint16_t kind, uint32_t request_id, int64_t deadline,
+                                int64_t budget, int spin_first, const uint8_t **body,
+                                size_t *body_len);
+
 /* Sends the frame in send_buf and receives its reply, all before the client's deadline (plus
  * extra_ns the service may legitimately wait, e.g. a RUN's timeout). On success *body and
  * *body_len describe the reply body inside recv_buf. Caller holds the lock. */
@@ -167,14 +173,29 @@ static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t
     }
     return broken_status(c, st);
   }
-  int64_t t0 = fl_htl_now_ns();
-  int64_t spin = fl_spin_budget(&c->spin);
-  st = fl_conn_recv(c->conn, c->recv_buf, MAX_FRAME + 1, &n, spin, deadline);
-  if (st == NULL) fl_spin_observe(&c->spin, fl_htl_now_ns() - t0, spin);
-  if (st != NULL) {
-    if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
-    return broken_status(c, st);
-  }
+  return receive_locked(c, kind, request_id, deadline, budget, 1, body, body_len);
+}
+
+/* Receives the reply to the request just sent (by exchange_locked, or on the run page), before
+ * `deadline` (`budget`: the time it allowed); `spin`: whether the wait may spin first (it has
+ * spun already after the run page's wait). Late NUDGEs of the run page are skipped. Caller holds
+ * the lock. */
+static FlStatus *receive_locked(FlClient *c, uint16_t kind, uint32_t request_id, int64_t deadline,
+                                int64_t budget, int spin_first, const uint8_t **body,
+                                size_t *body_len) {
+  size_t n = 0;
+  FlStatus *st = NULL;
+  FlWireHeader h;
+  do {
+    int64_t t0 = fl_htl_now_ns();
+    int64_t spin = spin_first ? fl_spin_budget(&c->spin) : 0;
+    st = fl_conn_recv(c->conn, c->recv_buf, MAX_FRAME + 1, &n, spin, deadline);
+    if (st == NULL && spin_first) fl_spin_observe(&c->spin, fl_htl_now_ns() - t0, spin);
+    if (st != NULL) {
+      if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
+      return broken_status(c, st);
+    }
+  } while (n == HEADER_SIZE && fl_wire_header_ok(c->recv_buf, n, &h) && h.kind == FL_KIND_NUDGE);
   if (n > MAX_FRAME)
     return broken(c, FL_ERROR_PROTOCOL, "the service sent a frame longer than 65536 bytes");
   const uint8_t *p = c->recv_buf;
@@ -184,7 +205,6 @@ static FlStatus *exchange_locked(FlClient *c, size_t frame_len, int fd, uint16_t
     close_locked(c);
     return refused;
   }
-  FlWireHeader h;
   if (n < HEADER_SIZE || (fl_wire_get_header(p, &h), h.magic != FRAME_MAGIC))
     return broken(c, FL_ERROR_PROTOCOL, "the service's reply is not a fenceline frame");
   if (h.version != FRAME_VERSION)
@@ -251,6 +271,64 @@ FlStatus *fl_client_call(FlClient *c, uint16_t kind, const char *body, size_t bo
   return st;
 }
 
+/* Hands the service a run page (docs/ipc.md, "The run page"), within the deadline of the RUN
+ * that asks for it (`extra_ns`: what the service may wait on top); a service that takes none (an
+ * older one) or an OS without one (Windows) leaves the client on the socket alone. A failure of
+ * the connection itself is the RUN's. Caller holds the lock. */
+static FlStatus *open_page_locked(FlClient *c, int64_t extra_ns) {
+  c->page = -1;
+  int fd = -1;
+  FlStatus *st = fl_conn_page_make(c->conn, &fd);
+  if (st != NULL) {
+    fl_status_release(st);
+    return NULL;
+  }
+  uint32_t rid = next_id_locked(c);
+  static const char body[] = "{}";
+  fl_wire_put_header(c->send_buf, FL_KIND_OPEN_RUN_PAGE, rid, sizeof body - 1);
+  memcpy(c->send_buf + HEADER_SIZE, body, sizeof body - 1);
+  const uint8_t *rbody = NULL;
+  size_t rlen = 0;
+  st = exchange_locked(c, HEADER_SIZE + sizeof body - 1, fd, FL_KIND_OPEN_RUN_PAGE, rid,
+                       extra_ns, &rbody, &rlen);
+  if (c->conn == NULL) return st; /* closed: the deadline passed, or the service went away */
+  fl_conn_page_keep(c->conn, st == NULL);
+  if (st == NULL) c->page = 1;
+  fl_status_release(st);
+  return NULL;
+}
+
+/* A RUN on the run page, its reply spun for `spin` ns first: *answered = 1 with *out set when the
+ * page answered it; 0 when its reply comes on the socket (the caller receives it). Caller holds
+ * the lock. */
+static FlStatus *page_run_locked(FlClient *c, const FlWireRun *run, uint32_t rid, int64_t wait_ns,
+                                 int64_t spin, FlRunResult *out, int *answered) {
+  FlRunPageRun posted = {++c->page_seq, FL_KIND_RUN, rid, run->timeout_ms, {0},
+                         run->wait_value, run->signal_value};
+  memcpy(posted.session_id, run->session_id, sizeof posted.session_id);
+  int64_t budget = 0;
+  int64_t deadline = deadline_for(c, wait_ns, &budget);
+  int64_t t0 = fl_htl_now_ns();
+  FlRunPageReply reply;
+  FlStatus *st = fl_conn_page_run(c->conn, &posted, spin, deadline, &reply, answered);
+  if (st != NULL) {
+    if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
+    return broken_status(c, st);
+  }
+  fl_spin_observe(&c->spin, fl_htl_now_ns() - t0, spin);
+  if (!*answered) return NULL;
+  if (reply.request_id != rid)
+    return broken(c, FL_ERROR_PROTOCOL, "the run page's reply answers another request");
+  if (out != NULL) {
+    out->signal_value = reply.signal_value;
+    out->wait_us = reply.wait_us;
+    out->infer_us = reply.infer_us;
+    out->total_us = reply.total_us;
+    out->reserved = 0;
+  }
+  return NULL;
+}
+
 FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16],
                         uint64_t wait_value, uint64_t signal_value, uint32_t timeout_ms,
                         FlRunResult *out) {
@@ -258,6 +336,10 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
   FlStatus *st = usable_locked(c);
   const uint8_t *rbody = NULL;
   size_t rlen = 0;
+  /* The service may wait timeout_ms for the fence before it answers: not a hang. */
+  int64_t wait_ns = timeout_ms == FL_TIMEOUT_DEFAULT ? SERVICE_DEFAULT_RUN_TIMEOUT_NS
+                                                     : (int64_t)timeout_ms * 1000000;
+  if (st == NULL && kind == FL_KIND_RUN && c->page == 0) st = open_page_locked(c, wait_ns);
   if (st == NULL) {
     uint32_t rid = next_id_locked(c);
     uint8_t *p = c->send_buf;
@@ -270,11 +352,24 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
     fl_wire_put_header(p, kind, rid, RUN_BODY_SIZE);
     fl_wire_put_run(p + HEADER_SIZE, &run);
     /* RUN and RUN_ASYNC are both answered with a RUN reply. */
-    /* The service may wait timeout_ms for the fence before it answers: not a hang. */
-    int64_t wait_ns = timeout_ms == FL_TIMEOUT_DEFAULT ? SERVICE_DEFAULT_RUN_TIMEOUT_NS
-                                                       : (int64_t)timeout_ms * 1000000;
-    st = exchange_locked(c, HEADER_SIZE + RUN_BODY_SIZE, -1, FL_KIND_RUN, rid, wait_ns, &rbody,
-                         &rlen);
+    /* One RUN at a time on the run page while replies come soon enough to spin for; one that
+     * takes long enough to sleep for comes on the socket, whose message wakes the sleeper
+     * anyway (docs/ipc.md, "The run page"). */
+    int64_t spin = kind == FL_KIND_RUN && c->page == 1 ? fl_spin_budget(&c->spin) : 0;
+    if (spin > 0) {
+      int answered = 0;
+      st = page_run_locked(c, &run, rid, wait_ns, spin, out, &answered);
+      if (st != NULL || answered) {
+        fl_mutex_unlock(&c->lock);
+        return st;
+      }
+      int64_t budget = 0;
+      int64_t deadline = deadline_for(c, wait_ns, &budget);
+      st = receive_locked(c, FL_KIND_RUN, rid, deadline, budget, 0, &rbody, &rlen);
+    } else {
+      st = exchange_locked(c, HEADER_SIZE + RUN_BODY_SIZE, -1, FL_KIND_RUN, rid, wait_ns,
+                           &rbody, &rlen);
+    }
   }
   if (st == NULL && rlen != RUN_REPLY_BODY_SIZE)
     st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size");

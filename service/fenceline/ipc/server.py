@@ -21,6 +21,7 @@ from fenceline import __version__, _native, logs, waiting
 from fenceline.config import RunPath
 from fenceline.errors import (
     BY_IPC_CODE,
+    Conflict,
     FencelineError,
     InvalidArgument,
     InvalidRequest,
@@ -90,6 +91,8 @@ class Connection:
             _native.PeerProcess(sock.fileno()) if isinstance(sock, socket.socket) else None)
         self._pidfd = -1 if self._process is None else self._process.pidfd
         self._send_timeout_ms = server.limits.send_timeout_ms
+        # The client's run page, once it sent one (docs/ipc.md, "The run page").
+        self._page: Any = None
         # A long fence wait ends early when the renderer dies: nobody reads the channel
         # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
         # of the channel, not a bound method: the connection must not reach itself, or it and
@@ -109,6 +112,7 @@ class Connection:
             Kind.START_SESSION: lambda b, f: self.runtime.start_session(self.owner, self._id(b)),
             Kind.PAUSE_SESSION: lambda b, f: self.runtime.pause_session(self.owner, self._id(b)),
             Kind.STOP_SESSION: self._stop_session,
+            Kind.OPEN_RUN_PAGE: self._open_run_page,
         }
 
     # -- loop -----------------------------------------------------------------------------
@@ -132,7 +136,7 @@ class Connection:
                     if loop:
                         data, fds, problem, failure = table.serve_loop(
                             fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
-                            self._send_timeout_ms)
+                            self._send_timeout_ms, self._page)
                     else:
                         data, fds, problem = self._receive()
                         if data and problem is None and not fds:
@@ -349,6 +353,21 @@ class Connection:
                                      self.runtime.metrics.run_series(req.model, "ipc"))
         return info
 
+    def _open_run_page(self, body: bytes, fds: list[int]) -> dict[str, Any]:
+        """The client's run page: RUNs posted there are served beside the socket's."""
+        if not isinstance(self.sock, socket.socket):
+            raise Unsupported("the run page needs the Unix socket")
+        if self._page is not None:
+            raise Conflict("this connection has its run page already")
+        fd = self._one_fd(fds, "OPEN_RUN_PAGE")
+        if fd is None:
+            raise InvalidArgument("OPEN_RUN_PAGE carries the page's memfd")
+        try:
+            self._page = _native.RunPage(fd)
+        finally:
+            os.close(fd)
+        return {"size": _native.RUN_PAGE_SIZE}
+
     def _release_session(self, body: bytes, fds: list[int]) -> None:
         self.runtime.release_session(self.owner, self._id(body))
 
@@ -378,6 +397,7 @@ class Connection:
     def close(self) -> None:
         if self.server.forget(self):
             self._handlers.clear()  # they refer back to this connection
+            self._page = None  # unmapped: no serve_loop runs any more
             try:
                 self.runtime.release_owner(self.owner)
             finally:

@@ -54,10 +54,13 @@ class Kind(IntEnum):
     START_SESSION = _KINDS["START_SESSION"]
     PAUSE_SESSION = _KINDS["PAUSE_SESSION"]
     STOP_SESSION = _KINDS["STOP_SESSION"]
+    # The run page (docs/ipc.md): one fd, a sealed memfd; body {}. NUDGE: look at the page.
+    OPEN_RUN_PAGE = _KINDS["OPEN_RUN_PAGE"]
+    NUDGE = _KINDS["NUDGE"]
     ERROR = _KINDS["ERROR"]
 
 
-REQUEST_KINDS = frozenset(k for k in Kind if k is not Kind.ERROR)
+REQUEST_KINDS = frozenset(k for k in Kind if k not in (Kind.ERROR, Kind.NUDGE))
 
 
 # NamedTuples rather than dataclasses: they are built on every frame, and cost a third as much.

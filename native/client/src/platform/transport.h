@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "run_page.h" /* native/common */
 
 typedef struct fl_conn fl_conn;
 
@@ -36,5 +37,20 @@ FlStatus *fl_conn_send(fl_conn *c, const uint8_t *buf, size_t len, int fd, int64
  * unusable. deadline_ns equal to "now" only takes what has already arrived. */
 FlStatus *fl_conn_recv(fl_conn *c, uint8_t *buf, size_t cap, size_t *len, int64_t spin_ns,
                        int64_t deadline_ns);
+
+/* The run page (native/common/run_page.h, docs/ipc.md "The run page"): one RUN at a time in
+ * shared memory beside the socket. fl_conn_page_make maps a new page and gives its memfd, to
+ * send with OPEN_RUN_PAGE (FL_ERROR_UNSUPPORTED where the OS has none: Windows);
+ * fl_conn_page_keep closes that fd and keeps the page if the service took it. */
+FlStatus *fl_conn_page_make(fl_conn *c, int *fd);
+void fl_conn_page_keep(fl_conn *c, int taken);
+int fl_conn_has_page(const fl_conn *c);
+
+/* Posts a RUN on the page (a NUDGE sent when the service sleeps) and waits for its reply there:
+ * a spin of spin_ns, then a sleep on the socket, which the service nudges. *answered = 1 with
+ * *reply set when the page answered; 0 when the reply comes on the socket (the page said so, or
+ * a frame came: fl_conn_recv reads it). FL_ERROR_TIMED_OUT past the deadline. */
+FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
+                           int64_t deadline_ns, FlRunPageReply *reply, int *answered);
 
 #endif

@@ -1,17 +1,22 @@
 /* The service's SOCK_SEQPACKET Unix socket: one message per frame, fds passed as SCM_RIGHTS. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fenceline_wire_io.h"
 #include "platform/transport.h"
 
 struct fl_conn {
   int fd;
+  FlRunPage *page; /* the run page, NULL without one */
+  int page_fd;     /* its memfd until fl_conn_page_keep, else -1 */
 };
 
 FlStatus *fl_conn_default_path(char *buf, size_t size) {
@@ -48,6 +53,8 @@ FlStatus *fl_conn_open(const char *path, int64_t deadline_ns, fl_conn **out) {
   memcpy(addr.sun_path, path, strlen(path) + 1);
   fl_conn *c = malloc(sizeof *c);
   if (c == NULL) return fl_status(FL_ERROR_RESOURCE_EXHAUSTED, "out of memory");
+  c->page = NULL;
+  c->page_fd = -1;
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     free(c);
@@ -73,6 +80,7 @@ FlStatus *fl_conn_open(const char *path, int64_t deadline_ns, fl_conn **out) {
 
 void fl_conn_close(fl_conn *c) {
   if (c == NULL) return;
+  fl_conn_page_keep(c, 0);
   close(c->fd);
   free(c);
 }
@@ -199,5 +207,108 @@ FlStatus *fl_conn_recv(fl_conn *c, uint8_t *buf, size_t cap, size_t *len, int64_
                      strerror(errno));
   if (n == 0) return fl_status(FL_ERROR_TRANSPORT, "the service closed the connection");
   *len = (msg_flags & MSG_TRUNC) != 0 ? cap : (size_t)n;
+  return NULL;
+}
+
+/* ---- the run page ------------------------------------------------------------------------- */
+
+FlStatus *fl_conn_page_make(fl_conn *c, int *fd) {
+  *fd = -1;
+  int m = memfd_create("fenceline-run-page", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (m < 0) return fl_status_errno("memfd_create", errno);
+  if (ftruncate(m, FL_RUN_PAGE_SIZE) != 0 ||
+      fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    FlStatus *st = fl_status_errno("sealing the run page", errno);
+    close(m);
+    return st;
+  }
+  void *p = mmap(NULL, FL_RUN_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+  if (p == MAP_FAILED) {
+    FlStatus *st = fl_status_errno("mmap of the run page", errno);
+    close(m);
+    return st;
+  }
+  fl_conn_page_keep(c, 0);
+  c->page = (FlRunPage *)p;
+  c->page_fd = m;
+  *fd = m;
+  return NULL;
+}
+
+void fl_conn_page_keep(fl_conn *c, int taken) {
+  if (c->page_fd >= 0) close(c->page_fd);
+  c->page_fd = -1;
+  if (!taken && c->page != NULL) {
+    munmap(c->page, FL_RUN_PAGE_SIZE);
+    c->page = NULL;
+  }
+}
+
+int fl_conn_has_page(const fl_conn *c) { return c->page != NULL; }
+
+/* What waits on the socket: 1 when a NUDGE was there (taken), 0 when another message (or the
+ * service's end) is, left for fl_conn_recv; -1 when nothing is. */
+static int socket_news(fl_conn *c) {
+  uint8_t head[FL_WIRE_HEADER_SIZE + 1];
+  ssize_t n = recv(c->fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) return transient(errno) ? -1 : 0;
+  FlWireHeader h;
+  if (n != FL_WIRE_HEADER_SIZE || !fl_wire_header_ok(head, (size_t)n, &h) ||
+      h.kind != FL_KIND_NUDGE)
+    return 0;
+  int flags = 0;
+  recv_once(c, head, sizeof head, &flags); /* a NUDGE carries nothing (any fd is closed) */
+  return 1;
+}
+
+FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
+                           int64_t deadline_ns, FlRunPageReply *reply, int *answered) {
+  FlRunPage *page = c->page;
+  *answered = 0;
+  if (fl_run_page_post(page, run)) {
+    uint8_t nudge[FL_WIRE_HEADER_SIZE];
+    int fatal = 0;
+    fl_wire_put_header(nudge, FL_KIND_NUDGE, 0, 0);
+    FlStatus *st = fl_conn_send(c, nudge, sizeof nudge, -1, deadline_ns, &fatal);
+    if (st != NULL) return st;
+  }
+  int got = fl_run_page_reply(page, run->seq, reply);
+  if (!got && spin_ns > 0) {
+    int64_t end = fl_htl_now_ns() + spin_ns;
+    for (unsigned i = 1; !(got = fl_run_page_reply(page, run->seq, reply)); ++i) {
+      /* The socket every microsecond or so: a reply sent there, or the service's end. */
+      if ((i & 31u) == 0 && socket_news(c) == 0) return NULL;
+      fl_cpu_pause();
+      if ((i & 63u) == 0 && fl_htl_now_ns() >= end) break;
+    }
+  }
+  while (!got) {
+    /* What the socket holds goes first: NUDGEs (one may be stale: sent while an earlier wait
+     * found its reply on the page at once), and any other message ends the wait. */
+    int news;
+    while ((news = socket_news(c)) == 1) {
+    }
+    if (news == 0) break;
+    fl_run_page_sleeping(&page->client_sleeping, 1);
+    if ((got = fl_run_page_reply(page, run->seq, reply))) break;
+    news = socket_news(c);
+    if (news == 0) break;
+    if (news < 0) {
+      int ms = poll_ms(deadline_ns);
+      if (ms == 0) {
+        fl_run_page_sleeping(&page->client_sleeping, 0);
+        return fl_status(FL_ERROR_TIMED_OUT, "no reply from the service");
+      }
+      struct pollfd p = {c->fd, POLLIN, 0};
+      if (poll(&p, 1, ms) < 0 && errno != EINTR) {
+        fl_run_page_sleeping(&page->client_sleeping, 0);
+        return fl_status(FL_ERROR_TRANSPORT, "poll on the service socket failed: %s",
+                         strerror(errno));
+      }
+    }
+  }
+  fl_run_page_sleeping(&page->client_sleeping, 0);
+  if (!got) got = fl_run_page_reply(page, run->seq, reply);
+  *answered = got && reply->status == FL_RUN_PAGE_ANSWERED;
   return NULL;
 }

@@ -217,3 +217,32 @@ FlStatus *fl_conn_recv(fl_conn *c, uint8_t *buf, size_t cap, size_t *len, int64_
   *len = done;
   return NULL;
 }
+
+/* ---- the run page: none on Windows (no memfd to seal; the pipe carries every RUN) -------- */
+
+FlStatus *fl_conn_page_make(fl_conn *c, int *fd) {
+  (void)c;
+  *fd = -1;
+  return fl_status(FL_ERROR_UNSUPPORTED, "the run page needs a Unix socket");
+}
+
+void fl_conn_page_keep(fl_conn *c, int taken) {
+  (void)c;
+  (void)taken;
+}
+
+int fl_conn_has_page(const fl_conn *c) {
+  (void)c;
+  return 0;
+}
+
+FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
+                           int64_t deadline_ns, FlRunPageReply *reply, int *answered) {
+  (void)c;
+  (void)run;
+  (void)spin_ns;
+  (void)deadline_ns;
+  (void)reply;
+  *answered = 0;
+  return fl_status(FL_ERROR_UNSUPPORTED, "the run page needs a Unix socket");
+}
