@@ -160,9 +160,7 @@ class ClientSocket {
   // `reply_type`: what a RUN reply becomes (fenceline.protocol.codec.RunReply), called with its
   // four fields.
   ClientSocket(int fd, std::int64_t max_spin_ns, py::object reply_type)
-      : fd_(fd), spin_(max_spin_ns), reply_type_(std::move(reply_type)) {
-    fl_wire_put_header(reinterpret_cast<std::uint8_t *>(nudge_), FL_KIND_NUDGE, 0, 0);
-  }
+      : fd_(fd), spin_(max_spin_ns), reply_type_(std::move(reply_type)) {}
 
   // Sends one frame; a full socket waits with the GIL released. OSError when the socket failed.
   void send(const py::bytes &data) {
@@ -220,7 +218,7 @@ class ClientSocket {
         spin_.observe(waited, budget);
         nap_.observe(waited, 0, -1, budget == 0);
       }
-    } while (dropped_nudge(m));  // a late NUDGE of the run page says nothing here
+    } while (drop_nudge(m));  // a late NUDGE of the run page says nothing here
     return frame_of(m, request_id, run_reply);
   }
 
@@ -252,7 +250,8 @@ class ClientSocket {
     FlRunPageRun run{++seq_, kind, request_id, timeout_ms, {}, wait_value, signal_value};
     copy_session_id(session_id, run.session_id);
     nap_.forget();
-    if (fl_run_page_post(pg, &run)) send_raw(nudge_, sizeof nudge_);
+    if (fl_run_page_post(pg, &run))
+      send_raw(reinterpret_cast<const char *>(nudge_frame().data()), nudge_frame().size());
     struct Watch {
       FlRunPage *page;
       std::uint32_t seq;
@@ -331,13 +330,6 @@ class ClientSocket {
     return py::bytes(m.data);
   }
 
-  static bool dropped_nudge(Message &m) {
-    if (!is_nudge(m)) return false;
-    for (int f : m.fds) ::close(f);
-    m = Message();
-    return true;
-  }
-
   static void copy_session_id(const py::bytes &session_id, std::uint8_t *out) {
     char *sid = nullptr;
     Py_ssize_t sid_len = 0;
@@ -363,7 +355,6 @@ class ClientSocket {
   py::object reply_type_;
   std::unique_ptr<RunPageMap> page_;
   std::uint32_t seq_ = 0;  // the last RUN posted on the page
-  char nudge_[FL_WIRE_HEADER_SIZE];
 };
 
 }  // namespace

@@ -30,8 +30,6 @@
 #include "host_memory.h"
 #include "run_metrics.h"
 #ifndef _WIN32
-#include <unistd.h>
-
 #include "run_page_map.h"
 #include "seqpacket.h"
 #endif
@@ -226,7 +224,8 @@ class RunTable {
           // A client asleep on the socket is nudged before the counters and metrics, as a
           // reply on the socket is sent before them.
           const bool sent = !answer_page(page->page(), posted.seq, answer.reply) ||
-                            send_reply(fd, nudge().data(), nudge().size(), pidfd, send_timeout_ns);
+                            send_reply(fd, nudge_frame().data(), nudge_frame().size(), pidfd,
+                                       send_timeout_ns);
           answer.sent();
           answer.record();
           if (!sent) return gone();
@@ -239,10 +238,7 @@ class RunTable {
         return py::make_tuple(py::bytes(data), py::list(), py::none(), failure);
       }
       if (m.eof) return gone();
-      if (is_nudge(m)) {
-        for (int f : m.fds) ::close(f);
-        continue;
-      }
+      if (drop_nudge(m)) continue;
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
@@ -280,16 +276,6 @@ class RunTable {
 #endif
 
 #ifndef _WIN32
-  // The NUDGE frame that wakes a client blocked on the socket.
-  static const std::array<std::uint8_t, FL_WIRE_HEADER_SIZE> &nudge() {
-    static const auto frame = [] {
-      std::array<std::uint8_t, FL_WIRE_HEADER_SIZE> f{};
-      fl_wire_put_header(f.data(), FL_KIND_NUDGE, 0, 0);
-      return f;
-    }();
-    return frame;
-  }
-
   // A page's RUN as the frame the socket would have carried.
   static std::string page_frame(const FlRunPageRun &posted) {
     std::string data(FL_WIRE_RUN_FRAME_SIZE, '\0');

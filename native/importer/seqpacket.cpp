@@ -220,23 +220,27 @@ Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budg
   return recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true, pidfd);
 }
 
-bool is_nudge(const Message &m) {
-  FlWireHeader h;
-  return m.problem.empty() && !m.eof && m.data.size() == FL_WIRE_HEADER_SIZE &&
-         fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(m.data.data()), m.data.size(),
-                           &h) &&
-         h.kind == FL_KIND_NUDGE;
+const std::array<std::uint8_t, 16> &nudge_frame() {
+  static_assert(FL_WIRE_HEADER_SIZE == 16, "a NUDGE is one header");
+  static const auto frame = [] {
+    std::array<std::uint8_t, 16> f{};
+    fl_wire_put_header(f.data(), FL_KIND_NUDGE, 0, 0);
+    return f;
+  }();
+  return frame;
 }
 
-namespace {
-// A message that is a NUDGE is dropped (with any fds it carried): true when `m` was one.
-bool dropped_nudge(Message &m) {
-  if (!is_nudge(m)) return false;
+bool drop_nudge(Message &m) {
+  FlWireHeader h;
+  if (!m.problem.empty() || m.eof || m.data.size() != FL_WIRE_HEADER_SIZE ||
+      !fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(m.data.data()), m.data.size(),
+                         &h) ||
+      h.kind != FL_KIND_NUDGE)
+    return false;
   for (int f : m.fds) ::close(f);
   m = Message();
   return true;
 }
-}  // namespace
 
 int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m) {
   const std::int64_t end = fl_htl_now_ns() + budget_ns;
@@ -245,7 +249,7 @@ int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, M
     // The socket: a frame that is not for the page (a control request, an error), or the
     // peer's end. Each look is a system call: one every 32 pauses, about a microsecond.
     if ((i & 31u) == 0 && try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) &&
-        !dropped_nudge(m))
+        !drop_nudge(m))
       return 0;
     fl_cpu_pause();
     if ((i & 63u) == 0 && fl_htl_now_ns() >= end) return -1;
@@ -258,7 +262,7 @@ bool block_page(int fd, int pidfd, std::uint32_t *sleeping, bool (*news)(void *)
     // What the socket holds goes first: NUDGEs (one may be stale: sent while an earlier wait
     // found its news on the page at once), and any other message ends the wait.
     while (try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m))
-      if (!dropped_nudge(m)) return false;
+      if (!drop_nudge(m)) return false;
     fl_run_page_sleeping(sleeping, 1);
     if (news(arg)) {
       fl_run_page_sleeping(sleeping, 0);
@@ -266,7 +270,7 @@ bool block_page(int fd, int pidfd, std::uint32_t *sleeping, bool (*news)(void *)
     }
     m = recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true, pidfd);
     fl_run_page_sleeping(sleeping, 0);
-    if (!dropped_nudge(m)) return false;
+    if (!drop_nudge(m)) return false;
   }
 }
 

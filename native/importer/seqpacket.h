@@ -4,6 +4,7 @@
 // (adaptive_spin.h, ../common/spin_rule.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -60,8 +61,12 @@ int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, M
 bool block_page(int fd, int pidfd, std::uint32_t *sleeping, bool (*news)(void *), void *arg,
                 Message &m);
 
-// Whether a message is a NUDGE (it then carries nothing to read: the run page has the news).
-bool is_nudge(const Message &m);
+// The NUDGE frame, a bare header: what one side sends to wake the other.
+const std::array<std::uint8_t, 16> &nudge_frame();
+
+// True when `m` is a NUDGE, which carries nothing to read (the run page has the news): its fds
+// are closed and `m` is emptied.
+bool drop_nudge(Message &m);
 
 // One send without waiting: 0 when sent, EAGAIN when the socket's buffer is full (then
 // send_waiting), else the errno.
