@@ -238,18 +238,26 @@ class ClientSocket {
 
   bool has_page() const { return static_cast<bool>(page_); }
 
-  // run, on the run page: the RUN is posted there (a NUDGE sent when the service sleeps), and
-  // its reply read there, waited for as receive waits (naps included); a reply the service
-  // sends on the socket instead (an error, a run its Python path serves) is received as
-  // receive does. OSError when the NUDGE's send failed.
+  // A RUN on the run page while replies come soon enough to spin (or nap) for: posted there (a
+  // NUDGE sent when the service sleeps), its reply read there, waited for as receive waits; a
+  // reply the service sends on the socket instead (an error, a run its Python path serves) is
+  // received as receive does. A reply worth sleeping for is a RUN on the socket instead, whose
+  // message wakes the sleeper anyway (docs/ipc.md, "The run page"). OSError when a send failed.
   py::object run_page(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
                       std::uint64_t wait_value, std::uint64_t signal_value,
                       std::uint32_t timeout_ms, SpinGate &gate) {
     if (!page_) throw py::value_error("no run page: open one first");
+    nap_.forget();
+    const std::int64_t t0 = fl_htl_now_ns();
+    const auto [nap, nap_spin] = nap_.plan(t0);
+    std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);
+    if (nap == 0 && budget == 0) {
+      send_run(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
+      return receive(request_id, gate, true);
+    }
     FlRunPage *pg = page_->page();
     FlRunPageRun run{++seq_, kind, request_id, timeout_ms, {}, wait_value, signal_value};
     copy_session_id(session_id, run.session_id);
-    nap_.forget();
     if (fl_run_page_post(pg, &run))
       send_raw(reinterpret_cast<const char *>(nudge_frame().data()), nudge_frame().size());
     struct Watch {
@@ -264,8 +272,6 @@ class ClientSocket {
     Message m;
     bool got = news(&w);
     if (!got) {
-      const std::int64_t t0 = fl_htl_now_ns();
-      const auto [nap, nap_spin] = nap_.plan(t0);
       py::gil_scoped_release nogil;
       std::int64_t late = -1;
       bool napped = false, socket = false;
@@ -291,7 +297,6 @@ class ClientSocket {
         if (!got && !socket) got = block_page(fd_, -1, &pg->client_sleeping, news, &w, m);
         nap_.observe(fl_htl_now_ns() - t0, nap, late, false);
       } else {
-        std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot for a nap: block
         got = wait_page(fd_, gate, spin_, budget, -1, &pg->client_sleeping, news, &w, m);
         const std::int64_t waited = fl_htl_now_ns() - t0;
         spin_.observe(waited, budget);

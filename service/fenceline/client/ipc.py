@@ -332,11 +332,9 @@ class IpcClient:
         timeout_ms = timeout_ms_of(timeout_s, timeout_ms)
         if self._page is None and not self._closed:
             self._page = self._open_page()
-        # One RUN at a time on the run page while replies come soon enough to spin for: posted
-        # and answered in shared memory, the socket carrying only what the page cannot. A
-        # reply that takes long enough to sleep for comes on the socket, whose message wakes
-        # the sleeper anyway (docs/ipc.md, "The run page").
-        if not self._page or self._in_flight or self._closed or not self._end.spinning:
+        # One RUN at a time through the run page, which takes the socket for a reply worth
+        # sleeping for (docs/ipc.md, "The run page").
+        if not self._page or self._in_flight or self._closed:
             return self.recv_run_reply(self.send_run(session_id, wait_value, signal_value,
                                                      timeout_ms))
         rid = next(self._ids)
