@@ -74,15 +74,13 @@ typedef struct FlRunPageRun {
   uint64_t signal_value;
 } FlRunPageRun;
 
-/* A reply as the client reads it, or the service writes it. */
+/* A reply as the client reads it, or the service writes it: `run` is the RUN reply's body, as the
+ * socket would have carried it (its fields are 0 with FL_RUN_PAGE_ON_SOCKET). */
 typedef struct FlRunPageReply {
   uint32_t seq;
   uint32_t status;
   uint32_t request_id;
-  uint64_t signal_value;
-  uint32_t wait_us;
-  uint32_t infer_us;
-  uint32_t total_us;
+  FlWireRunReply run;
 } FlRunPageReply;
 
 /* Sets a side's sleeping word, then a full fence: the caller then looks at the page once more
@@ -130,10 +128,10 @@ static inline int fl_run_page_take(FlRunPage *p, uint32_t *last, FlRunPageRun *o
 static inline int fl_run_page_answer(FlRunPage *p, const FlRunPageReply *r) {
   fl_store_u32(&p->status, r->status);
   fl_store_u32(&p->reply_request_id, r->request_id);
-  fl_store_u64(&p->reply_signal_value, r->signal_value);
-  fl_store_u32(&p->wait_us, r->wait_us);
-  fl_store_u32(&p->infer_us, r->infer_us);
-  fl_store_u32(&p->total_us, r->total_us);
+  fl_store_u64(&p->reply_signal_value, r->run.signal_value);
+  fl_store_u32(&p->wait_us, r->run.wait_us);
+  fl_store_u32(&p->infer_us, r->run.infer_us);
+  fl_store_u32(&p->total_us, r->run.total_us);
   fl_store_u32(&p->reply_seq, r->seq);
   fl_fence_seq_cst();
   return fl_load_u32(&p->client_sleeping) != 0;
@@ -145,10 +143,11 @@ static inline int fl_run_page_reply(const FlRunPage *p, uint32_t seq, FlRunPageR
   out->seq = seq;
   out->status = fl_load_u32(&p->status);
   out->request_id = fl_load_u32(&p->reply_request_id);
-  out->signal_value = fl_load_u64(&p->reply_signal_value);
-  out->wait_us = fl_load_u32(&p->wait_us);
-  out->infer_us = fl_load_u32(&p->infer_us);
-  out->total_us = fl_load_u32(&p->total_us);
+  out->run.signal_value = fl_load_u64(&p->reply_signal_value);
+  out->run.wait_us = fl_load_u32(&p->wait_us);
+  out->run.infer_us = fl_load_u32(&p->infer_us);
+  out->run.total_us = fl_load_u32(&p->total_us);
+  out->run.reserved = 0;
   return 1;
 }
 

@@ -189,37 +189,7 @@ class ClientSocket {
   // error, a control reply); a str saying why a message was no frame; None at the service's
   // end. Fds a message carried are closed: the service sends none to a client.
   py::object receive(std::uint32_t request_id, SpinGate &gate, bool run_reply) {
-    nap_.forget();
-    Message m;
-    do {
-      if (try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) continue;
-      const std::int64_t t0 = fl_htl_now_ns();
-      const auto [nap, nap_spin] = nap_.plan(t0);
-      py::gil_scoped_release nogil;
-      std::int64_t late = -1;
-      bool napped = false;
-      if (nap > 0) {
-        SpinSlot slot(gate);  // held through the nap and its spin, given back before a block
-        if (slot) {
-          napped = true;
-          const bool came = nap_for(fd_, nap, late);
-          m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, came ? 0 : nap_spin, false);
-        } else {
-          ++spin_.denied;
-        }
-      }
-      if (napped) {
-        if (m.pending) m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true);
-        nap_.observe(fl_htl_now_ns() - t0, nap, late, false);
-      } else {
-        std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);  // no slot for a nap: block
-        m = wait_frame(fd_, gate, spin_, budget, -1);
-        const std::int64_t waited = fl_htl_now_ns() - t0;
-        spin_.observe(waited, budget);
-        nap_.observe(waited, 0, -1, budget == 0);
-      }
-    } while (drop_nudge(m));  // a late NUDGE of the run page says nothing here
-    return frame_of(m, request_id, run_reply);
+    return receive_planned(request_id, gate, run_reply, nullptr);
   }
 
   // The run page (../common/run_page.h): a new page and its memfd, for OPEN_RUN_PAGE.
@@ -248,74 +218,129 @@ class ClientSocket {
                       std::uint32_t timeout_ms, SpinGate &gate) {
     if (!page_) throw py::value_error("no run page: open one first");
     nap_.forget();
-    const std::int64_t t0 = fl_htl_now_ns();
-    const auto [nap, nap_spin] = nap_.plan(t0);
-    std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);
-    if (nap == 0 && budget == 0) {
+    const Plan plan = make_plan();
+    if (plan.nap == 0 && plan.budget == 0) {
       send_run(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
-      return receive(request_id, gate, true);
+      return receive_planned(request_id, gate, true, &plan);
     }
-    FlRunPage *pg = page_->page();
     FlRunPageRun run{++seq_, kind, request_id, timeout_ms, {}, wait_value, signal_value};
     copy_session_id(session_id, run.session_id);
-    if (fl_run_page_post(pg, &run))
+    if (fl_run_page_post(page_->page(), &run))
       send_raw(reinterpret_cast<const char *>(nudge_frame().data()), nudge_frame().size());
-    struct Watch {
-      FlRunPage *page;
-      std::uint32_t seq;
-      FlRunPageReply reply;
-    } w{pg, run.seq, {}};
-    const auto news = [](void *arg) {
-      auto *x = static_cast<Watch *>(arg);
-      return fl_run_page_reply(x->page, x->seq, &x->reply) != 0;
-    };
+    PageWatch w{page_->page(), run.seq, {}};
     Message m;
-    bool got = news(&w);
-    if (!got) {
-      py::gil_scoped_release nogil;
-      std::int64_t late = -1;
-      bool napped = false, socket = false;
-      if (nap > 0) {
-        SpinSlot slot(gate);  // held through the nap and its spin, given back before a block
-        if (slot) {
-          napped = true;
-          // Asleep for the service, which nudges a reply that comes early.
-          fl_run_page_sleeping(&pg->client_sleeping, 1);
-          got = news(&w);
-          if (!got) nap_for(fd_, nap, late);
-          fl_run_page_sleeping(&pg->client_sleeping, 0);
-          if (!got) {
-            const int r = spin_page(fd_, nap_spin, news, &w, m);
-            got = r == 1;
-            socket = r == 0;
-          }
-        } else {
-          ++spin_.denied;
-        }
-      }
-      if (napped) {
-        if (!got && !socket) got = block_page(fd_, -1, &pg->client_sleeping, news, &w, m);
-        nap_.observe(fl_htl_now_ns() - t0, nap, late, false);
-      } else {
-        got = wait_page(fd_, gate, spin_, budget, -1, &pg->client_sleeping, news, &w, m);
-        const std::int64_t waited = fl_htl_now_ns() - t0;
-        spin_.observe(waited, budget);
-        nap_.observe(waited, 0, -1, budget == 0);
-      }
-    }
-    if (!got) return frame_of(m, request_id, true);  // the service's end, or a frame
+    if (!PageWatch::news(&w) && !wait(plan, gate, &w, m))
+      return frame_of(m, request_id, true);  // the service's end, or a frame
     if (w.reply.status == FL_RUN_PAGE_ON_SOCKET) return receive(request_id, gate, true);
     if (w.reply.status != FL_RUN_PAGE_ANSWERED || w.reply.request_id != request_id)
       return py::str("the run page's reply does not answer this RUN");
-    nap_.served(w.reply.total_us);
-    return reply_type_(w.reply.signal_value, w.reply.wait_us, w.reply.infer_us,
-                       w.reply.total_us);
+    return run_reply_of(w.reply.run);
   }
 
   ReceiveSpin &spin() { return spin_; }
   bool napping() const { return nap_.napping(); }
 
  private:
+  // How the next wait goes, planned once when it starts (t0, CLOCK_MONOTONIC): a nap of `nap`
+  // ns and a spin of `nap_spin` after it, or (no nap) a spin of `budget` ns, then a block.
+  struct Plan {
+    std::int64_t t0, nap, nap_spin, budget;
+  };
+
+  Plan make_plan() {
+    const std::int64_t t0 = fl_htl_now_ns();
+    const auto [nap, nap_spin] = nap_.plan(t0);
+    return {t0, nap, nap_spin, nap > 0 ? 0 : spin_.budget_ns(t0)};
+  }
+
+  // The reply to a RUN posted on the run page, looked for there.
+  struct PageWatch {
+    FlRunPage *page;
+    std::uint32_t seq;
+    FlRunPageReply reply;
+    static bool news(void *arg) {
+      auto *w = static_cast<PageWatch *>(arg);
+      return fl_run_page_reply(w->page, w->seq, &w->reply) != 0;
+    }
+  };
+
+  // receive, its first wait planned already when `first` is given (a RUN that run_page sent on
+  // the socket).
+  py::object receive_planned(std::uint32_t request_id, SpinGate &gate, bool run_reply,
+                             const Plan *first) {
+    nap_.forget();
+    Message m;
+    do {
+      if (!try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m))
+        wait(first != nullptr ? *first : make_plan(), gate, nullptr, m);
+      first = nullptr;
+    } while (drop_nudge(m));  // a late NUDGE of the run page says nothing here
+    return frame_of(m, request_id, run_reply);
+  }
+
+  // One wait for what the service sends next, as `plan` says, with the GIL released: the
+  // socket's next message, or (with `page`: a RUN posted on the run page) the RUN's reply there,
+  // whichever comes first. True when the page's reply came; false with `m` holding the socket's
+  // message. A nap holds a spinner slot through the nap and its spin, and tells the service it
+  // sleeps (the page's client_sleeping), so that a reply there comes with a NUDGE; the block
+  // comes after the slot is given back. The wait is observed by the spin rule and the nap.
+  bool wait(const Plan &plan, SpinGate &gate, PageWatch *page, Message &m) {
+    py::gil_scoped_release nogil;
+    std::int64_t late = -1, budget = plan.budget;
+    bool napped = false;
+    int got = -1;  // as spin_for
+    if (plan.nap > 0) {
+      SpinSlot slot(gate);
+      if (slot) {
+        napped = true;
+        if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 1);
+        const bool came = (page != nullptr && PageWatch::news(page)) || nap_for(fd_, plan.nap, late);
+        if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 0);
+        got = spin_for(page, came ? 0 : plan.nap_spin, m);
+      } else {
+        ++spin_.denied;  // no slot for a nap: block
+      }
+    } else if (budget > 0) {
+      SpinSlot slot(gate);
+      if (slot) {
+        got = spin_for(page, budget, m);
+      } else {
+        ++spin_.denied;
+        budget = 0;
+      }
+    }
+    if (got < 0) got = block_for(page, m) ? 1 : 0;
+    const std::int64_t waited = fl_htl_now_ns() - plan.t0;
+    if (napped) {
+      nap_.observe(waited, plan.nap, late, false);
+    } else {
+      spin_.observe(waited, budget);
+      nap_.observe(waited, 0, -1, budget == 0);
+    }
+    return got == 1;
+  }
+
+  // A spin of `ns` (none when 0): 1 when the page's reply came, 0 when `m` came, -1 when
+  // nothing did.
+  int spin_for(PageWatch *page, std::int64_t ns, Message &m) {
+    if (page != nullptr) return spin_page(fd_, ns, PageWatch::news, page, m);
+    m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, ns, false);
+    return m.pending ? -1 : 0;
+  }
+
+  // A block until the page's reply (true) or the socket's message (false, in `m`) comes.
+  bool block_for(PageWatch *page, Message &m) {
+    if (page != nullptr)
+      return block_page(fd_, -1, &page->page->client_sleeping, PageWatch::news, page, m);
+    m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, 0, true);
+    return false;
+  }
+
+  py::object run_reply_of(const FlWireRunReply &r) {
+    nap_.served(r.total_us);
+    return reply_type_(r.signal_value, r.wait_us, r.infer_us, r.total_us);
+  }
+
   // A received message as receive returns it: with `run_reply`, the RUN reply to `request_id`
   // as a reply_type; any other frame as bytes; a str saying why a message was no frame; None
   // at the service's end. Fds a message carried are closed: the service sends none to a client.
@@ -329,8 +354,7 @@ class ClientSocket {
         h.kind == (FL_KIND_RUN | FL_WIRE_REPLY_BIT) && h.request_id == request_id) {
       FlWireRunReply r;
       fl_wire_get_run_reply(p + FL_WIRE_HEADER_SIZE, &r);
-      nap_.served(r.total_us);
-      return reply_type_(r.signal_value, r.wait_us, r.infer_us, r.total_us);
+      return run_reply_of(r);
     }
     return py::bytes(m.data);
   }

@@ -232,8 +232,7 @@ class RunTable {
           continue;
         }
         // Python answers it on the socket; the client, told so by the page, reads it there.
-        const FlRunPageReply diverted{posted.seq, FL_RUN_PAGE_ON_SOCKET, posted.request_id, 0,
-                                      0, 0, 0};
+        const FlRunPageReply diverted{posted.seq, FL_RUN_PAGE_ON_SOCKET, posted.request_id, {}};
         fl_run_page_answer(page->page(), &diverted);
         return py::make_tuple(py::bytes(data), py::list(), py::none(), failure);
       }
@@ -296,10 +295,8 @@ class RunTable {
   static bool answer_page(FlRunPage *page, std::uint32_t seq, const std::uint8_t *reply) {
     FlWireHeader h;
     fl_wire_header_ok(reply, FL_WIRE_RUN_REPLY_FRAME_SIZE, &h);
-    FlWireRunReply body;
-    fl_wire_get_run_reply(reply + FL_WIRE_HEADER_SIZE, &body);
-    const FlRunPageReply r{seq,          FL_RUN_PAGE_ANSWERED, h.request_id, body.signal_value,
-                           body.wait_us, body.infer_us,        body.total_us};
+    FlRunPageReply r{seq, FL_RUN_PAGE_ANSWERED, h.request_id, {}};
+    fl_wire_get_run_reply(reply + FL_WIRE_HEADER_SIZE, &r.run);
     return fl_run_page_answer(page, &r) != 0;
   }
 #endif

@@ -298,34 +298,28 @@ static FlStatus *open_page_locked(FlClient *c, int64_t extra_ns) {
   return NULL;
 }
 
-/* A RUN on the run page, its reply spun for `spin` ns first: *answered = 1 with *out set when the
- * page answered it; 0 when its reply comes on the socket (the caller receives it). Caller holds
- * the lock. */
+/* A RUN on the run page, its reply spun for `spin` ns first: *answered = 1 with *reply set when
+ * the page answered it; 0 when its reply comes on the socket (the caller receives it). Caller
+ * holds the lock. */
 static FlStatus *page_run_locked(FlClient *c, const FlWireRun *run, uint32_t rid, int64_t wait_ns,
-                                 int64_t spin, FlRunResult *out, int *answered) {
+                                 int64_t spin, FlWireRunReply *reply, int *answered) {
   FlRunPageRun posted = {++c->page_seq, FL_KIND_RUN, rid, run->timeout_ms, {0},
                          run->wait_value, run->signal_value};
   memcpy(posted.session_id, run->session_id, sizeof posted.session_id);
   int64_t budget = 0;
   int64_t deadline = deadline_for(c, wait_ns, &budget);
   int64_t t0 = fl_htl_now_ns();
-  FlRunPageReply reply;
-  FlStatus *st = fl_conn_page_run(c->conn, &posted, spin, deadline, &reply, answered);
+  FlRunPageReply got;
+  FlStatus *st = fl_conn_page_run(c->conn, &posted, spin, deadline, &got, answered);
   if (st != NULL) {
     if (fl_status_code(st) == FL_ERROR_TIMED_OUT) return timed_out(c, st, budget);
     return broken_status(c, st);
   }
   fl_spin_observe(&c->spin, fl_htl_now_ns() - t0, spin);
   if (!*answered) return NULL;
-  if (reply.request_id != rid)
+  if (got.request_id != rid)
     return broken(c, FL_ERROR_PROTOCOL, "the run page's reply answers another request");
-  if (out != NULL) {
-    out->signal_value = reply.signal_value;
-    out->wait_us = reply.wait_us;
-    out->infer_us = reply.infer_us;
-    out->total_us = reply.total_us;
-    out->reserved = 0;
-  }
+  *reply = got.run;
   return NULL;
 }
 
@@ -336,6 +330,7 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
   FlStatus *st = usable_locked(c);
   const uint8_t *rbody = NULL;
   size_t rlen = 0;
+  FlWireRunReply reply = {0, 0, 0, 0, 0}; /* from the run page or the socket */
   /* The service may wait timeout_ms for the fence before it answers: not a hang. */
   int64_t wait_ns = timeout_ms == FL_TIMEOUT_DEFAULT ? SERVICE_DEFAULT_RUN_TIMEOUT_NS
                                                      : (int64_t)timeout_ms * 1000000;
@@ -356,30 +351,30 @@ FlStatus *fl_client_run(FlClient *c, uint16_t kind, const uint8_t session_id[16]
      * takes long enough to sleep for comes on the socket, whose message wakes the sleeper
      * anyway (docs/ipc.md, "The run page"). */
     int64_t spin = kind == FL_KIND_RUN && c->page == 1 ? fl_spin_budget(&c->spin) : 0;
+    int answered = 0;
     if (spin > 0) {
-      int answered = 0;
-      st = page_run_locked(c, &run, rid, wait_ns, spin, out, &answered);
-      if (st != NULL || answered) {
-        fl_mutex_unlock(&c->lock);
-        return st;
+      st = page_run_locked(c, &run, rid, wait_ns, spin, &reply, &answered);
+      if (st == NULL && !answered) {
+        int64_t budget = 0;
+        int64_t deadline = deadline_for(c, wait_ns, &budget);
+        st = receive_locked(c, FL_KIND_RUN, rid, deadline, budget, 0, &rbody, &rlen);
       }
-      int64_t budget = 0;
-      int64_t deadline = deadline_for(c, wait_ns, &budget);
-      st = receive_locked(c, FL_KIND_RUN, rid, deadline, budget, 0, &rbody, &rlen);
     } else {
       st = exchange_locked(c, HEADER_SIZE + RUN_BODY_SIZE, -1, FL_KIND_RUN, rid, wait_ns,
                            &rbody, &rlen);
     }
+    if (st == NULL && !answered) {
+      if (rlen != RUN_REPLY_BODY_SIZE)
+        st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size");
+      else
+        fl_wire_get_run_reply(rbody, &reply);
+    }
   }
-  if (st == NULL && rlen != RUN_REPLY_BODY_SIZE)
-    st = broken(c, FL_ERROR_PROTOCOL, "the service's RUN reply has the wrong size");
   if (st == NULL && out != NULL) {
-    FlWireRunReply r;
-    fl_wire_get_run_reply(rbody, &r);
-    out->signal_value = r.signal_value;
-    out->wait_us = r.wait_us;
-    out->infer_us = r.infer_us;
-    out->total_us = r.total_us;
+    out->signal_value = reply.signal_value;
+    out->wait_us = reply.wait_us;
+    out->infer_us = reply.infer_us;
+    out->total_us = reply.total_us;
     out->reserved = 0;
   }
   fl_mutex_unlock(&c->lock);
