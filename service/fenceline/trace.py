@@ -9,6 +9,7 @@ one relaxed atomic load. One trace records at a time, for the whole service.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -207,8 +208,63 @@ def chrome_trace(rec: Recording, labels: Mapping[int, str],
             "frames": len(frames),
             "moments": len(rec.events),
             "dropped_moments": rec.dropped,
+            "summary": summary(frames),
         },
     }
+
+
+def summary(frames: Mapping[tuple[int, int], Mapping[int, int]]) -> dict[str, Any]:
+    """Where the frames' time went (docs/tracing.md, "The summary"), from each frame's moments
+    (ns) keyed by (session, frame): the model's run, the service's part of a frame
+    (``received`` to ``reply_sent``), the time between a reply and the same session's next
+    frame (the renderer's part when it runs one frame at a time: its wakeup, its own work, its
+    next RUN), each as p50 / mean / p90 in microseconds (None without a sample), and the model
+    runs in progress on average from the first model start to the last model end."""
+    model: list[int] = []
+    service: list[int] = []
+    between: list[int] = []
+    spans: list[tuple[int, int]] = []
+    by_session: dict[int, list[Mapping[int, int]]] = {}
+    for (session, _), m in frames.items():
+        by_session.setdefault(session, []).append(m)
+        if MODEL_START in m and MODEL_END in m and m[MODEL_END] >= m[MODEL_START]:
+            model.append(m[MODEL_END] - m[MODEL_START])
+            spans.append((m[MODEL_START], m[MODEL_END]))
+        if RECEIVED in m and REPLY_SENT in m and m[REPLY_SENT] >= m[RECEIVED]:
+            service.append(m[REPLY_SENT] - m[RECEIVED])
+    for rows in by_session.values():
+        got = sorted((m for m in rows if RECEIVED in m), key=lambda m: m[RECEIVED])
+        between += [b[RECEIVED] - a[REPLY_SENT] for a, b in itertools.pairwise(got)
+                    if REPLY_SENT in a and b[RECEIVED] >= a[REPLY_SENT]]
+    in_flight = None
+    if spans:
+        window = max(e for _, e in spans) - min(s for s, _ in spans)
+        in_flight = round(sum(e - s for s, e in spans) / window, 2) if window > 0 else 1.0
+    return {"sessions": len(by_session), "model_us": _stats(model),
+            "service_us": _stats(service), "between_frames_us": _stats(between),
+            "models_in_flight": in_flight}
+
+
+def _stats(ns: list[int]) -> dict[str, float | None]:
+    if not ns:
+        return {"p50": None, "mean": None, "p90": None}
+    ns = sorted(ns)
+    return {"p50": round(ns[len(ns) // 2] / 1e3, 1), "mean": round(sum(ns) / len(ns) / 1e3, 1),
+            "p90": round(ns[min(len(ns) - 1, len(ns) * 9 // 10)] / 1e3, 1)}
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    """The summary in one line, as ``fenceline trace`` and ``fenceline bench --scaling`` print
+    it."""
+    def f(key: str) -> str:
+        v = s[key]
+        return "-" if v["p50"] is None else f"{v['p50']:g} / {v['mean']:g} / {v['p90']:g} us"
+
+    flight = "-" if s["models_in_flight"] is None else f"{s['models_in_flight']:g}"
+    return (f"p50 / mean / p90: model {f('model_us')}; service's part of a frame "
+            f"{f('service_us')}; between a reply and the session's next frame "
+            f"{f('between_frames_us')}; models in flight {flight} ({s['sessions']} "
+            f"session{'' if s['sessions'] == 1 else 's'})")
 
 
 def session_labels(entries: Iterable[tuple[str, str]]) -> dict[int, str]:

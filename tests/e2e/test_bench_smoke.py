@@ -266,8 +266,14 @@ def test_scaling_mode_prints_a_table_and_writes_json(tmp_path: Path) -> None:
         assert row["ipc_share_of_floor"] == pytest.approx(row["ipc_fps"] / row["floor_fps"],
                                                           abs=2e-3)
         assert row["outputs_equal"] is True
+        # the traced run: N sessions, each with frames and time between them
+        t = row["ipc_trace"]
+        assert t["sessions"] == row["renderers"], t
+        assert t["model_us"]["p50"] > 0 and t["between_frames_us"]["p50"] > 0, t
+        assert 0 < t["models_in_flight"] <= row["renderers"], t
     assert doc["goal"]["met"] is None  # no row with 8 renderers
     assert "ipc/floor" in done.stdout
+    assert "where IPC's frames go" in done.stdout and "models in flight" in done.stdout
 
 
 def test_scaling_mode_sets_the_intra_op_threads_of_both_sides(tmp_path: Path) -> None:

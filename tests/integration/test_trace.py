@@ -80,6 +80,13 @@ def test_trace_records_each_frame_of_a_renderer_in_order(service: Any, tmp_path:
     doc = json.loads(out.read_text())
     assert doc["otherData"]["frames"] == 40
     assert doc["otherData"]["dropped_moments"] == 0
+    # The summary: the renderer paces itself at 400 frames/s, so most of each 2.5 ms lies
+    # between a reply and its next frame, and one model runs at a time at most.
+    s = doc["otherData"]["summary"]
+    assert s["sessions"] == 1 and s["model_us"]["p50"] > 0
+    assert s["between_frames_us"]["p50"] > 1000 > s["service_us"]["p50"]
+    assert 0 < s["models_in_flight"] <= 1
+    assert "between a reply and the session's next frame" in done.stderr
     frames = frames_of(doc, f"session {ids['session'][:8]} (add_64x64)")
     assert len(frames) == 40
     values = [f["args"]["frame"] for f in frames]

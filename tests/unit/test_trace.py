@@ -172,3 +172,35 @@ def test_a_trace_draws_as_a_png_timeline(tmp_path: Path) -> None:
         assert img.format == "PNG" and img.size[0] == 1400
         # Something was drawn in the model's colour on the session's row.
         assert (66, 133, 244) in {c for _, c in img.convert("RGB").getcolors(1 << 20) or []}
+
+
+def test_the_summary_says_where_the_frames_time_went() -> None:
+    us = 1000
+    events = []
+    # Two sessions, one frame at a time each: a frame is received, its model runs 100 us (the
+    # two sessions' models overlap by half), its reply goes 10 us after the model; the
+    # session's next frame comes 30 us (session 1) or 50 us (session 2) after the reply.
+    for tag, start, gap in ((1, 0, 30), (2, 50, 50)):
+        t = 1_000_000 + start * us
+        for frame in range(1, 4):
+            events += [(t, trace.RECEIVED, tag, frame, 7), (t + 5 * us, trace.MODEL_START, tag,
+                                                            frame, 7),
+                       (t + 105 * us, trace.MODEL_END, tag, frame, 7),
+                       (t + 115 * us, trace.REPLY_SENT, tag, frame, 7)]
+            t += (115 + gap) * us
+    s = trace.chrome_trace(recording(events), {}, pid=1)["otherData"]["summary"]
+    assert s["sessions"] == 2
+    assert s["model_us"] == {"p50": 100.0, "mean": 100.0, "p90": 100.0}
+    assert s["service_us"] == {"p50": 115.0, "mean": 115.0, "p90": 115.0}
+    assert s["between_frames_us"] == {"p50": 50.0, "mean": 40.0, "p90": 50.0}
+    # six model runs of 100 us from the first start (5 us in) to the last end (485 us in)
+    assert s["models_in_flight"] == 1.25
+    line = trace.summary_line(s)
+    assert "model 100 / 100 / 100 us" in line and "models in flight 1.25 (2 sessions)" in line
+
+
+def test_a_summary_without_frames_says_so() -> None:
+    s = trace.summary({})
+    assert s["sessions"] == 0 and s["models_in_flight"] is None
+    assert s["between_frames_us"] == {"p50": None, "mean": None, "p90": None}
+    assert "between a reply and the session's next frame -" in trace.summary_line(s)

@@ -211,13 +211,16 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
 
 
 class _LocalSync:
-    def __init__(self, pids: list[int]) -> None:
+    def __init__(self, pids: list[int], on_go: Callable[[], None] | None = None) -> None:
         self.pids = pids
+        self.on_go = on_go
         self.marks: list[float] = []
 
     def ready(self) -> None:
         if self.pids:
             self.marks.append(tree_cpu_s(self.pids))
+        if self.on_go is not None:
+            self.on_go()
 
     def done(self, results: list[_LaneResult], cpu_s: float) -> None:
         if self.pids:
@@ -277,12 +280,13 @@ def _expect(hosts: list[tuple[Any, Any]], word: str, timeout_s: float) -> list[A
 
 
 def measure(target: str, kwargs: dict[str, Any], budget: Budget, *, renderers: int = 1,
-            depth: int = 1, processes: bool = True, server_pids: list[int] | None = None
-            ) -> Measured:
-    """Runs the row; ``processes=False`` keeps every lane in this process."""
+            depth: int = 1, processes: bool = True, server_pids: list[int] | None = None,
+            on_go: Callable[[], None] | None = None) -> Measured:
+    """Runs the row; ``processes=False`` keeps every lane in this process. ``on_go``: called
+    once every lane is ready, just before they start timing (e.g. to start a trace)."""
     pids = server_pids or []
     if renderers == 1 or not processes:
-        sync = _LocalSync(pids)
+        sync = _LocalSync(pids, on_go)
         results, cpu = _host(target, kwargs, budget, renderers * depth, sync)
         server = sync.marks[1] - sync.marks[0] if len(sync.marks) == 2 else None
         return _summarize(results, cpu, server)
@@ -300,6 +304,8 @@ def measure(target: str, kwargs: dict[str, Any], budget: Budget, *, renderers: i
             hosts.append((p, parent))
         _expect(hosts, "ready", SETUP_TIMEOUT_S)
         server0 = tree_cpu_s(pids) if pids else None
+        if on_go is not None:
+            on_go()
         for _, conn in hosts:
             conn.send("go")
         done = _expect(hosts, "done", limit)

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,14 @@ from fenceline.bench import engine, report
 from fenceline.bench.buffers import builtin_frame
 from fenceline.bench.scenarios import MODELS, SIZES
 from fenceline.cli.process import start_service, stop_service
-from fenceline.errors import InvalidArgument, Unsupported
+from fenceline.cli.trace import fetch_trace
+from fenceline.errors import FencelineError, InvalidArgument, Unsupported
+from fenceline.trace import MAX_FRAMES, Limits, summary_line
 
 _T = "fenceline.bench.transports"
 DEFAULT_SIZE = "720p"
 GOAL_RENDERERS, GOAL_SHARE = 8, 0.9  # issue #31: IPC keeps at least 90% of the floor's frames/s at 8
+TRACE_S = 1.0  # each N's traced IPC run (after its timed rounds): where the frames' time goes
 
 
 @dataclass
@@ -99,15 +103,16 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
           f"intra-op threads {threads}, {os.cpu_count()} CPUs, load {loadavg[0]}", flush=True)
     budget = engine.Budget(iterations=10**9, warmup=20, seconds=seconds / rounds)
     got: dict[tuple[int, str], Point] = {}
+    traced: dict[int, dict[str, Any] | None] = {}
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fenceline-scaling-") as tmp, \
             contextlib.ExitStack() as stack:
         if intra_op_threads is None:
-            proc, _url, sock = start_service([model], Path(tmp))
+            proc, url, sock = start_service([model], Path(tmp))
         else:
             repo_dir = _repository(Path(tmp), model, path, intra_op_threads)
-            proc, _url, sock = start_service([], Path(tmp),
-                                             extra=("--model-repository", str(repo_dir)))
+            proc, url, sock = start_service([], Path(tmp),
+                                            extra=("--model-repository", str(repo_dir)))
         stack.callback(stop_service, proc)
         floor_kwargs: dict[str, Any] = {"model_path": str(path)}
         if intra_op_threads is not None:
@@ -139,10 +144,16 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
                                   m.cpu_per_frame_us(), all(d == want for d in m.digests),
                                   server_cpu)
                     got[(n, name)] = _merge(got.get((n, name)), point)
+            if not any(f.startswith(f"{n} ipc:") for f in failures):
+                print(f"  {n:>3} renderer(s), ipc, traced for {TRACE_S:g} s (not timed)",
+                      flush=True)
+                traced[n] = _traced(url, lanes["ipc"], sig, n)
     points = [got[k] for k in sorted(got)]
     doc = _document(points, size, counts, loadavg, round(time.monotonic() - t_start, 1),
                     failures)
     doc["intra_op_threads"] = intra_op_threads
+    for row in doc["rows"]:
+        row["ipc_trace"] = traced.get(row["renderers"])
     print(table(doc))
     for f in failures:
         print(f"FAILED {f}")
@@ -152,6 +163,35 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     if differs:
         print("OUTPUTS DIFFER from a direct onnxruntime run: " + ", ".join(differs))
     return 1 if failures or differs else 0
+
+
+def _traced(url: str, lane: tuple[str, dict[str, Any], bool, list[int]], sig: Any,
+            n: int) -> dict[str, Any] | None:
+    """N renderers through IPC once more, the service traced for TRACE_S from the moment they
+    start (fenceline.trace.summary: the model, the service's part of a frame, the time between
+    a reply and the session's next frame, the models in flight); None when it failed."""
+    target, kwargs, processes, pids = lane
+    box: dict[str, Any] = {}
+
+    def record() -> None:
+        try:
+            box["doc"] = fetch_trace(url, Limits(seconds=TRACE_S, frames=MAX_FRAMES))
+        except FencelineError as e:
+            box["error"] = str(e)
+
+    recorder = threading.Thread(target=record, name="bench-trace", daemon=True)
+    budget = engine.Budget(iterations=10**9, warmup=20, seconds=TRACE_S + 0.5)
+    try:
+        engine.measure(target, {**kwargs, "sig": sig, "fill": "random"}, budget, renderers=n,
+                       processes=processes, server_pids=pids, on_go=recorder.start)
+    except (engine.LaneError, OSError, RuntimeError) as e:
+        print(f"    the traced run failed: {str(e).splitlines()[0][:200]}")
+    recorder.join(TRACE_S + 60)
+    if "doc" not in box:
+        print(f"    no trace: {box.get('error', 'the recording did not answer')}")
+        return None
+    summary: dict[str, Any] = box["doc"]["otherData"]["summary"]
+    return summary
 
 
 def _document(points: list[Point], size: str, counts: list[int], loadavg: list[float],
@@ -207,6 +247,12 @@ def table(doc: dict[str, Any]) -> str:
             f"{f(r['ipc_cpu_per_frame_us'], '5.0f')} us "
             f"{f(r.get('ipc_service_cpu_per_frame_us'), '7.0f')} us"
             + ("" if r["outputs_equal"] else "  OUTPUTS DIFFER"))
+    traced = [r for r in doc["rows"] if r.get("ipc_trace")]
+    if traced:
+        lines += ["", f"where IPC's frames go (the service traced for {TRACE_S:g} s after the "
+                  "timed rounds; docs/tracing.md, the summary):"]
+        lines += [f"  {r['renderers']:>3} renderer(s): {summary_line(r['ipc_trace'])}"
+                  for r in traced]
     g = doc["goal"]
     met = "-" if g["met"] is None else ("met" if g["met"] else "MISSED")
     lines += ["", "floor: N threads running the model in one process; ipc: N renderer processes, "

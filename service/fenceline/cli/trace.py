@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fenceline.errors import InvalidArgument, Unavailable
-from fenceline.trace import Limits
+from fenceline.trace import Limits, summary_line
 
 
 def fetch_trace(url: str, limits: Limits, token: str | None = None) -> dict[str, Any]:
@@ -56,4 +56,6 @@ def trace_from_args(args: Any) -> int:
     print(f"fenceline trace: {other.get('frames', 0)} frames, {other.get('moments', 0)} moments "
           f"over {other.get('duration_us', 0) / 1e6:.2f} s -> {args.out} (open it in "
           "ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+    if other.get("frames") and "summary" in other:
+        print(f"  {summary_line(other['summary'])}", file=sys.stderr)
     return 0
