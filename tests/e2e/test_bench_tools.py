@@ -10,6 +10,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,8 @@ def test_renderer_json_line_and_bench_function(tmp_path: Path, service: Service)
     samples = sorted(result["samples_s"])
     assert len(samples) == 200
     assert samples[100] * 1e6 == pytest.approx(result["p50_us"], abs=0.01)
+    # the bench warms the program up for engine.WARM_S as well as 20 frames, and counts them
+    assert result["warmup_frames"] >= 20
 
 
 @needs_cc
@@ -167,6 +170,38 @@ def test_a_lanes_digest_is_not_counted_in_the_renderers_cpu_per_frame() -> None:
     assert m.digests == ["hashed"] and len(m.samples_s) == 20
     # The digest's CPU alone is DIGEST_CPU_S; counted, it would be at least that.
     assert m.client_cpu_s < DIGEST_CPU_S
+
+
+class _ClockLane:
+    """Frames that record their number and when they ran."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[int, float]] = []
+
+    def frame(self, i: int) -> None:
+        self.frames.append((i, time.monotonic()))
+        time.sleep(0.001)
+
+    def digest(self) -> str:
+        return json.dumps(self.frames)
+
+
+@contextlib.contextmanager
+def clock_lane() -> Iterator[_ClockLane]:
+    yield _ClockLane()
+
+
+def test_a_lane_warms_up_for_its_frames_and_warm_s_then_numbers_run_on() -> None:
+    m = engine.measure(f"{__name__}:clock_lane", {}, engine.Budget(10, 2, 5.0), processes=False)
+    frames = json.loads(m.digests[0])
+    numbers = [i for i, _ in frames]
+    assert numbers == list(range(1, len(numbers) + 1))  # fence values never repeat
+    timed = numbers[-10:]
+    assert len(m.samples_s) == 10
+    # two frames would be warm-up enough; WARM_S of 1 ms frames is many more
+    first_timed_at = frames[timed[0] - 1][1]
+    assert first_timed_at - frames[0][1] >= engine.WARM_S * 0.99
+    assert len(numbers) - 10 > 2
 
 
 def _traced_row(frame_us: list[int]) -> Row:

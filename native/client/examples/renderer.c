@@ -2,8 +2,11 @@
  * service run a model on each in place, checks the output, and reports fps and latency.
  *
  *   renderer [--socket PATH] [--model add_64x64|add_720p|add_1080p|image_filter] [--frames N]
- *            [--warmup N] [--named] [--json] [--bench] [--dump DIR] [--samples FILE]
+ *            [--warmup N] [--warmup-ms N] [--named] [--json] [--bench] [--dump DIR]
+ *            [--samples FILE]
  *
+ * The timed frames follow --warmup frames and at least --warmup-ms milliseconds of untimed
+ * ones (default 0), so that the client's spin rule has settled when timing starts.
  * --named shares the frame and fences by POSIX shared-memory name instead of by fd.
  * --json prints one machine-readable line; --bench is --json with bench defaults (64x64,
  * 2000 frames after 200 warm-up frames) and one flat frame drawn before the loop and checked
@@ -138,7 +141,7 @@ static void dump(const char *dir, const char *file, const void *data, size_t n) 
 static void usage(void) {
   fprintf(stderr,
           "usage: renderer [--socket PATH] [--model add_64x64|add_720p|add_1080p|image_filter] "
-          "[--frames N] [--warmup N] [--named] [--json] [--bench] [--dump DIR] "
+          "[--frames N] [--warmup N] [--warmup-ms N] [--named] [--json] [--bench] [--dump DIR] "
           "[--samples FILE]\n");
   exit(2);
 }
@@ -146,7 +149,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
   const char *socket_path = NULL, *model_name = "add_64x64", *dump_dir = NULL;
   const char *samples_path = NULL;
-  long frames = -1, warmup = -1;
+  long frames = -1, warmup = -1, warmup_ms = 0;
   int named = 0, json = 0, bench = 0;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
@@ -155,6 +158,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--model") == 0 && has_value) model_name = argv[++i];
     else if (strcmp(a, "--frames") == 0 && has_value) frames = atol(argv[++i]);
     else if (strcmp(a, "--warmup") == 0 && has_value) warmup = atol(argv[++i]);
+    else if (strcmp(a, "--warmup-ms") == 0 && has_value) warmup_ms = atol(argv[++i]);
     else if (strcmp(a, "--dump") == 0 && has_value) dump_dir = argv[++i];
     else if (strcmp(a, "--samples") == 0 && has_value) samples_path = argv[++i];
     else if (strcmp(a, "--named") == 0) named = 1;
@@ -164,7 +168,7 @@ int main(int argc, char **argv) {
   }
   if (frames < 0) frames = bench ? 2000 : 240;
   if (warmup < 0) warmup = bench ? 200 : 10;
-  if (frames < 1) usage();
+  if (frames < 1 || warmup_ms < 0) usage();
   const model_info *m = NULL;
   for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; ++i)
     if (strcmp(MODELS[i].name, model_name) == 0) m = &MODELS[i];
@@ -215,8 +219,13 @@ int main(int argc, char **argv) {
   if (latency == NULL) return 2;
   long wrong = 0, wrong_frames = 0;
   double server_us = 0, start = 0;
-  for (long i = 0; i < warmup + frames; ++i) {
-    if (i == warmup) start = now_us();
+  long warmed = -1; /* the untimed frames, once timing started */
+  const double warm_until = now_us() + (double)warmup_ms * 1000.0;
+  for (long i = 0; warmed < 0 || i < warmed + frames; ++i) {
+    if (warmed < 0 && i >= warmup && now_us() >= warm_until) {
+      warmed = i;
+      start = now_us();
+    }
     uint64_t value = (uint64_t)i + 1;
     if (!bench)
       draw(input, m, value);
@@ -231,8 +240,8 @@ int main(int argc, char **argv) {
     long bad = bench ? verify_some(input, output, m) : verify(input, output, m);
     wrong += bad;
     wrong_frames += bad != 0;
-    if (i >= warmup) {
-      latency[i - warmup] = t1 - t0;
+    if (warmed >= 0) {
+      latency[i - warmed] = t1 - t0;
       server_us += r.total_us;
     }
   }
@@ -260,9 +269,9 @@ int main(int argc, char **argv) {
   double fps = (double)frames / (elapsed_us / 1e6);
   if (json) {
     printf("{\"client\":\"c\",\"model\":\"%s\",\"transport\":\"%s\",\"frames\":%ld,"
-           "\"p50_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"service_mean_us\":%.2f,"
-           "\"fps\":%.1f,\"wrong_frames\":%ld}\n",
-           m->name, named ? "shm" : "memfd", frames, p50, p99, mean,
+           "\"warmup_frames\":%ld,\"p50_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,"
+           "\"service_mean_us\":%.2f,\"fps\":%.1f,\"wrong_frames\":%ld}\n",
+           m->name, named ? "shm" : "memfd", frames, warmed, p50, p99, mean,
            server_us / (double)frames, fps, wrong_frames);
   } else {
     printf("renderer: %ld frames of %s (%s): %.1f fps, round trip p50 %.1f us, p99 %.1f us "
@@ -270,7 +279,7 @@ int main(int argc, char **argv) {
            frames, m->name, named ? "shared by name" : "shared by fd", fps, p50, p99,
            server_us / (double)frames);
     if (wrong == 0)
-      printf("renderer: all %ld outputs verified\n", warmup + frames);
+      printf("renderer: all %ld outputs verified\n", warmed + frames);
     else
       printf("renderer: %ld wrong elements in %ld frames\n", wrong, wrong_frames);
   }

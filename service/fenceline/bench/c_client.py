@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fenceline.bench.engine import WARM_S
 from fenceline.client.c_api import c_compile_flags, c_examples_dir, c_link_flags, find_c_compiler
 from fenceline.client.errors import ClientError
 
@@ -59,6 +60,7 @@ def run_c_client(
         cmd = [
             str(program), "--bench", "--socket", str(socket), "--model", model,
             "--frames", str(frames), "--warmup", str(warmup), "--samples", str(samples),
+            "--warmup-ms", str(round(WARM_S * 1000)),
         ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         samples_s = [float(x) / 1e6 for x in samples.read_text().split()] if samples.exists() else []

@@ -348,7 +348,7 @@ def _c_client(ctx: Context, sc: Scenario) -> Row | None:
     service_s = engine.tree_cpu_s([ctx.service_pid]) - service0
     renderer_s = (children1.ru_utime + children1.ru_stime
                   - children0.ru_utime - children0.ru_stime)
-    n = sc.budget.iterations + sc.budget.warmup
+    n = sc.budget.iterations + result.get("warmup_frames", sc.budget.warmup)  # every frame run
     check = "equal" if result.get("wrong_frames") == 0 else "differs"
     return Row("c-client", sc.size, list(result["samples_s"]), "",
                (renderer_s + service_s) / n * 1e6, sc.datatype, sc.renderers, sc.mode, sc.model,
