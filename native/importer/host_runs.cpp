@@ -71,13 +71,15 @@ class HostRunner {
   bool closed = false;
 };
 
-// What serve_frame did with a frame: what the connection's loop does next.
+// What serve_run did with a RUN: what the connection's loop does next.
 enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2 };
 
 // A run served here: its reply, and what the session's counters and the metrics record once
 // the reply is sent (the renderer waits for the reply, not for the bookkeeping).
 struct Answer {
   std::uint8_t reply[FL_WIRE_RUN_REPLY_FRAME_SIZE];
+  std::uint32_t request_id = 0;  // the reply's fields, as `reply` carries them (the run page's)
+  FlWireRunReply body{};
   std::shared_ptr<RunSeries> series;
   // The HostSession, held here so that a remove() meanwhile (which lets go of the runner's
   // reference) cannot take it away before its record_run.
@@ -217,13 +219,15 @@ class RunTable {
       const std::int64_t received = fl_htl_now_ns();
       spin.observe(received - t0, budget);
       if (on_page) {
-        const std::string data = page_frame(posted);
         py::object failure = py::none();
         Answer answer;
-        if (serve(owner, data, received, failure, answer) == kAnswered) {
+        if (serve(owner, posted.kind, posted.request_id, page_run(posted), received, failure,
+                  answer) == kAnswered) {
           // A client asleep on the socket is nudged before the counters and metrics, as a
           // reply on the socket is sent before them.
-          const bool sent = !answer_page(page->page(), posted.seq, answer.reply) ||
+          const FlRunPageReply r{posted.seq, FL_RUN_PAGE_ANSWERED, answer.request_id,
+                                 answer.body};
+          const bool sent = !fl_run_page_answer(page->page(), &r) ||
                             send_reply(fd, nudge_frame().data(), nudge_frame().size(), pidfd,
                                        send_timeout_ns);
           answer.sent();
@@ -234,7 +238,7 @@ class RunTable {
         // Python answers it on the socket; the client, told so by the page, reads it there.
         const FlRunPageReply diverted{posted.seq, FL_RUN_PAGE_ON_SOCKET, posted.request_id, {}};
         fl_run_page_answer(page->page(), &diverted);
-        return py::make_tuple(py::bytes(data), py::list(), py::none(), failure);
+        return py::make_tuple(py::bytes(page_frame(posted)), py::list(), py::none(), failure);
       }
       if (m.eof) return gone();
       if (drop_nudge(m)) continue;
@@ -275,39 +279,47 @@ class RunTable {
 #endif
 
 #ifndef _WIN32
-  // A page's RUN as the frame the socket would have carried.
-  static std::string page_frame(const FlRunPageRun &posted) {
-    std::string data(FL_WIRE_RUN_FRAME_SIZE, '\0');
-    auto *p = reinterpret_cast<std::uint8_t *>(&data[0]);
+  // A page's RUN as the body the socket would have carried.
+  static FlWireRun page_run(const FlRunPageRun &posted) {
     FlWireRun run;
     std::memcpy(run.session_id, posted.session_id, sizeof run.session_id);
     run.wait_value = posted.wait_value;
     run.signal_value = posted.signal_value;
     run.timeout_ms = posted.timeout_ms;
     run.flags = 0;
+    return run;
+  }
+
+  // A page's RUN as the frame the socket would have carried, for Python to serve.
+  static std::string page_frame(const FlRunPageRun &posted) {
+    std::string data(FL_WIRE_RUN_FRAME_SIZE, '\0');
+    auto *p = reinterpret_cast<std::uint8_t *>(&data[0]);
+    const FlWireRun run = page_run(posted);
     fl_wire_put_header(p, static_cast<std::uint16_t>(posted.kind), posted.request_id,
                        sizeof(FlWireRun));
     fl_wire_put_run(p + FL_WIRE_HEADER_SIZE, &run);
     return data;
   }
-
-  // Writes a reply frame's fields on the page: whether the client must be nudged.
-  static bool answer_page(FlRunPage *page, std::uint32_t seq, const std::uint8_t *reply) {
-    FlWireHeader h;
-    fl_wire_header_ok(reply, FL_WIRE_RUN_REPLY_FRAME_SIZE, &h);
-    FlRunPageReply r{seq, FL_RUN_PAGE_ANSWERED, h.request_id, {}};
-    fl_wire_get_run_reply(reply + FL_WIRE_HEADER_SIZE, &r.run);
-    return fl_run_page_answer(page, &r) != 0;
-  }
 #endif
 
-  // serve_frame, with an unexpected failure answered as the Python path answers it.
-  // `received`: when the frame came (fl_htl_now_ns), for the trace.
+  // One received frame: a RUN frame is served as serve_run says, any other is Python's.
   int serve(const std::string &owner, const std::string &data, std::int64_t received,
             py::object &failure, Answer &answer) {
+    const auto *p = reinterpret_cast<const std::uint8_t *>(data.data());
+    FlWireHeader h;
+    if (data.size() != FL_WIRE_RUN_FRAME_SIZE || !fl_wire_header_ok(p, data.size(), &h))
+      return kNotMine;
+    FlWireRun run;
+    fl_wire_get_run(p + FL_WIRE_HEADER_SIZE, &run);
+    return serve(owner, h.kind, h.request_id, run, received, failure, answer);
+  }
+
+  // serve_run, with an unexpected failure answered as the Python path answers it.
+  // `received`: when the RUN came (fl_htl_now_ns), for the trace.
+  int serve(const std::string &owner, std::uint32_t kind, std::uint32_t request_id,
+            const FlWireRun &run, std::int64_t received, py::object &failure, Answer &answer) {
     try {
-      return serve_frame(owner, reinterpret_cast<const std::uint8_t *>(data.data()), data.size(),
-                         received, failure, answer);
+      return serve_run(owner, kind, request_id, run, received, failure, answer);
     } catch (const Error &e) {
       failure = python_error(e);
     } catch (const py::error_already_set &e) {
@@ -319,16 +331,15 @@ class RunTable {
     return kFailed;
   }
 
-  // Serves one frame: kAnswered (`answer` holds the reply to send), kFailed (`failure` is the
-  // FencelineError to answer), or kNotMine (Python serves it, untouched).
-  int serve_frame(const std::string &owner, const std::uint8_t *p, std::size_t n,
-                  std::int64_t received, py::object &failure, Answer &answer) {
-    FlWireHeader h;
-    if (n != FL_WIRE_RUN_FRAME_SIZE || closing_.load(std::memory_order_relaxed) ||
-        !fl_wire_header_ok(p, n, &h) || (h.kind != FL_KIND_RUN && h.kind != FL_KIND_RUN_ASYNC))
+  // Serves one RUN (or RUN_ASYNC: `kind`): kAnswered (`answer` holds the reply to send),
+  // kFailed (`failure` is the FencelineError to answer), or kNotMine (Python serves it,
+  // untouched).
+  int serve_run(const std::string &owner, std::uint32_t kind, std::uint32_t request_id,
+                const FlWireRun &run, std::int64_t received, py::object &failure,
+                Answer &answer) {
+    if (closing_.load(std::memory_order_relaxed) ||
+        (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC))
       return kNotMine;
-    FlWireRun run;
-    fl_wire_get_run(p + FL_WIRE_HEADER_SIZE, &run);
     if (run.flags != 0 ||
         (run.timeout_ms != FL_WIRE_TIMEOUT_DEFAULT && run.timeout_ms > max_timeout_ms_))
       return kNotMine;
@@ -390,9 +401,11 @@ class RunTable {
 
     const FlWireRunReply body{target, fl_wire_micros(waited - start),
                               fl_wire_micros(inferred - waited), fl_wire_micros(end - start), 0};
-    fl_wire_put_header(answer.reply, FL_KIND_RUN | FL_WIRE_REPLY_BIT, h.request_id,
+    fl_wire_put_header(answer.reply, FL_KIND_RUN | FL_WIRE_REPLY_BIT, request_id,
                        sizeof(FlWireRunReply));
     fl_wire_put_run_reply(answer.reply + FL_WIRE_HEADER_SIZE, &body);
+    answer.request_id = request_id;
+    answer.body = body;
     answer.series = r->series;
     answer.end = end;
     answer.wait_ns = waited - start;
