@@ -47,3 +47,68 @@ def test_pool_threads_never_spin_between_runs() -> None:
     for so in (ort_options.cpu_session_options(), ort_options.cuda_session_options()):
         assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert ort_options.cuda_session_options().intra_op_num_threads == 1
+
+
+
+# What a session's pool threads run at: (pool threads noted, idle, normal) after the load, then
+# after set_idle(True) and set_idle(False); "floor" loads without noting its pool; "mismatch"
+# notes a pool of 2 where 3 are expected.
+POLICY_PROBE = """
+import os, sys
+from pathlib import Path
+import onnxruntime as ort
+from fenceline.runtime import ort_options
+from fenceline.runtime.models import Model
+before = set(os.listdir("/proc/self/task"))
+if sys.argv[2] == "mismatch":
+    with ort_options.pool_threads(3) as pool:
+        s = ort.InferenceSession(sys.argv[1], ort_options.cpu_session_options(2))
+else:
+    m = Model("add_64x64", "1", Path(sys.argv[1]))  # kept: its pool lives as long as it does
+    m.load(track_pool=sys.argv[2] == "service")
+    pool = m.pool
+started = set(os.listdir("/proc/self/task")) - before
+def policies():
+    got = [os.sched_getscheduler(int(t)) for t in started]
+    return [len(pool), got.count(os.SCHED_IDLE), got.count(os.SCHED_OTHER)]
+out = policies()
+ort_options.set_idle(pool, True)
+out += policies()
+ort_options.set_idle(pool, False)
+print(*out, *policies(), os.sched_getscheduler(0))
+"""
+
+
+def pool_policies(model: Path, how: str) -> list[int]:
+    out = subprocess.run([sys.executable, "-c", POLICY_PROBE, str(model), how],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return [int(x) for x in out.stdout.split()[-10:]]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_services_pool_threads_are_noted_and_move_between_idle_and_normal(
+    model_repo: Path,
+) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("needs two CPUs")
+    model = model_repo / "add_64x64" / "1" / "model.onnx"
+    n = cpus - 1
+    # Noted, normal at first, idle, normal again; the caller's thread never changes.
+    assert pool_policies(model, "service") == [n, 0, n, n, n, 0, n, 0, n, os.SCHED_OTHER]
+    # A floor's pool is not noted, so nothing changes it.
+    assert pool_policies(model, "floor") == [0, 0, n, 0, 0, n, 0, 0, n, os.SCHED_OTHER]
+    # Threads it cannot tell apart are never noted.
+    assert pool_policies(model, "mismatch") == [0, 0, 1, 0, 0, 1, 0, 0, 1, os.SCHED_OTHER]
+
+
+def test_the_pools_yield_with_several_sessions_on_four_cpus_or_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    linux = hasattr(os, "SCHED_IDLE")
+    monkeypatch.setattr(ort_options, "usable_cpus", lambda: 16)
+    assert [ort_options.pool_yields(n) for n in (0, 1, 2, 8)] == [False, False, linux, linux]
+    monkeypatch.setattr(ort_options, "usable_cpus", lambda: 4)
+    assert ort_options.pool_yields(2) == linux
+    monkeypatch.setattr(ort_options, "usable_cpus", lambda: 2)  # one pool thread: never
+    assert [ort_options.pool_yields(n) for n in (1, 2, 8)] == [False, False, False]

@@ -22,7 +22,7 @@ import onnxruntime as ort
 from fenceline.errors import FencelineError, InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import Datatype, from_ort
 from fenceline.runtime.model_config import ControlMode, ModelConfig
-from fenceline.runtime.ort_options import cpu_session_options
+from fenceline.runtime.ort_options import cpu_session_options, pool_threads, set_idle
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -93,8 +93,12 @@ class Model:
     session: ort.InferenceSession | None = None
     inputs: dict[str, TensorSpec] = field(default_factory=dict)
     outputs: dict[str, TensorSpec] = field(default_factory=dict)
+    pool: list[int] = field(default_factory=list, repr=False)  # its onnxruntime pool's threads
 
-    def load(self) -> None:
+    def load(self, *, track_pool: bool = False) -> None:
+        """``track_pool``: note the onnxruntime pool's threads (``pool``), as the service does
+        to change their priority (runtime/ort_options.py); the bench's floors load as a
+        renderer's own process would."""
         provider = PROVIDERS[self.settings.execution_provider]
         if provider not in ort.get_available_providers():
             raise Unsupported(
@@ -102,9 +106,11 @@ class Model:
             )
         so = cpu_session_options(self.settings.intra_op_threads)
         try:
-            self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
+            with pool_threads(so.intra_op_num_threads if track_pool else 0) as tids:
+                self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
         except Exception as e:  # onnxruntime raises its own types for a bad file
             raise InvalidArgument(f"model {self.name!r} at {self.path} does not load: {e}") from e
+        self.pool = tids
         self.inputs = {a.name: _spec(a) for a in self.session.get_inputs()}
         self.outputs = {a.name: _spec(a) for a in self.session.get_outputs()}
         self.config.check(self.name, self.inputs, self.outputs)
@@ -159,6 +165,19 @@ class ModelRepository:
         self._models: dict[str, dict[str, Model]] = {}
         self._reasons: dict[str, str] = {}  # why a name that is not loaded is not
         self._lock = threading.Lock()
+        self._pool_idle = False  # whether the loaded models' pools run at idle priority
+
+    def set_pool_idle(self, idle: bool) -> None:
+        """Idle or normal priority for the pools of the models served now and of those loaded
+        later (runtime/ort_options.py). A model no longer served keeps what it had: its threads
+        end with its last session, and a thread id is never touched once they may have."""
+        with self._lock:
+            if idle == self._pool_idle:
+                return
+            self._pool_idle = idle
+            for versions in self._models.values():
+                for m in versions.values():
+                    set_idle(m.pool, idle)
 
     @classmethod
     def from_sources(
@@ -208,6 +227,9 @@ class ModelRepository:
         with self._lock:
             self._models[name] = {m.version: m for m in models}
             self._reasons.pop(name, None)
+            if self._pool_idle:
+                for m in models:
+                    set_idle(m.pool, True)
         for m in models:
             log.info("loaded model %s version %s from %s", m.name, m.version, m.path)
         return True
@@ -217,7 +239,7 @@ class ModelRepository:
             model = Model(name, "1", Path(self.sources[name]))
             if not model.path.is_file():
                 raise InvalidArgument(f"model {name!r}: no file at {model.path}")
-            model.load()
+            model.load(track_pool=True)
             return [model]
         model_dir = self.root / name if self.root is not None and "/" not in name else None
         if model_dir is None or name in (".", "..") or not model_dir.is_dir():
@@ -243,7 +265,7 @@ class ModelRepository:
         models = [Model(model_dir.name, v, model_dir / v / filename, settings, config, loaded)
                   for v in loaded]
         for m in models:
-            m.load()
+            m.load(track_pool=True)
         config.warn_ignored(model_dir.name)
         return models
 
@@ -251,10 +273,12 @@ class ModelRepository:
         """Loads one model file and serves it beside the others (tests, builtin models)."""
         if not model.path.is_file():
             raise InvalidArgument(f"model {model.name!r}: no file at {model.path}")
-        model.load()
+        model.load(track_pool=True)
         with self._lock:
             self._models.setdefault(model.name, {})[model.version] = model
             self._reasons.pop(model.name, None)
+            if self._pool_idle:
+                set_idle(model.pool, True)
         log.info("loaded model %s version %s from %s", model.name, model.version, model.path)
 
     def unload(self, name: str) -> bool:

@@ -9,6 +9,14 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
 - Its threads never spin between runs: spinning threads take the cores that renderers and
   fence waiters need, and with several renderers cost more than they save (docs/benchmarks.md,
   "Scaling").
+- In the service, while several renderer sessions run on the CPU of a machine of four CPUs or
+  more (``pool_yields``), its threads run at idle priority (Linux's SCHED_IDLE): they take only
+  the cores that nothing else wants, and a renderer or a connection thread that wakes up runs at
+  once, on a core the pool is using if need be, instead of waiting behind the pool's threads.
+  The thread that asked for a run keeps its priority and does its own share of every run, so a
+  run always makes progress. With one session the pool keeps normal priority (idle, it ran a
+  lone renderer's frames slower in three 16-core leases of four); on two CPUs its one thread
+  would never find a free core (docs/benchmarks.md, "The eleventh session's runs").
 - A CUDA session's own onnxruntime session (one per renderer session, its nodes on the GPU)
   gets a CPU pool of one thread, the caller: a machine-sized pool for each would be threads
   by the hundred with nothing to do.
@@ -16,9 +24,16 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import threading
+from collections.abc import Iterator
 
 import onnxruntime as ort
+
+log = logging.getLogger("fenceline.runtime")
+_loading = threading.Lock()  # one session made at a time where its threads are told apart
 
 
 def usable_cpus() -> int:
@@ -46,3 +61,48 @@ def cuda_session_options() -> ort.SessionOptions:
     so.intra_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
+
+
+YIELD_SESSIONS = 2  # renderer sessions on the CPU from which the pools yield ...
+YIELD_CPUS = 4  # ... on a machine with at least this many usable CPUs
+
+
+def pool_yields(cpu_sessions: int) -> bool:
+    """Whether the pools' threads run at idle priority with this many sessions on the CPU."""
+    return (cpu_sessions >= YIELD_SESSIONS and usable_cpus() >= YIELD_CPUS
+            and hasattr(os, "SCHED_IDLE"))
+
+
+def _threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+@contextlib.contextmanager
+def pool_threads(pool_size: int) -> Iterator[list[int]]:
+    """The thread ids of the intra-op pool that onnxruntime starts for a session made inside
+    this block, filled in when the block ends: the threads that appeared meanwhile and that
+    Python did not start. When their number is not the pool's (``pool_size`` less the caller),
+    another library started threads at the same moment and the list stays empty: nothing is
+    then ever changed. Empty too where threads have no scheduling policy to change (Windows,
+    macOS). Keep the list no longer than the session: its threads end with it."""
+    tids: list[int] = []
+    if not hasattr(os, "SCHED_IDLE") or pool_size < 2:
+        yield tids
+        return
+    with _loading:
+        before = _threads()
+        yield tids
+        started = _threads() - before - {t.native_id for t in threading.enumerate()}
+    if len(started) == pool_size - 1:
+        tids.extend(sorted(started))
+    else:
+        log.info("onnxruntime's pool threads keep their priority: %d threads started beside "
+                 "the session's %d", len(started), pool_size - 1)
+
+
+def set_idle(tids: list[int], idle: bool) -> None:
+    """Idle (SCHED_IDLE) or normal (SCHED_OTHER) priority for the threads of ``pool_threads``."""
+    policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(tid, policy, os.sched_param(0))

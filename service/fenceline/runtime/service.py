@@ -44,6 +44,7 @@ from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
 from fenceline.runtime.models import Model, ModelRepository
+from fenceline.runtime.ort_options import pool_yields
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
@@ -389,6 +390,7 @@ class Runtime:
                 session.trace_tag = trace.tag(entry.id)
                 if stream is not None:
                     self.streams[sid] = stream
+                self._set_pool_priority()
         if shutting_down:
             session.close()
             raise Unavailable("the service is shutting down")
@@ -404,6 +406,13 @@ class Runtime:
             if start:
                 stream.start()
         return self._session_info(entry)
+
+    def _set_pool_priority(self) -> None:
+        """The models' onnxruntime pools at idle priority while several sessions run on the
+        CPU (runtime/ort_options.py). Called with the table lock held, so that the last
+        session count is the one that holds."""
+        on_cpu = sum(1 for e in self.sessions.entries.values() if not e.obj.device_label)
+        self.models.set_pool_idle(pool_yields(on_cpu))
 
     def _sessions_on(self, label: str) -> int:
         built = sum(
@@ -461,6 +470,7 @@ class Runtime:
             entry = self.sessions.get(owner, id)
             del self.sessions.entries[id]
             stream = self.streams.pop(id, None)
+            self._set_pool_priority()
         if stream is not None:
             stream.stop()  # joins the worker; outside the table lock
         entry.obj.close()  # waits for a run in flight, outside the table lock
