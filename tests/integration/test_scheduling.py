@@ -9,6 +9,7 @@ import contextlib
 import os
 from collections import Counter
 
+import httpx
 import numpy as np
 import pytest
 
@@ -27,6 +28,12 @@ def policies(pid: int) -> Counter[int]:
         with contextlib.suppress(ProcessLookupError):  # a thread that just ended
             out[os.sched_getscheduler(int(tid))] += 1
     return out
+
+
+def pool_priorities(service: Service) -> set[str]:
+    """What the status JSON says of the models' pools."""
+    r = httpx.get(service.url + "/v2/interop/status", timeout=5)
+    return {m["pool_priority"] for m in r.json()["models"]}
 
 
 def frames(client: IpcClient, s: FrameSession, first: int) -> None:
@@ -51,6 +58,7 @@ def test_pool_threads_yield_while_several_sessions_run_and_only_then(service: Se
         try:
             frames(a, one, 1)
             assert policies(service.pid)[os.SCHED_IDLE] == 0
+            assert pool_priorities(service) == {"normal"}
             two = open_session(b, "add_720p", shape)
             try:
                 frames(a, one, 10)
@@ -58,6 +66,7 @@ def test_pool_threads_yield_while_several_sessions_run_and_only_then(service: Se
                 got = policies(service.pid)
                 assert got[os.SCHED_IDLE] == yielding, got
                 assert set(got) <= {os.SCHED_OTHER, os.SCHED_IDLE}, got
+                assert pool_priorities(service) == {"idle" if yielding else "normal"}
             finally:
                 two.close()
         finally:

@@ -125,6 +125,7 @@ def status(request: Request) -> dict[str, Any]:
     imported = sum(m.obj.size_bytes for m in memory)
     connections = rt.metrics.registry.get_sample_value("fenceline_ipc_open_connections")
     started = getattr(request.app.state, "started", None)
+    idle_pools = rt.models.pool_idle
     return {
         "server": {
             "name": "fenceline",
@@ -137,7 +138,8 @@ def status(request: Request) -> dict[str, Any]:
         },
         "models": [
             {**m.metadata(), "version": m.version, "device": m.device,
-             "sessions": per_model.get(m.name, 0)}
+             "sessions": per_model.get(m.name, 0),
+             "pool_priority": "idle" if idle_pools and m.pool else "normal"}
             for m in rt.models
         ],  # fmt: skip
         "sessions": sessions,

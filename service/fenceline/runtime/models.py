@@ -167,6 +167,11 @@ class ModelRepository:
         self._lock = threading.Lock()
         self._pool_idle = False  # whether the loaded models' pools run at idle priority
 
+    @property
+    def pool_idle(self) -> bool:
+        """Whether the served models' pools run at idle priority now."""
+        return self._pool_idle
+
     def set_pool_idle(self, idle: bool) -> None:
         """Idle or normal priority for the pools of the models served now and of those loaded
         later (runtime/ort_options.py). A model no longer served keeps what it had: its threads
