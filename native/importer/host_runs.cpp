@@ -77,8 +77,7 @@ enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2 };
 // A run served here: its reply, and what the session's counters and the metrics record once
 // the reply is sent (the renderer waits for the reply, not for the bookkeeping).
 struct Answer {
-  std::uint8_t reply[FL_WIRE_RUN_REPLY_FRAME_SIZE];
-  std::uint32_t request_id = 0;  // the reply's fields, as `reply` carries them (the run page's)
+  std::uint32_t request_id = 0;  // the reply's fields: the run page's, or the socket's frame
   FlWireRunReply body{};
   std::shared_ptr<RunSeries> series;
   // The HostSession, held here so that a remove() meanwhile (which lets go of the runner's
@@ -101,6 +100,14 @@ struct Answer {
   }
   void sent() const {
     if (traced) trace::mark(trace::kReplySent, tag, target, fl_htl_now_ns());
+  }
+  // The reply as a socket frame.
+  std::array<std::uint8_t, FL_WIRE_RUN_REPLY_FRAME_SIZE> frame() const {
+    std::array<std::uint8_t, FL_WIRE_RUN_REPLY_FRAME_SIZE> out{};
+    fl_wire_put_header(out.data(), FL_KIND_RUN | FL_WIRE_REPLY_BIT, request_id,
+                       sizeof(FlWireRunReply));
+    fl_wire_put_run_reply(out.data() + FL_WIRE_HEADER_SIZE, &body);
+    return out;
   }
 };
 
@@ -171,8 +178,9 @@ class RunTable {
     if (serve(owner, frame.cast<std::string>(), fl_htl_now_ns(), failure, answer) != kAnswered)
       return py::make_tuple(py::none(), failure);
     answer.record();
-    return py::make_tuple(
-        py::bytes(reinterpret_cast<const char *>(answer.reply), sizeof answer.reply), py::none());
+    const auto reply = answer.frame();
+    return py::make_tuple(py::bytes(reinterpret_cast<const char *>(reply.data()), reply.size()),
+                          py::none());
   }
 
 #ifndef _WIN32
@@ -246,8 +254,8 @@ class RunTable {
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
         if (serve(owner, m.data, received, failure, answer) == kAnswered) {
-          const bool sent = send_reply(fd, answer.reply, sizeof answer.reply, pidfd,
-                                       send_timeout_ns);
+          const auto reply = answer.frame();
+          const bool sent = send_reply(fd, reply.data(), reply.size(), pidfd, send_timeout_ns);
           answer.sent();
           answer.record();  // the counters and metrics come after the reply
           if (!sent) return gone();
@@ -401,9 +409,6 @@ class RunTable {
 
     const FlWireRunReply body{target, fl_wire_micros(waited - start),
                               fl_wire_micros(inferred - waited), fl_wire_micros(end - start), 0};
-    fl_wire_put_header(answer.reply, FL_KIND_RUN | FL_WIRE_REPLY_BIT, request_id,
-                       sizeof(FlWireRunReply));
-    fl_wire_put_run_reply(answer.reply + FL_WIRE_HEADER_SIZE, &body);
     answer.request_id = request_id;
     answer.body = body;
     answer.series = r->series;
