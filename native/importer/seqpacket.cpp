@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -247,12 +248,17 @@ int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, M
   for (unsigned i = 1;; ++i) {
     if (news(arg)) return 1;
     // The socket: a frame that is not for the page (a control request, an error), or the
-    // peer's end. Each look is a system call: one every 32 pauses, about a microsecond.
-    if ((i & 31u) == 0 && try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) &&
+    // peer's end. Each look is a system call: one every four turns.
+    if ((i & 3u) == 0 && try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) &&
         !drop_nudge(m))
       return 0;
-    fl_cpu_pause();
-    if ((i & 63u) == 0 && fl_htl_now_ns() >= end) return -1;
+    // Each turn gives this core to a thread that waits for it, and comes back at once when
+    // none does: a reply is due when a model's run ends, and that run's own threads may need
+    // this core to end it (a 720p frame on two CPUs, or many renderers on a pool that fills
+    // every core). A spin that paused instead held the core from them, and slowed the run it
+    // waited for.
+    ::sched_yield();
+    if (fl_htl_now_ns() >= end) return -1;
   }
 }
 

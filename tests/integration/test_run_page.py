@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fenceline import _native
-from fenceline.client import Fence, IpcClient, SharedFrame, View
+from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame, UsageError, View
 from fenceline.client.views import session_body
 from fenceline.protocol import codec
 from tests.integration.test_interop_ipc import diff
@@ -260,3 +260,24 @@ def test_the_python_client_runs_on_the_page_and_falls_back_for_pipelined_runs(
         assert c.recv_run_reply(second).signal_value == 22
         s.wait.signal(23)
         assert c.run(s.session_id, 23).signal_value == 23
+
+
+def test_the_python_client_refuses_a_malformed_session_id_and_keeps_running(
+        service: Service) -> None:
+    """A malformed id is the caller's mistake, told before anything is sent; many well-formed
+    ids on one connection each reach the service as they are, and the session still runs."""
+    with IpcClient(service.socket) as c:
+        s = open_session(c, "add_64x64", [1, 3, 64, 64])
+        for bad in ("xyz", s.session_id[:-2], 12, None, [s.session_id]):
+            with pytest.raises(UsageError, match="32 hex digits"):
+                c.run(bad, 1)  # type: ignore[arg-type]
+            with pytest.raises(UsageError, match="32 hex digits"):
+                c.send_run(bad, 1)  # type: ignore[arg-type]
+        for k in range(100):
+            with pytest.raises(ServiceError) as e:
+                c.run(f"{k:032x}", 1, timeout_s=0.1)
+            assert e.value.code == "not_found"
+        for v in range(1, 4):
+            s.x[:] = 10 * v
+            s.wait.signal(v)
+            assert c.run(s.session_id, v).signal_value == v and np.all(s.y == 10 * v + 1)

@@ -232,7 +232,7 @@ def session_id_bytes(session_id: str) -> bytes:
     """Session ids are 32 hex digits; RUN carries their 16 raw bytes."""
     try:
         raw = bytes.fromhex(session_id)
-    except ValueError:
+    except (ValueError, TypeError):
         raw = b""
     if len(raw) != 16:
         raise InvalidRequest(f"session id {session_id!r} is not 32 hex digits")
