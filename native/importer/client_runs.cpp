@@ -296,7 +296,7 @@ class ClientSocket {
         if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 1);
         const bool came = (page != nullptr && PageWatch::news(page)) || nap_for(fd_, plan.nap, late);
         if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 0);
-        got = spin_for(page, came ? 0 : plan.nap_spin, m);
+        got = spin_for(page, came ? 0 : plan.nap_spin, m, true);
       } else {
         ++spin_.denied;  // no slot for a nap: block
       }
@@ -320,10 +320,10 @@ class ClientSocket {
     return got == 1;
   }
 
-  // A spin of `ns` (none when 0): 1 when the page's reply came, 0 when `m` came, -1 when
-  // nothing did.
-  int spin_for(PageWatch *page, std::int64_t ns, Message &m) {
-    if (page != nullptr) return spin_page(fd_, ns, PageWatch::news, page, m);
+  // A spin of `ns` (none when 0; `yield`: as spin_page): 1 when the page's reply came, 0 when
+  // `m` came, -1 when nothing did.
+  int spin_for(PageWatch *page, std::int64_t ns, Message &m, bool yield = false) {
+    if (page != nullptr) return spin_page(fd_, ns, PageWatch::news, page, m, yield);
     m = recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, ns, false);
     return m.pending ? -1 : 0;
   }

@@ -243,22 +243,24 @@ bool drop_nudge(Message &m) {
   return true;
 }
 
-int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m) {
+int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m,
+              bool yield) {
   const std::int64_t end = fl_htl_now_ns() + budget_ns;
   for (unsigned i = 1;; ++i) {
     if (news(arg)) return 1;
     // The socket: a frame that is not for the page (a control request, an error), or the
-    // peer's end. Each look is a system call: one every four turns.
-    if ((i & 3u) == 0 && try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) &&
-        !drop_nudge(m))
+    // peer's end. Each look is a system call: one every 32 pauses (about a microsecond), or
+    // every fourth yield.
+    if ((i & (yield ? 3u : 31u)) == 0 &&
+        try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) && !drop_nudge(m))
       return 0;
-    // Each turn gives this core to a thread that waits for it, and comes back at once when
-    // none does: a reply is due when a model's run ends, and that run's own threads may need
-    // this core to end it (a 720p frame on two CPUs, or many renderers on a pool that fills
-    // every core). A spin that paused instead held the core from them, and slowed the run it
-    // waited for.
-    ::sched_yield();
-    if (fl_htl_now_ns() >= end) return -1;
+    if (yield) {
+      ::sched_yield();
+      if (fl_htl_now_ns() >= end) return -1;
+      continue;
+    }
+    fl_cpu_pause();
+    if ((i & 63u) == 0 && fl_htl_now_ns() >= end) return -1;
   }
 }
 

@@ -56,8 +56,13 @@ Message wait_frame(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budg
 bool wait_page(int fd, SpinGate &gate, ReceiveSpin &spin, std::int64_t &budget_ns, int pidfd,
                std::uint32_t *sleeping, bool (*news)(void *), void *arg, Message &m);
 // wait_page's two parts, for a waiter that holds its spinner slot already (a napping client):
-// a spin of budget_ns (1: news; 0: `m` came; -1: nothing came), and a block.
-int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m);
+// a spin of budget_ns (1: news; 0: `m` came; -1: nothing came), and a block. With `yield`, each
+// turn of the spin gives the core to any thread that waits for it (sched_yield) instead of a
+// pause: for a spin while a model's run may still need every core (after a nap), not for short
+// spins between frames, where many yielding spinners on few cores trade the cores among
+// themselves (64x64 with four renderers on two CPUs: 70-86 us p50 against 7-13 us).
+int spin_page(int fd, std::int64_t budget_ns, bool (*news)(void *), void *arg, Message &m,
+              bool yield = false);
 bool block_page(int fd, int pidfd, std::uint32_t *sleeping, bool (*news)(void *), void *arg,
                 Message &m);
 

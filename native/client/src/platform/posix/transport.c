@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,13 +276,10 @@ FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
   if (!got && spin_ns > 0) {
     int64_t end = fl_htl_now_ns() + spin_ns;
     for (unsigned i = 1; !(got = fl_run_page_reply(page, run->seq, reply)); ++i) {
-      /* The socket every fourth turn: a reply sent there, or the service's end. */
-      if ((i & 3u) == 0 && socket_news(c) == 0) return NULL;
-      /* Each turn gives this core to a thread that waits for it (the model's own, where its
-       * run needs every core) and comes back at once when none does, as the service's and
-       * the Python client's spins on the page do (importer/seqpacket.cpp). */
-      sched_yield();
-      if (fl_htl_now_ns() >= end) break;
+      /* The socket every microsecond or so: a reply sent there, or the service's end. */
+      if ((i & 31u) == 0 && socket_news(c) == 0) return NULL;
+      fl_cpu_pause();
+      if ((i & 63u) == 0 && fl_htl_now_ns() >= end) break;
     }
   }
   while (!got) {
