@@ -42,6 +42,20 @@ namespace {
 
 using Key = std::array<std::uint8_t, FL_WIRE_SESSION_ID_BYTES>;
 
+// The models running on the CPU now, counted across every host session of the process and both
+// run paths (enter_cpu_run / leave_cpu_run): a run that finds them filling the CPUs runs on one
+// thread (fenceline.runtime.ort_options, "One thread when the CPUs are full").
+std::atomic<int> cpu_runs{0};
+
+// Counts a run in for as long as it lives; `in_flight` includes it.
+struct CpuRun {
+  CpuRun() : in_flight(cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1) {}
+  ~CpuRun() { cpu_runs.fetch_sub(1, std::memory_order_relaxed); }
+  CpuRun(const CpuRun &) = delete;
+  CpuRun &operator=(const CpuRun &) = delete;
+  const int in_flight;
+};
+
 // What the Python path's HostSession holds for a run, handed over once when the session is
 // made (fenceline.runtime.host_session.HostSession.run_natively).
 class HostRunner {
@@ -49,10 +63,14 @@ class HostRunner {
   HostRunner(std::string owner, py::object run, py::object binding, py::object session,
              std::shared_ptr<HostFence> wait,
              std::shared_ptr<HostFence> signal, std::vector<std::shared_ptr<HostMemory>> unsealed,
-             std::shared_ptr<RunSeries> series)
+             std::shared_ptr<RunSeries> series, py::object single_run, py::object single_binding,
+             int single_from)
       : owner(std::move(owner)),
         run(std::move(run)),
         binding(std::move(binding)),
+        single_run(std::move(single_run)),
+        single_binding(std::move(single_binding)),
+        single_from(this->single_run.is_none() ? 0 : single_from),
         session(std::move(session)),
         wait(std::move(wait)),
         signal(std::move(signal)),
@@ -63,6 +81,10 @@ class HostRunner {
   // onnxruntime's InferenceSession.run_with_iobinding of the C++ session, and the IOBinding's
   // C++ object: the Python wrapper's checks hold for a binding made by this session.
   py::object run, binding;
+  // The same for the model's one-thread session (None: it has none), and the runs on the CPU
+  // in flight, this one included, from which a run takes it (0: never).
+  py::object single_run, single_binding;
+  const int single_from;
   py::object session;  // the HostSession: its counters (record_run) and failure texts
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
@@ -84,6 +106,7 @@ struct Answer {
   // reference) cannot take it away before its record_run.
   py::object session;
   std::int64_t end = 0, wait_ns = 0, infer_ns = 0, total_ns = 0;
+  bool single = false;  // the model ran on one thread (HostRunner::single_run)
   bool traced = false;  // the trace recorder was on: the reply's send is marked too
   std::uint64_t tag = 0, target = 0;
   // The session's counters have one home: its record_run (runtime/session.py); then the
@@ -92,7 +115,7 @@ struct Answer {
   // wait for room in the socket, with the GIL released).
   void record() const {
     try {
-      session.attr("record_run")(end, target, wait_ns, infer_ns, total_ns);
+      session.attr("record_run")(end, target, wait_ns, infer_ns, total_ns, single);
     } catch (py::error_already_set &e) {
       e.discard_as_unraisable("fenceline: recording a native run");  // its reply is sent
     }
@@ -157,7 +180,7 @@ class RunTable {
       r->closed = true;
     }
     // Drop the references back to the session (it holds this runner: no cycle is left).
-    r->run = r->binding = r->session = py::none();
+    r->run = r->binding = r->single_run = r->single_binding = r->session = py::none();
   }
 
   // Every RUN from now on goes to Python, which answers "the service is shutting down".
@@ -384,7 +407,15 @@ class RunTable {
     }
     for (const auto &m : r->unsealed) m->mapping()->check_size();  // DeviceLost, as in Python
     if (traced) trace::mark(trace::kModelStart, tag, target, fl_htl_now_ns());
-    PyObject *ok = PyObject_CallFunctionObjArgs(r->run.ptr(), r->binding.ptr(), Py_None, nullptr);
+    PyObject *ok;
+    bool single;
+    {
+      const CpuRun counted;
+      single = r->single_from > 0 && counted.in_flight >= r->single_from;
+      const py::object &run_model = single ? r->single_run : r->run;
+      const py::object &binding = single ? r->single_binding : r->binding;
+      ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), Py_None, nullptr);
+    }
     if (ok == nullptr) {
       py::error_already_set e;
       // The message's one home is the Python session's (runtime/session.py).
@@ -416,6 +447,7 @@ class RunTable {
     answer.wait_ns = waited - start;
     answer.infer_ns = inferred - waited;
     answer.total_ns = end - start;
+    answer.single = single;
     answer.traced = traced;
     answer.tag = tag;
     answer.target = target;
@@ -444,10 +476,19 @@ void bind_host_runs(py::module_ &mod) {
   py::class_<HostRunner, std::shared_ptr<HostRunner>>(mod, "HostRunner")
       .def(py::init<std::string, py::object, py::object, py::object,
                     std::shared_ptr<HostFence>, std::shared_ptr<HostFence>,
-                    std::vector<std::shared_ptr<HostMemory>>, std::shared_ptr<RunSeries>>(),
+                    std::vector<std::shared_ptr<HostMemory>>, std::shared_ptr<RunSeries>,
+                    py::object, py::object, int>(),
            py::arg("owner"), py::arg("run"), py::arg("binding"), py::arg("session"),
            py::arg("wait_fence"), py::arg("signal_fence"),
-           py::arg("unsealed"), py::arg("series"));
+           py::arg("unsealed"), py::arg("series"), py::arg("single_run") = py::none(),
+           py::arg("single_binding") = py::none(), py::arg("single_from") = 0);
+  mod.def(
+      "enter_cpu_run", [] { return cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1; },
+      "Counts a model run on the CPU in, for the Python path: the runs in flight, this one "
+      "included. Pair it with leave_cpu_run.");
+  mod.def(
+      "leave_cpu_run", [] { cpu_runs.fetch_sub(1, std::memory_order_relaxed); },
+      "Counts a model run on the CPU out.");
 #ifndef _WIN32
   py::class_<RunPage>(mod, "RunPage",
                       "A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.")

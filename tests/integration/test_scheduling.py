@@ -1,22 +1,28 @@
-"""Who runs at which priority in a real service (runtime/ort_options.py): while several
-renderer sessions run on the CPU of a machine of four CPUs or more, onnxruntime's intra-op pool
-threads at idle priority, so that renderers and the service's own threads never wait behind
-them; with one session, or on a smaller machine, every thread at normal priority."""
+"""Who runs at which priority, and on how many threads, in a real service
+(runtime/ort_options.py): while several renderer sessions run on the CPU of a machine of four
+CPUs or more, onnxruntime's intra-op pool threads at idle priority, so that renderers and the
+service's own threads never wait behind them; with one session, or on a smaller machine, every
+thread at normal priority. A run that starts while the service's runs in flight fill its CPUs
+takes the model's one-thread session, on both run paths."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
 from fenceline.client import IpcClient
+from fenceline.config import RUN_PATHS
 from tests.conftest import TEST_MODELS
 from tests.support.helpers import FrameSession, open_session
-from tests.support.service import Service
+from tests.support.service import Service, running
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
@@ -74,3 +80,77 @@ def test_pool_threads_yield_while_several_sessions_run_and_only_then(service: Se
     # Both connections closed: their sessions are released, and the pools are normal again.
     wait_until(lambda: policies(service.pid)[os.SCHED_IDLE] == 0,
                what="the pools at normal priority again")
+
+
+def status_row(service: Service, s: FrameSession) -> dict[str, Any]:
+    r = httpx.get(service.url + "/v2/interop/status", timeout=5)
+    return next(row for row in r.json()["sessions"] if s.session_id.startswith(row["id"]))
+
+
+@pytest.mark.parametrize("run_path", RUN_PATHS)
+def test_a_run_takes_one_thread_while_the_runs_in_flight_fill_the_cpus(
+    run_path: str, model_repo: Path, tmp_path: Path
+) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the model has no pool, so no one-thread session either")
+    with running(model_repo, tmp_path, "--run-path", run_path, cpus=2) as svc, \
+            IpcClient(svc.socket, name="one-thread-busy") as a, \
+            IpcClient(svc.socket, name="one-thread-small") as b:
+        busy = open_session(a, "add_720p", [1, 3, 720, 1280])
+        small = open_session(b, "add_64x64", [1, 3, 64, 64])
+        try:
+            # One run at a time: each has the service's two CPUs, and takes the pool.
+            frames(a, busy, 1)
+            frames(b, small, 1)
+            assert status_row(svc, busy)["single_thread_runs"] == 0
+            assert status_row(svc, small)["single_thread_runs"] == 0
+
+            # A renderer that keeps a 720p run in flight nearly all the time: a 64x64 run that
+            # starts beside it finds both CPUs taken, and runs on one thread.
+            stop, going, failed = threading.Event(), threading.Event(), []
+
+            def keep_busy() -> None:
+                busy.x[:] = 7  # written once: the loop keeps the service, not itself, busy
+                v = 6
+                try:
+                    while not stop.is_set():
+                        v += 1
+                        busy.wait.signal(v)
+                        assert a.run(busy.session_id, v).signal_value == v
+                        going.set()
+                except Exception as e:  # noqa: BLE001 - reported by the test's thread
+                    failed.append(e)
+                    going.set()
+
+            worker = threading.Thread(target=keep_busy, name="busy-renderer")
+            worker.start()
+            try:
+                assert going.wait(60), "the busy renderer's first frame"
+                # Batches of 20 frames until one of them ran on one thread: most do, but on a
+                # machine as small as the service's share, a batch may fall between the busy
+                # renderer's runs.
+                v = 5
+                for _ in range(50):
+                    for _ in range(20):
+                        v += 1
+                        small.x[:] = v
+                        small.wait.signal(v)
+                        assert b.run(small.session_id, v).signal_value == v
+                        assert np.all(small.y == v + 1)  # the one-thread session's binding too
+                    took = status_row(svc, small)["single_thread_runs"]
+                    if took:
+                        break
+            finally:
+                stop.set()
+                worker.join(60)
+            assert not failed, failed
+            assert np.all(busy.y == 8)
+            assert 0 < took <= v - 5
+
+            # Alone again: the count of runs in flight went back down, so the pool again.
+            frames(b, small, v + 1)
+            row = status_row(svc, small)
+            assert (row["single_thread_runs"], row["runs"]) == (took, v + 5)
+        finally:
+            small.close()
+            busy.close()

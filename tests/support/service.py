@@ -106,10 +106,12 @@ class Service:
 
 
 def start_service(
-    model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None
+    model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None,
+    cpus: int | None = None,
 ) -> Service:
     """``fd_limits``: the service starts with these (soft, hard) limits on open fds (None: this
-    process's)."""
+    process's). ``cpus``: it may run on the first ``cpus`` of this process's CPUs only (None:
+    all of them), as under ``taskset``."""
     port = free_port()
     sock = tmp / "fenceline.sock"
     log = tmp / "service.log"
@@ -119,7 +121,7 @@ def start_service(
             [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
              "--port", str(port), "--socket", str(sock), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=(lambda: _set_fd_limits(fd_limits)) if fd_limits else None,
+            preexec_fn=(lambda: _limit(fd_limits, cpus)) if fd_limits or cpus else None,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -131,10 +133,13 @@ def start_service(
     return Service(proc, url, sock, log)
 
 
-def _set_fd_limits(limits: tuple[int, int]) -> None:
+def _limit(fd_limits: tuple[int, int] | None, cpus: int | None) -> None:
     import resource
 
-    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    if fd_limits:
+        resource.setrlimit(resource.RLIMIT_NOFILE, fd_limits)
+    if cpus:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
 
 
 def wait_ready(proc: subprocess.Popen[Any], url: str, sock: Path, timeout_s: float = 60,
@@ -163,11 +168,12 @@ def stop_service(svc: Service) -> None:
 
 @contextlib.contextmanager
 def running(
-    model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None
+    model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None,
+    cpus: int | None = None,
 ) -> Iterator[Service]:
     """:func:`start_service` for a block, or for a fixture that yields inside it: the service
     stops when the block ends, and a block that ended normally finds no traceback in its log."""
-    svc = start_service(model_repo, tmp, *extra, fd_limits=fd_limits)
+    svc = start_service(model_repo, tmp, *extra, fd_limits=fd_limits, cpus=cpus)
     try:
         yield svc
     finally:

@@ -38,6 +38,38 @@ def test_the_pool_has_one_thread_per_usable_cpu(model_repo: Path) -> None:
     assert extra_threads(model, 2) == 1  # the caller and one pool thread
 
 
+SINGLE_PROBE = """
+import os, sys
+os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:int(sys.argv[2])]))
+from pathlib import Path
+from fenceline.runtime.models import Model, ModelSettings
+before = len(os.listdir("/proc/self/task"))
+m = Model("add_64x64", "1", Path(sys.argv[1]), ModelSettings(intra_op_threads=int(sys.argv[4])))
+m.load(service=sys.argv[3] == "service")
+print(len(os.listdir("/proc/self/task")) - before, m.single is not None, m.single_from)
+"""
+
+
+def single_session(model: Path, cpus: int, how: str, threads: int = 0) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", SINGLE_PROBE, str(model), str(cpus), how,
+                          str(threads)], capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.split()[-3:]
+
+
+def test_the_service_loads_a_one_thread_session_only_beside_a_pool_it_sized(
+    model_repo: Path,
+) -> None:
+    model = model_repo / "add_64x64" / "1" / "model.onnx"
+    assert single_session(model, 1, "service") == ["0", "False", "0"]  # no pool: nothing
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    # One pool thread, and a one-thread session that starts none, taken from 2 runs in flight.
+    assert single_session(model, 2, "service") == ["1", "True", "2"]
+    assert single_session(model, 2, "floor") == ["1", "False", "0"]  # a renderer's own load
+    assert single_session(model, 2, "service", threads=2) == ["1", "False", "0"]  # hand-set
+    assert ort_options.single_thread_from(0, "CUDAExecutionProvider") == 0
+
+
 def test_a_model_setting_wins_over_the_cpu_count() -> None:
     assert ort_options.intra_op_threads(3) == 3
     assert ort_options.intra_op_threads(0) == len(os.sched_getaffinity(0))
@@ -65,7 +97,7 @@ if sys.argv[2] == "mismatch":
         s = ort.InferenceSession(sys.argv[1], ort_options.cpu_session_options(2))
 else:
     m = Model("add_64x64", "1", Path(sys.argv[1]))  # kept: its pool lives as long as it does
-    m.load(track_pool=sys.argv[2] == "service")
+    m.load(service=sys.argv[2] == "service")
     pool = m.pool
 started = set(os.listdir("/proc/self/task")) - before
 def policies():

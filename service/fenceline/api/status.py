@@ -73,6 +73,7 @@ def _session_row(
         "model": s.model.name,
         "device": s.model.device,
         "runs": s.runs,
+        "single_thread_runs": s.single_thread_runs,
         "last_signal_value": s.last_signal_value,
         "wait_fence": fences.get(id(s.wait_fence), {"id": "", "value": None}),
         "signal_fence": fences.get(id(s.signal_fence), {"id": "", "value": None}),

@@ -39,6 +39,11 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
         self._bind(self._binding, "cpu", 0)
+        # The model's one-thread session, bound alike, for runs while the CPUs are full.
+        self._single_binding: Any = None
+        if model.single is not None:
+            self._single_binding = model.single.io_binding()
+            self._bind(self._single_binding, "cpu", 0)
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
 
     def run_natively(self, table: Any, key: bytes, owner: str, series: Any) -> None:
@@ -46,11 +51,16 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         ``owner``'s socket without the interpreter, as :meth:`run` would (docs/ipc.md, "The run
         path"); ``series`` records them (Metrics.run_series). Until :meth:`close`. The model is
         called as runtime/ort_binding.py says."""
-        assert self.model.session is not None
-        run, binding = ort_binding.native_entry(self.model.session, self._binding)
+        model = self.model
+        assert model.session is not None
+        run, binding = ort_binding.native_entry(model.session, self._binding)
+        single_run = single_binding = None
+        if model.single is not None:
+            single_run, single_binding = ort_binding.native_entry(model.single,
+                                                                  self._single_binding)
         runner = _native.HostRunner(
             owner, run, binding, self, self._wait_handle, self._signal_handle, self._unsealed,
-            series,
+            series, single_run, single_binding, model.single_from,
         )
         with self._lock:
             if self._closed:
@@ -107,20 +117,16 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             waited = time.perf_counter_ns()
             for handle in self._unsealed:
                 handle.check()
-            assert self.model.session is not None
             model_start = time.perf_counter_ns() if trace.active() else 0
-            try:
-                # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
-                self.model.session.run_with_iobinding(self._binding)
-            except Exception as e:  # onnxruntime's own error types
-                raise self.model_failed(e) from e
+            single = self._run_model()
             inferred = time.perf_counter_ns()
             self._check_lost()
             self._signal_handle.signal(target)
             end = time.perf_counter_ns()
             if model_start:
                 trace.mark_run(self.trace_tag, target, waited, model_start, inferred, end)
-            return self.record_run(end, target, waited - start, inferred - waited, end - start)
+            return self.record_run(end, target, waited - start, inferred - waited, end - start,
+                                   single)
 
     def infer(self) -> int:
         """Runs the model once over the bound views, now, and returns how long it took (ns).
@@ -130,15 +136,32 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 raise Conflict("the session is closed")
             for handle in self._unsealed:
                 handle.check()
-            assert self.model.session is not None
             t0 = time.perf_counter_ns()
-            try:
-                self.model.session.run_with_iobinding(self._binding)
-            except Exception as e:  # onnxruntime's own error types
-                raise self.model_failed(e) from e
+            if self._run_model():
+                self.single_thread_runs += 1
             self._check_lost()
             self.runs += 1
             return time.perf_counter_ns() - t0
+
+    def _run_model(self) -> bool:
+        """Runs the model over the bound views, on its one-thread session when the model runs
+        on the CPU in flight, this one included, fill the usable CPUs (runtime/ort_options.py,
+        ``single_thread_from``); returns whether it did. Raises ModelError."""
+        model = self.model
+        in_flight = _native.enter_cpu_run()
+        try:
+            # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
+            if model.single_from and in_flight >= model.single_from:
+                assert model.single is not None
+                model.single.run_with_iobinding(self._single_binding)
+                return True
+            assert model.session is not None
+            model.session.run_with_iobinding(self._binding)
+            return False
+        except Exception as e:  # onnxruntime's own error types
+            raise self.model_failed(e) from e
+        finally:
+            _native.leave_cpu_run()
 
     def _check_lost(self) -> None:
         """After a run: memory that shrank during it was replaced by zero pages (the native
@@ -160,6 +183,8 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 return
             self._closed = True
             self._unbind(self._binding)
+            if self._single_binding is not None:
+                self._unbind(self._single_binding)
             self.inputs, self.outputs = {}, {}
             self._unsealed = []
 

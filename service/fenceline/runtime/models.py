@@ -22,7 +22,12 @@ import onnxruntime as ort
 from fenceline.errors import FencelineError, InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import Datatype, from_ort
 from fenceline.runtime.model_config import ControlMode, ModelConfig
-from fenceline.runtime.ort_options import cpu_session_options, pool_threads, set_idle
+from fenceline.runtime.ort_options import (
+    cpu_session_options,
+    pool_threads,
+    set_idle,
+    single_thread_from,
+)
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -91,14 +96,19 @@ class Model:
     config: ModelConfig = field(default_factory=ModelConfig)
     versions: list[str] = field(default_factory=list)  # every loaded version of this name
     session: ort.InferenceSession | None = None
+    # The same model on one thread, beside ``session``, for a service's runs while the CPUs are
+    # full (runtime/ort_options.py, ``single_thread_from``); None where it has none.
+    single: ort.InferenceSession | None = None
+    single_from: int = 0  # the runs in flight from which a run takes it (0: never)
     inputs: dict[str, TensorSpec] = field(default_factory=dict)
     outputs: dict[str, TensorSpec] = field(default_factory=dict)
     pool: list[int] = field(default_factory=list, repr=False)  # its onnxruntime pool's threads
 
-    def load(self, *, track_pool: bool = False) -> None:
-        """``track_pool``: note the onnxruntime pool's threads (``pool``), as the service does
-        to change their priority (runtime/ort_options.py); the bench's floors load as a
-        renderer's own process would."""
+    def load(self, *, service: bool = False) -> None:
+        """``service``: load as the service does (runtime/ort_options.py): note the onnxruntime
+        pool's threads (``pool``) to change their priority, and load the one-thread session
+        (``single``) where the service sized the pool. The bench's floors load as a renderer's
+        own process would."""
         provider = PROVIDERS[self.settings.execution_provider]
         if provider not in ort.get_available_providers():
             raise Unsupported(
@@ -106,8 +116,13 @@ class Model:
             )
         so = cpu_session_options(self.settings.intra_op_threads)
         try:
-            with pool_threads(so.intra_op_num_threads if track_pool else 0) as tids:
+            with pool_threads(so.intra_op_num_threads if service else 0) as tids:
                 self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
+            self.single_from = (single_thread_from(self.settings.intra_op_threads, provider)
+                                if service else 0)
+            if self.single_from:
+                self.single = ort.InferenceSession(str(self.path), cpu_session_options(1),
+                                                   providers=[provider])
         except Exception as e:  # onnxruntime raises its own types for a bad file
             raise InvalidArgument(f"model {self.name!r} at {self.path} does not load: {e}") from e
         self.pool = tids
@@ -244,7 +259,7 @@ class ModelRepository:
             model = Model(name, "1", Path(self.sources[name]))
             if not model.path.is_file():
                 raise InvalidArgument(f"model {name!r}: no file at {model.path}")
-            model.load(track_pool=True)
+            model.load(service=True)
             return [model]
         model_dir = self.root / name if self.root is not None and "/" not in name else None
         if model_dir is None or name in (".", "..") or not model_dir.is_dir():
@@ -270,7 +285,7 @@ class ModelRepository:
         models = [Model(model_dir.name, v, model_dir / v / filename, settings, config, loaded)
                   for v in loaded]
         for m in models:
-            m.load(track_pool=True)
+            m.load(service=True)
         config.warn_ignored(model_dir.name)
         return models
 
@@ -278,7 +293,7 @@ class ModelRepository:
         """Loads one model file and serves it beside the others (tests, builtin models)."""
         if not model.path.is_file():
             raise InvalidArgument(f"model {model.name!r}: no file at {model.path}")
-        model.load(track_pool=True)
+        model.load(service=True)
         with self._lock:
             self._models.setdefault(model.name, {})[model.version] = model
             self._reasons.pop(model.name, None)

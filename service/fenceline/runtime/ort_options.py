@@ -17,6 +17,13 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   run always makes progress. With one session the pool keeps normal priority (idle, it ran a
   lone renderer's frames slower in three 16-core leases of four); on two CPUs its one thread
   would never find a free core (docs/benchmarks.md, "The eleventh session's runs").
+- One thread when the CPUs are full: beside the pool's session, the service loads a model whose
+  threads it sizes a second time at one thread (``single_thread_from``). A host session's run
+  that starts while the service's model runs on the CPU in flight, itself included, are as many
+  as the usable CPUs takes that one: every core has a run already, and a pool's threads would
+  only take turns with the other runs' (on 2 CPUs, 8 renderers at 720p: 1,867-1,912 us of CPU
+  a frame against 2,104-2,366 us with the pool, docs/benchmarks.md). Both run paths count the
+  runs in flight in one place (``_native.enter_cpu_run``).
 - A CUDA session's own onnxruntime session (one per renderer session, its nodes on the GPU)
   gets a CPU pool of one thread, the caller: a machine-sized pool for each would be threads
   by the hundred with nothing to do.
@@ -54,6 +61,17 @@ def cpu_session_options(configured_threads: int = 0) -> ort.SessionOptions:
     so.intra_op_num_threads = intra_op_threads(configured_threads)
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
+
+
+def single_thread_from(configured_threads: int, provider: str) -> int:
+    """The service's model runs on the CPU in flight, a run included, from which a run of this
+    model takes its one-thread session: one per usable CPU. 0 (never: the model has no such
+    session) where its threads are the model's own setting, it runs on the GPU, or its pool is
+    one thread anyway."""
+    if configured_threads > 0 or provider != "CPUExecutionProvider":
+        return 0
+    cpus = usable_cpus()
+    return cpus if cpus > 1 else 0
 
 
 def cuda_session_options() -> ort.SessionOptions:

@@ -51,6 +51,7 @@ class Session(Protocol):
     device_label: str  # the GPU's metrics label; "" for host sessions
     trace_tag: int  # its key in a trace (fenceline.trace.tag), set by the runtime
     runs: int
+    single_thread_runs: int  # of them, on the model's one-thread session
     last_signal_value: int
 
     @property
@@ -108,6 +109,7 @@ class SessionBase(Generic[B, F]):
         self.wait_fence = wait_fence
         self.signal_fence = signal_fence
         self.runs = 0
+        self.single_thread_runs = 0  # of them, on the model's one-thread session (host only)
         self.last_signal_value = 0
         self.stream: StreamControl | None = None  # set by the runtime for streaming sessions
         self.device_label = ""
@@ -134,11 +136,13 @@ class SessionBase(Generic[B, F]):
         raise NotImplementedError
 
     def record_run(self, end_ns: int, signal_value: int, wait_ns: int, infer_ns: int,
-                   total_ns: int) -> RunResult:
+                   total_ns: int, single_thread: bool = False) -> RunResult:
         """Counts a run that ended at ``end_ns`` (perf_counter_ns) having signalled
-        ``signal_value``: the one place the counters change, on every run path (the native
-        runner calls it too)."""
+        ``signal_value``, ``single_thread`` when the model ran on its one-thread session: the
+        one place the counters change, on every run path (the native runner calls it too)."""
         self.runs += 1
+        if single_thread:
+            self.single_thread_runs += 1
         self.last_signal_value = signal_value
         result = RunResult(signal_value, wait_ns, infer_ns, total_ns)
         self.recent.append((end_ns, result))
@@ -166,6 +170,7 @@ class SessionBase(Generic[B, F]):
             "outputs": {n: view_info(b) for n, b in self.outputs.items()},
             "output_devices": self.output_devices,
             "runs": self.runs,
+            "single_thread_runs": self.single_thread_runs,
             "last_signal_value": self.last_signal_value,
         }
         if self.stream is not None:
