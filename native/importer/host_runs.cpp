@@ -63,14 +63,10 @@ class HostRunner {
   HostRunner(std::string owner, py::object run, py::object binding, py::object session,
              std::shared_ptr<HostFence> wait,
              std::shared_ptr<HostFence> signal, std::vector<std::shared_ptr<HostMemory>> unsealed,
-             std::shared_ptr<RunSeries> series, py::object single_run, py::object single_binding,
-             int single_from)
+             std::shared_ptr<RunSeries> series)
       : owner(std::move(owner)),
         run(std::move(run)),
         binding(std::move(binding)),
-        single_run(std::move(single_run)),
-        single_binding(std::move(single_binding)),
-        single_from(this->single_run.is_none() ? 0 : single_from),
         session(std::move(session)),
         wait(std::move(wait)),
         signal(std::move(signal)),
@@ -81,16 +77,29 @@ class HostRunner {
   // onnxruntime's InferenceSession.run_with_iobinding of the C++ session, and the IOBinding's
   // C++ object: the Python wrapper's checks hold for a binding made by this session.
   py::object run, binding;
-  // The same for the model's one-thread session (None: it has none), and the runs on the CPU
-  // in flight, this one included, from which a run takes it (0: never).
-  py::object single_run, single_binding;
-  const int single_from;
+  // The same for the model's one-thread session (None: not bound), and the runs on the CPU in
+  // flight, this one included, from which a run takes it (0: never). Set by set_single.
+  py::object single_run = py::none(), single_binding = py::none();
+  int single_from = 0;
   py::object session;  // the HostSession: its counters (record_run) and failure texts
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
   std::shared_ptr<RunSeries> series;
   std::mutex mu;                     // held through a run; close() takes it
   bool closed = false;
+
+  // Binds the model's one-thread session (HostSession.use_single_thread), after a run in
+  // flight: the GIL is let go while it waits for one.
+  void set_single(py::object run_single, py::object binding_single, int from) {
+    std::unique_lock<std::mutex> hold(mu, std::defer_lock);
+    {
+      py::gil_scoped_release nogil;  // the run in flight needs the GIL to finish
+      hold.lock();
+    }
+    single_run = std::move(run_single);
+    single_binding = std::move(binding_single);
+    single_from = from;
+  }
 };
 
 // What serve_run did with a RUN: what the connection's loop does next.
@@ -476,12 +485,15 @@ void bind_host_runs(py::module_ &mod) {
   py::class_<HostRunner, std::shared_ptr<HostRunner>>(mod, "HostRunner")
       .def(py::init<std::string, py::object, py::object, py::object,
                     std::shared_ptr<HostFence>, std::shared_ptr<HostFence>,
-                    std::vector<std::shared_ptr<HostMemory>>, std::shared_ptr<RunSeries>,
-                    py::object, py::object, int>(),
+                    std::vector<std::shared_ptr<HostMemory>>, std::shared_ptr<RunSeries>>(),
            py::arg("owner"), py::arg("run"), py::arg("binding"), py::arg("session"),
            py::arg("wait_fence"), py::arg("signal_fence"),
-           py::arg("unsealed"), py::arg("series"), py::arg("single_run") = py::none(),
-           py::arg("single_binding") = py::none(), py::arg("single_from") = 0);
+           py::arg("unsealed"), py::arg("series"))
+      .def("set_single", &HostRunner::set_single, py::arg("run"), py::arg("binding"),
+           py::arg("single_from"),
+           "The model's one-thread session and its binding, taken by a run that starts while "
+           "the runs on the CPU in flight, itself included, are single_from or more; after a "
+           "run in flight.");
   mod.def(
       "enter_cpu_run", [] { return cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1; },
       "Counts a model run on the CPU in, for the Python path: the runs in flight, this one "

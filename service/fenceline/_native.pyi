@@ -375,8 +375,12 @@ class ReceiveSpin:
     def spinning(self) -> bool:
         ...
 class HostRunner:
-    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries, single_run: typing.Any = None, single_binding: typing.Any = None, single_from: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries) -> None:
         ...
+    def set_single(self, run: typing.Any, binding: typing.Any, single_from: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        The model's one-thread session and its binding, taken by a run that starts while the runs on the CPU in flight, itself included, are single_from or more; after a run in flight.
+        """
 class RunPage:
     """
     A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.

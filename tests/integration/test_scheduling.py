@@ -96,12 +96,24 @@ def test_a_run_takes_one_thread_while_the_runs_in_flight_fill_the_cpus(
     with running(model_repo, tmp_path, "--run-path", run_path, cpus=2) as svc, \
             IpcClient(svc.socket, name="one-thread-busy") as a, \
             IpcClient(svc.socket, name="one-thread-small") as b:
-        busy = open_session(a, "add_720p", [1, 3, 720, 1280])
+        loaded = "one-thread session loaded"
         small = open_session(b, "add_64x64", [1, 3, 64, 64])
+        opened = [small]
         try:
+            # One session on two CPUs: no one-thread session is loaded.
+            frames(b, small, 1)
+            assert loaded not in svc.log_text()
+            # Two: the sessions may fill the CPUs, so both models get one, and the session
+            # made first is bound to it too.
+            busy = open_session(a, "add_720p", [1, 3, 720, 1280])
+            opened.append(busy)
+            log = svc.log_text()
+            assert f"model add_64x64 version 1: {loaded}" in log, log
+            assert f"model add_720p version 1: {loaded}" in log, log
+            assert log.count(loaded) == 2, log  # the other models never got one
+
             # One run at a time: each has the service's two CPUs, and takes the pool.
             frames(a, busy, 1)
-            frames(b, small, 1)
             assert status_row(svc, busy)["single_thread_runs"] == 0
             assert status_row(svc, small)["single_thread_runs"] == 0
 
@@ -152,5 +164,5 @@ def test_a_run_takes_one_thread_while_the_runs_in_flight_fill_the_cpus(
             row = status_row(svc, small)
             assert (row["single_thread_runs"], row["runs"]) == (took, v + 5)
         finally:
-            small.close()
-            busy.close()
+            for s in opened:
+                s.close()

@@ -46,27 +46,31 @@ from fenceline.runtime.models import Model, ModelSettings
 before = len(os.listdir("/proc/self/task"))
 m = Model("add_64x64", "1", Path(sys.argv[1]), ModelSettings(intra_op_threads=int(sys.argv[4])))
 m.load(service=sys.argv[3] == "service")
-print(len(os.listdir("/proc/self/task")) - before, m.single is not None, m.single_from)
+loaded = m.single is not None
+m.load_single()
+print(len(os.listdir("/proc/self/task")) - before, loaded, m.single is not None, m.single_from)
 """
 
 
 def single_session(model: Path, cpus: int, how: str, threads: int = 0) -> list[str]:
     out = subprocess.run([sys.executable, "-c", SINGLE_PROBE, str(model), str(cpus), how,
                           str(threads)], capture_output=True, text=True, timeout=120, check=True)
-    return out.stdout.split()[-3:]
+    return out.stdout.split()[-4:]
 
 
-def test_the_service_loads_a_one_thread_session_only_beside_a_pool_it_sized(
+def test_a_one_thread_session_only_beside_a_pool_the_service_sized_and_when_asked(
     model_repo: Path,
 ) -> None:
+    # (threads started, one-thread session after the load, after load_single, single_from)
     model = model_repo / "add_64x64" / "1" / "model.onnx"
-    assert single_session(model, 1, "service") == ["0", "False", "0"]  # no pool: nothing
+    assert single_session(model, 1, "service") == ["0", "False", "False", "0"]  # no pool
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
-    # One pool thread, and a one-thread session that starts none, taken from 2 runs in flight.
-    assert single_session(model, 2, "service") == ["1", "True", "2"]
-    assert single_session(model, 2, "floor") == ["1", "False", "0"]  # a renderer's own load
-    assert single_session(model, 2, "service", threads=2) == ["1", "False", "0"]  # hand-set
+    # One pool thread; the one-thread session only when asked for, starting no thread, and
+    # taken from 2 runs in flight.
+    assert single_session(model, 2, "service") == ["1", "False", "True", "2"]
+    assert single_session(model, 2, "floor") == ["1", "False", "False", "0"]  # a renderer's
+    assert single_session(model, 2, "service", threads=2) == ["1", "False", "False", "0"]
     assert ort_options.single_thread_from(0, "CUDAExecutionProvider") == 0
 
 

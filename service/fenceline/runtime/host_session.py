@@ -39,34 +39,53 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
         self._bind(self._binding, "cpu", 0)
-        # The model's one-thread session, bound alike, for runs while the CPUs are full.
+        # The model's one-thread session and its binding, once use_single_thread bound them.
+        self._single: Any = None
         self._single_binding: Any = None
-        if model.single is not None:
-            self._single_binding = model.single.io_binding()
-            self._bind(self._single_binding, "cpu", 0)
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
+        self._runner: Any = None  # the _native.HostRunner, once run_natively
 
     def run_natively(self, table: Any, key: bytes, owner: str, series: Any) -> None:
         """Lets ``table`` (a ``_native.RunTable``) serve this session's RUN frames from
         ``owner``'s socket without the interpreter, as :meth:`run` would (docs/ipc.md, "The run
         path"); ``series`` records them (Metrics.run_series). Until :meth:`close`. The model is
         called as runtime/ort_binding.py says."""
-        model = self.model
-        assert model.session is not None
-        run, binding = ort_binding.native_entry(model.session, self._binding)
-        single_run = single_binding = None
-        if model.single is not None:
-            single_run, single_binding = ort_binding.native_entry(model.single,
-                                                                  self._single_binding)
-        runner = _native.HostRunner(
-            owner, run, binding, self, self._wait_handle, self._signal_handle, self._unsealed,
-            series, single_run, single_binding, model.single_from,
-        )
+        assert self.model.session is not None
+        run, binding = ort_binding.native_entry(self.model.session, self._binding)
         with self._lock:
             if self._closed:
                 return
+            runner = _native.HostRunner(
+                owner, run, binding, self, self._wait_handle, self._signal_handle,
+                self._unsealed, series,
+            )
+            if self._single is not None:
+                runner.set_single(*ort_binding.native_entry(self._single, self._single_binding),
+                                  self.model.single_from)
             table.add(key, runner)
             self._native = (table, key)
+            self._runner = runner
+
+    def use_single_thread(self) -> None:
+        """Binds the model's one-thread session too (loaded on the model's first call): from
+        now on a run that starts while the service's model runs in flight fill its CPUs takes
+        it (runtime/ort_options.py). The runtime calls this, outside its table lock, once the
+        service has as many sessions on the CPU as CPUs. Does nothing where the model has no
+        such session, or the second time."""
+        if self._single_binding is not None:
+            return
+        single = self.model.load_single()
+        if single is None:
+            return
+        with self._lock:
+            if self._closed or self._single_binding is not None:
+                return
+            binding = single.io_binding()
+            self._bind(binding, "cpu", 0)
+            self._single, self._single_binding = single, binding
+            if self._runner is not None:  # waits for a native run in flight
+                self._runner.set_single(*ort_binding.native_entry(single, binding),
+                                        self.model.single_from)
 
     @property
     def output_devices(self) -> dict[str, str]:
@@ -151,9 +170,9 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         in_flight = _native.enter_cpu_run()
         try:
             # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
-            if model.single_from and in_flight >= model.single_from:
-                assert model.single is not None
-                model.single.run_with_iobinding(self._single_binding)
+            single = self._single_binding
+            if single is not None and in_flight >= model.single_from:
+                self._single.run_with_iobinding(single)
                 return True
             assert model.session is not None
             model.session.run_with_iobinding(self._binding)
@@ -185,6 +204,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             self._unbind(self._binding)
             if self._single_binding is not None:
                 self._unbind(self._single_binding)
+            self._runner = None
             self.inputs, self.outputs = {}, {}
             self._unsealed = []
 

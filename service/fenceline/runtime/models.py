@@ -97,18 +97,20 @@ class Model:
     versions: list[str] = field(default_factory=list)  # every loaded version of this name
     session: ort.InferenceSession | None = None
     # The same model on one thread, beside ``session``, for a service's runs while the CPUs are
-    # full (runtime/ort_options.py, ``single_thread_from``); None where it has none.
+    # full (runtime/ort_options.py, ``single_thread_from``): loaded by ``load_single``, once
+    # the service has as many sessions on the CPU as CPUs; None until then, or where it has none.
     single: ort.InferenceSession | None = None
     single_from: int = 0  # the runs in flight from which a run takes it (0: never)
+    _single_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                         compare=False)
     inputs: dict[str, TensorSpec] = field(default_factory=dict)
     outputs: dict[str, TensorSpec] = field(default_factory=dict)
     pool: list[int] = field(default_factory=list, repr=False)  # its onnxruntime pool's threads
 
     def load(self, *, service: bool = False) -> None:
         """``service``: load as the service does (runtime/ort_options.py): note the onnxruntime
-        pool's threads (``pool``) to change their priority, and load the one-thread session
-        (``single``) where the service sized the pool. The bench's floors load as a renderer's
-        own process would."""
+        pool's threads (``pool``) to change their priority, and whether it may have a one-thread
+        session (``single_from``). The bench's floors load as a renderer's own process would."""
         provider = PROVIDERS[self.settings.execution_provider]
         if provider not in ort.get_available_providers():
             raise Unsupported(
@@ -118,17 +120,34 @@ class Model:
         try:
             with pool_threads(so.intra_op_num_threads if service else 0) as tids:
                 self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
-            self.single_from = (single_thread_from(self.settings.intra_op_threads, provider)
-                                if service else 0)
-            if self.single_from:
-                self.single = ort.InferenceSession(str(self.path), cpu_session_options(1),
-                                                   providers=[provider])
         except Exception as e:  # onnxruntime raises its own types for a bad file
             raise InvalidArgument(f"model {self.name!r} at {self.path} does not load: {e}") from e
         self.pool = tids
+        self.single_from = (single_thread_from(self.settings.intra_op_threads, provider)
+                            if service else 0)
         self.inputs = {a.name: _spec(a) for a in self.session.get_inputs()}
         self.outputs = {a.name: _spec(a) for a in self.session.get_outputs()}
         self.config.check(self.name, self.inputs, self.outputs)
+
+    def load_single(self) -> ort.InferenceSession | None:
+        """The one-thread session, loaded on the first call; None where the model has none. A
+        load that fails (the file changed since) is logged, and the model keeps its pool."""
+        if not self.single_from:
+            return None
+        with self._single_lock:
+            if self.single is None and self.single_from:
+                provider = PROVIDERS[self.settings.execution_provider]
+                try:
+                    self.single = ort.InferenceSession(str(self.path), cpu_session_options(1),
+                                                       providers=[provider])
+                except Exception as e:  # onnxruntime raises its own types for a bad file
+                    log.warning("model %s version %s keeps its pool for every run: its "
+                                "one-thread session does not load: %s", self.name, self.version, e)
+                    self.single_from = 0
+                    return None
+                log.info("model %s version %s: one-thread session loaded, for runs while the "
+                         "CPUs are full", self.name, self.version)
+            return self.single
 
     def check_bindings(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Every model tensor bound, nothing else, each with the model's datatype and shape."""

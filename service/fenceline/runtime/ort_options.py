@@ -17,8 +17,10 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   run always makes progress. With one session the pool keeps normal priority (idle, it ran a
   lone renderer's frames slower in three 16-core leases of four); on two CPUs its one thread
   would never find a free core (docs/benchmarks.md, "The eleventh session's runs").
-- One thread when the CPUs are full: beside the pool's session, the service loads a model whose
-  threads it sizes a second time at one thread (``single_thread_from``). A host session's run
+- One thread when the CPUs are full: once the service has as many host sessions as usable CPUs,
+  it loads the models of those sessions whose threads it sizes a second time, at one thread
+  (``single_thread_from``, ``Model.load_single``), and binds every host session to it beside
+  the pool's session (``HostSession.use_single_thread``). A host session's run
   that starts while the service's model runs on the CPU in flight, itself included, are as many
   as the usable CPUs takes that one: every core has a run already, and a pool's threads would
   only take turns with the other runs' (on 2 CPUs, 8 renderers at 720p: 1,867-1,912 us of CPU

@@ -44,7 +44,7 @@ from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
 from fenceline.runtime.models import Model, ModelRepository
-from fenceline.runtime.ort_options import pool_yields
+from fenceline.runtime.ort_options import pool_yields, usable_cpus
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
@@ -378,6 +378,7 @@ class Runtime:
                 for user in holders:
                     user.users.discard(sid)
             raise
+        full: list[Session] = []
         with self._lock:
             del self._pending[sid]
             del self._pending_models[sid]
@@ -391,9 +392,12 @@ class Runtime:
                 if stream is not None:
                     self.streams[sid] = stream
                 self._set_pool_priority()
+                full = self._on_cpu_when_full()
         if shutting_down:
             session.close()
             raise Unavailable("the service is shutting down")
+        for s in full:  # may load a model's one-thread session: outside the table lock
+            s.use_single_thread()
         if stream is not None:
             stream.label, stream.owner = entry.id[:8], owner
         self.metrics.sessions.labels(m.name).inc()
@@ -413,6 +417,13 @@ class Runtime:
         session count is the one that holds."""
         on_cpu = sum(1 for e in self.sessions.entries.values() if not e.obj.device_label)
         self.models.set_pool_idle(pool_yields(on_cpu))
+
+    def _on_cpu_when_full(self) -> list[Session]:
+        """The sessions on the CPU once they are as many as the CPUs the service may use (their
+        runs may then fill the CPUs: runtime/ort_options.py), else none. Called with the table
+        lock held."""
+        on_cpu = [e.obj for e in self.sessions.entries.values() if not e.obj.device_label]
+        return on_cpu if len(on_cpu) >= usable_cpus() else []
 
     def _sessions_on(self, label: str) -> int:
         built = sum(

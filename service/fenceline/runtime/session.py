@@ -84,6 +84,11 @@ class Session(Protocol):
         implementation has a queue (host sessions always run to completion)."""
         ...
 
+    def use_single_thread(self) -> None:
+        """Lets a run take the model's one-thread session while the CPUs are full (host
+        sessions: runtime/ort_options.py); nothing elsewhere."""
+        ...
+
     def close(self) -> None: ...
 
     def describe(self) -> dict[str, Any]: ...
@@ -125,6 +130,9 @@ class SessionBase(Generic[B, F]):
             binding.bind_input(name, device, ordinal, b.datatype.numpy, b.shape, b.address)
         for name, b in self.outputs.items():
             binding.bind_output(name, device, ordinal, b.datatype.numpy, b.shape, b.address)
+
+    def use_single_thread(self) -> None:
+        """Nothing, but for host sessions (HostSession.use_single_thread)."""
 
     @staticmethod
     def _unbind(binding: Any) -> None:
