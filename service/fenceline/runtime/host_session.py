@@ -3,6 +3,7 @@ outputs alike, between two host_timeline fences waited and signalled on the CPU.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -17,6 +18,8 @@ from fenceline.runtime import ort_binding
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import AdaptiveSpin, Cancel
+
+log = logging.getLogger("fenceline.runtime")
 
 
 class HostSession(SessionBase[TensorBinding, FenceImport]):
@@ -81,7 +84,12 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             if self._closed or self._single_binding is not None:
                 return
             binding = single.io_binding()
-            self._bind(binding, "cpu", 0)
+            try:
+                self._bind(binding, "cpu", 0)
+            except Exception as e:  # onnxruntime's own error types: the pool runs every run
+                log.warning("a session of model %s keeps its pool for every run: %s",
+                            self.model.name, e)
+                return
             self._single, self._single_binding = single, binding
             if self._runner is not None:  # waits for a native run in flight
                 self._runner.set_single(*ort_binding.native_entry(single, binding),
