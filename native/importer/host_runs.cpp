@@ -46,11 +46,13 @@ using Key = std::array<std::uint8_t, FL_WIRE_SESSION_ID_BYTES>;
 // run paths (enter_cpu_run / leave_cpu_run): a run that finds them filling the CPUs runs on one
 // thread (fenceline.runtime.ort_options, "One thread when the CPUs are full").
 std::atomic<int> cpu_runs{0};
+int enter_cpu_run() { return cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1; }
+void leave_cpu_run() { cpu_runs.fetch_sub(1, std::memory_order_relaxed); }
 
 // Counts a run in for as long as it lives; `in_flight` includes it.
 struct CpuRun {
-  CpuRun() : in_flight(cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1) {}
-  ~CpuRun() { cpu_runs.fetch_sub(1, std::memory_order_relaxed); }
+  CpuRun() : in_flight(enter_cpu_run()) {}
+  ~CpuRun() { leave_cpu_run(); }
   CpuRun(const CpuRun &) = delete;
   CpuRun &operator=(const CpuRun &) = delete;
   const int in_flight;
@@ -494,13 +496,10 @@ void bind_host_runs(py::module_ &mod) {
            "The model's one-thread session and its binding, taken by a run that starts while "
            "the runs on the CPU in flight, itself included, are single_from or more; after a "
            "run in flight.");
-  mod.def(
-      "enter_cpu_run", [] { return cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1; },
-      "Counts a model run on the CPU in, for the Python path: the runs in flight, this one "
-      "included. Pair it with leave_cpu_run.");
-  mod.def(
-      "leave_cpu_run", [] { cpu_runs.fetch_sub(1, std::memory_order_relaxed); },
-      "Counts a model run on the CPU out.");
+  mod.def("enter_cpu_run", &enter_cpu_run,
+          "Counts a model run on the CPU in, for the Python path: the runs in flight, this one "
+          "included. Pair it with leave_cpu_run.");
+  mod.def("leave_cpu_run", &leave_cpu_run, "Counts a model run on the CPU out.");
 #ifndef _WIN32
   py::class_<RunPage>(mod, "RunPage",
                       "A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.")

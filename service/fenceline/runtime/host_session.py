@@ -42,8 +42,8 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         self._signal_handle = signal_fence.handle
         self._binding = model.session.io_binding()
         self._bind(self._binding, "cpu", 0)
-        # The model's one-thread session and its binding, once use_single_thread bound them.
-        self._single: Any = None
+        # The binding to the model's one-thread session (Model.single), once use_single_thread
+        # made it.
         self._single_binding: Any = None
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
         self._runner: Any = None  # the _native.HostRunner, once run_natively
@@ -62,9 +62,11 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 owner, run, binding, self, self._wait_handle, self._signal_handle,
                 self._unsealed, series,
             )
-            if self._single is not None:
-                runner.set_single(*ort_binding.native_entry(self._single, self._single_binding),
-                                  self.model.single_from)
+            if self._single_binding is not None:
+                runner.set_single(
+                    *ort_binding.native_entry(self.model.single, self._single_binding),
+                    self.model.single_from,
+                )
             table.add(key, runner)
             self._native = (table, key)
             self._runner = runner
@@ -90,7 +92,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 log.warning("a session of model %s keeps its pool for every run: %s",
                             self.model.name, e)
                 return
-            self._single, self._single_binding = single, binding
+            self._single_binding = binding
             if self._runner is not None:  # waits for a native run in flight
                 self._runner.set_single(*ort_binding.native_entry(single, binding),
                                         self.model.single_from)
@@ -180,7 +182,8 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
             single = self._single_binding
             if single is not None and in_flight >= model.single_from:
-                self._single.run_with_iobinding(single)
+                assert model.single is not None  # loaded before any binding to it
+                model.single.run_with_iobinding(single)
                 return True
             assert model.session is not None
             model.session.run_with_iobinding(self._binding)
