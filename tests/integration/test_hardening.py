@@ -124,11 +124,13 @@ def test_an_abandoned_fence_fails_runs_with_device_lost(start: Start) -> None:
 
 
 def made_by_another_process(name: str, service_pid: int) -> bool:
-    """A /dev/shm object that a client made (``fenceline-<kind>-<pid>-<token>``) in a process
-    other than this test and the service: tests of other suites may run beside this one."""
-    parts = name.split("-")
-    return (len(parts) == 4 and parts[0] == "fenceline" and parts[2].isdigit()
-            and int(parts[2]) not in (os.getpid(), service_pid))
+    """A /dev/shm object named by a process other than this test and the service: fenceline's
+    clients put their pid in the name (``fenceline-<kind>-<pid>-<token>``), and so do other
+    suites' tests (``fenceline-mu-<user>-<pid>-frame``), which may run beside this one."""
+    if not name.startswith("fenceline-"):
+        return False
+    pids = {int(p) for p in name.split("-")[1:] if p.isdigit()}
+    return bool(pids) and not pids & {os.getpid(), service_pid}
 
 
 def test_sigterm_fails_waiting_runs_and_exits_cleanly(start: Start) -> None:
