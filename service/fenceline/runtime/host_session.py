@@ -63,10 +63,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 self._unsealed, series,
             )
             if self._single_binding is not None:
-                runner.set_single(
-                    *ort_binding.native_entry(self.model.single, self._single_binding),
-                    self.model.single_from,
-                )
+                self._hand_single(runner)
             table.add(key, runner)
             self._native = (table, key)
             self._runner = runner
@@ -94,8 +91,12 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 return
             self._single_binding = binding
             if self._runner is not None:  # waits for a native run in flight
-                self._runner.set_single(*ort_binding.native_entry(single, binding),
-                                        self.model.single_from)
+                self._hand_single(self._runner)
+
+    def _hand_single(self, runner: Any) -> None:
+        """Gives the native runner the model's one-thread session and its binding."""
+        runner.set_single(*ort_binding.native_entry(self.model.single, self._single_binding),
+                          self.model.single_from)
 
     @property
     def output_devices(self) -> dict[str, str]:
