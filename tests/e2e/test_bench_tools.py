@@ -137,6 +137,16 @@ def test_handoff_measurements_report_latency_and_cpu(service: Service) -> None:
                   transport="ipc") == runs + 220
 
 
+def test_a_streaming_row_is_timed_only_once_both_sides_waits_have_settled(
+        service: Service) -> None:
+    # Ten frames after one frame of warmup: the warmup still lasts two periods of the adaptive
+    # waits' exploration windows, however fast the frames come.
+    t0 = time.monotonic_ns()
+    h = bench.measure_streaming(service.socket, frames=10, warmup=1)
+    assert time.monotonic_ns() - t0 >= bench.SETTLE_NS
+    assert h.summary()["frames"] == 10
+
+
 DIGEST_CPU_S = 0.2
 
 

@@ -39,6 +39,7 @@ from fenceline.bench.floors import (
     run_floor,
 )
 from fenceline.client import Fence, IpcClient, SharedFrame, View
+from fenceline.waiting import WINDOW_SHIFT, WINDOWS_PER_PERIOD
 
 SHAPE_64 = (1, 3, 64, 64)
 CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -171,21 +172,31 @@ def measure_request_per_frame(socket_path: Path | str, model: str = "add_64x64",
     return Handoff("request-per-frame IPC", lat, c, s)
 
 
+# Both sides' adaptive waits decide at the end of their exploration windows, one period apart
+# (fenceline.waiting): a stream's first frames show how a new session settles, not what a frame
+# costs, so its warmup lasts two periods at least (67 ms), however fast the frames come.
+SETTLE_NS = (2 * WINDOWS_PER_PERIOD) << WINDOW_SHIFT
+
+
 def measure_streaming(socket_path: Path | str, model: str = "add_64x64",
                       shape: tuple[int, ...] = SHAPE_64, frames: int = 20_000,
                       warmup: int = 500, spin_us: int | None = None) -> Handoff:
     """A streaming session: signal the input fence, wait on the output fence; no message.
     ``spin_us=0`` blocks on both sides; None lets both sides spin adaptively (the service's
-    default budget, 100 us on the renderer's side)."""
+    default budget, 100 us on the renderer's side). The warmup is ``warmup`` frames and
+    ``SETTLE_NS`` at least."""
     client_spin = 100_000 if spin_us is None else spin_us * 1000
     name = "streaming, blocking waits" if spin_us == 0 else "streaming, adaptive waits"
     with _renderer(socket_path, model, shape, client_spin, mode="streaming", policy="every",
                    spin_us=spin_us) as (client, sid, fin, fout, _x):
         clock, signal, wait = time.perf_counter_ns, fin.signal, fout.wait
-        for n in range(1, warmup + 1):
+        settled, n = clock() + SETTLE_NS, 0
+        while n < warmup or clock() < settled:
+            n += 1
             signal(n)
             if not wait(n, 10.0):
                 raise RuntimeError(f"frame {n} did not come back (fence status {fout.status})")
+        warmup = n
         lat = []
         cpu = _CpuMeter(client.server_pid)
         for n in range(warmup + 1, warmup + frames + 1):
