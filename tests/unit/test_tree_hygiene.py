@@ -33,11 +33,12 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def _anchors(text: str) -> set[str]:
-    """The fragments of a Markdown file's headings, as GitHub makes them: lower case, spaces to
-    hyphens, other punctuation dropped, a repeated heading numbered from -1."""
+    """The fragments of a Markdown text's headings (code blocks left out), as GitHub makes them:
+    lower case, spaces to hyphens, other punctuation dropped, a repeated heading numbered from
+    -1."""
     seen: dict[str, int] = {}
     out = set()
-    for heading in HEADING.findall(FENCE.sub("", text)):
+    for heading in HEADING.findall(text):
         slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
         n = seen.get(slug, -1) + 1
         seen[slug] = n
@@ -46,11 +47,12 @@ def _anchors(text: str) -> set[str]:
 
 
 def test_every_relative_markdown_link_reaches_its_file_and_heading() -> None:
-    docs = [p for p in _tracked() if p.suffix == ".md" and p.is_file()]
-    anchors = {p.resolve(): _anchors(p.read_text(encoding="utf-8")) for p in docs}
+    texts = {p.resolve(): FENCE.sub("", p.read_text(encoding="utf-8"))
+             for p in _tracked() if p.suffix == ".md" and p.is_file()}
+    anchors = {p: _anchors(text) for p, text in texts.items()}
     broken = []
-    for doc in docs:
-        for link in LINK.findall(FENCE.sub("", doc.read_text(encoding="utf-8"))):
+    for doc, text in texts.items():
+        for link in LINK.findall(text):
             if re.match(r"[a-z][a-z0-9+.-]*:", link):  # http:, https:, mailto: ...
                 continue
             target, _, fragment = link.partition("#")
