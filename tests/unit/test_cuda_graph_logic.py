@@ -1,13 +1,18 @@
 """How a CUDA session decides to run its model as a CUDA graph (runtime/cuda_session.py,
-capture_graph), at its seam: a stream that captures or refuses, a run that enqueues or fails.
+capture_graph), at its seam: a stream that captures or refuses, a run that enqueues or fails;
+and how it refuses an onnxruntime session that fell back to the CPU (require_cuda_provider).
 The capture itself needs a GPU (tests/gpu/test_gpu.py runs it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from fenceline.errors import Unsupported
-from fenceline.runtime.cuda_session import capture_graph
+import onnxruntime as ort
+import pytest
+
+from fenceline.errors import ModelError, Unsupported
+from fenceline.runtime.cuda_session import capture_graph, require_cuda_provider
 
 
 @dataclass
@@ -70,3 +75,15 @@ def test_a_spoiled_capture_is_refused() -> None:
 def test_an_empty_graph_is_refused() -> None:
     graph, why = capture_graph(Stream(nodes=0), lambda: None)
     assert graph is None and why == "the model's run enqueued nothing on the stream"
+
+
+def test_a_session_onnxruntime_put_on_the_cpu_is_refused_with_what_it_gave(
+    model_repo: Path,
+) -> None:
+    # What onnxruntime hands back when its CUDA provider does not start: a session on its CPU
+    # provider (a real one here; tests/gpu makes CUDA sessions that pass the same check).
+    session = ort.InferenceSession(str(model_repo / "add_64x64" / "1" / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    with pytest.raises(ModelError) as e:
+        require_cuda_provider(session, "add_64x64")
+    assert "'add_64x64'" in str(e.value) and "CPUExecutionProvider" in str(e.value)

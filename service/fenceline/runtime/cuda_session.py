@@ -94,6 +94,20 @@ def capture_graph(stream: GraphStream, run: Callable[[], object]) -> tuple[Any, 
     return graph, ""
 
 
+def require_cuda_provider(session: Any, model_name: str) -> None:
+    """Raises ModelError unless ``session`` (an onnxruntime InferenceSession) runs on CUDA.
+    onnxruntime falls back to its CPU provider, with a warning in its log only, when the CUDA
+    provider it was asked for does not start (a missing CUDA or cuDNN library, an
+    onnxruntime-gpu built for another CUDA); such a session would fail at its first run, on
+    device pointers it cannot read. Said at create instead, with what onnxruntime gave."""
+    got = list(session.get_providers())
+    if not got or got[0] != "CUDAExecutionProvider":
+        raise ModelError(
+            f"model {model_name!r}: onnxruntime did not start its CUDA provider (it gave "
+            f"{', '.join(got) or 'no provider'}); onnxruntime's log says why, often a CUDA or "
+            "cuDNN library it could not load")
+
+
 def gpu_session_device(
     inputs: dict[str, CudaTensorBinding],
     outputs: dict[str, CudaTensorBinding],
@@ -183,6 +197,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             )
         except Exception as e:  # onnxruntime's own error types
             raise ModelError(f"model {model.name!r} does not load on CUDA: {e}") from e
+        require_cuda_provider(self._ort, model.name)
         self._binding = self._ort.io_binding()
         self._bind(self._binding, "cuda", device.ordinal)
         # One RunOptions for every run: the stream is never synchronized at the end of a run.
