@@ -24,6 +24,7 @@
 #include "../common/fenceline_wire_io.h"
 #include "../common/host_timeline.h"
 #include "adaptive_spin.h"
+#include "cpu_runs.h"
 #include "errors.h"
 #include "py_errors.h"
 #include "host_fence.h"
@@ -41,22 +42,6 @@ namespace fl {
 namespace {
 
 using Key = std::array<std::uint8_t, FL_WIRE_SESSION_ID_BYTES>;
-
-// The models running on the CPU now, counted across every host session of the process and both
-// run paths (enter_cpu_run / leave_cpu_run): a run that finds them filling the CPUs runs on one
-// thread (fenceline.runtime.ort_options, "One thread when the CPUs are full").
-std::atomic<int> cpu_runs{0};
-int enter_cpu_run() { return cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1; }
-void leave_cpu_run() { cpu_runs.fetch_sub(1, std::memory_order_relaxed); }
-
-// Counts a run in for as long as it lives; `in_flight` includes it.
-struct CpuRun {
-  CpuRun() : in_flight(enter_cpu_run()) {}
-  ~CpuRun() { leave_cpu_run(); }
-  CpuRun(const CpuRun &) = delete;
-  CpuRun &operator=(const CpuRun &) = delete;
-  const int in_flight;
-};
 
 // What the Python path's HostSession holds for a run, handed over once when the session is
 // made (fenceline.runtime.host_session.HostSession.run_natively).
@@ -80,9 +65,11 @@ class HostRunner {
   // C++ object: the Python wrapper's checks hold for a binding made by this session.
   py::object run, binding;
   // The same for the model's one-thread session (None: not bound), and the runs on the CPU in
-  // flight, this one included, from which a run takes it (0: never). Set by set_single.
+  // flight, this one included, from which a run takes it (0: never), or takes the large
+  // frames' turn instead (cpu_runs.h) if its frame, `frame_bytes`, is large. Set by set_single.
   py::object single_run = py::none(), single_binding = py::none();
   int single_from = 0;
+  std::int64_t frame_bytes = 0;
   py::object session;  // the HostSession: its counters (record_run) and failure texts
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
@@ -92,7 +79,8 @@ class HostRunner {
 
   // Binds the model's one-thread session (HostSession.use_single_thread), after a run in
   // flight: the GIL is let go while it waits for one.
-  void set_single(py::object run_single, py::object binding_single, int from) {
+  void set_single(py::object run_single, py::object binding_single, int from,
+                  std::int64_t bytes) {
     std::unique_lock<std::mutex> hold(mu, std::defer_lock);
     {
       py::gil_scoped_release nogil;  // the run in flight needs the GIL to finish
@@ -101,6 +89,7 @@ class HostRunner {
     single_run = std::move(run_single);
     single_binding = std::move(binding_single);
     single_from = from;
+    frame_bytes = bytes;
   }
 };
 
@@ -241,6 +230,7 @@ class RunTable {
       bool on_page = false;
       const std::int64_t t0 = fl_htl_now_ns();
       std::int64_t budget = spin.budget_ns(t0);
+      const std::int64_t kept = take_turn_kept_until() - t0;
       // What is there already is taken with the GIL held (as recv_message does).
       if (page != nullptr && page->take(posted)) {
         on_page = true;
@@ -254,8 +244,13 @@ class RunTable {
             return w->first->take(*w->second);
           };
           std::pair<RunPage *, FlRunPageRun *> w{page, &posted};
-          on_page = wait_page(fd, gate, spin, budget, pidfd, &page->page()->service_sleeping,
-                              news, &w, m);
+          // The large frames' turn kept for this session (cpu_runs.h): its next RUN is looked
+          // for with the core given to any thread that wants it (the renderer, on a full
+          // machine, sending that RUN), not slept for, so no core idles meanwhile.
+          const int got = kept > 0 ? spin_page(fd, kept, news, &w, m, true) : -1;
+          on_page = got >= 0 ? got == 1
+                             : wait_page(fd, gate, spin, budget, pidfd,
+                                         &page->page()->service_sleeping, news, &w, m);
         }
       }
       const std::int64_t received = fl_htl_now_ns();
@@ -421,8 +416,8 @@ class RunTable {
     PyObject *ok;
     bool single;
     {
-      const CpuRun counted;
-      single = r->single_from > 0 && counted.in_flight >= r->single_from;
+      const CpuRun counted(r.get(), r->frame_bytes, r->single_from);
+      single = !counted.turn && r->single_from > 0 && counted.in_flight >= r->single_from;
       const py::object &run_model = single ? r->single_run : r->run;
       const py::object &binding = single ? r->single_binding : r->binding;
       ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), Py_None, nullptr);
@@ -492,14 +487,11 @@ void bind_host_runs(py::module_ &mod) {
            py::arg("wait_fence"), py::arg("signal_fence"),
            py::arg("unsealed"), py::arg("series"))
       .def("set_single", &HostRunner::set_single, py::arg("run"), py::arg("binding"),
-           py::arg("single_from"),
+           py::arg("single_from"), py::arg("frame_bytes"),
            "The model's one-thread session and its binding, taken by a run that starts while "
-           "the runs on the CPU in flight, itself included, are single_from or more; after a "
+           "the runs on the CPU in flight, itself included, are single_from or more, unless "
+           "its frame (frame_bytes) is large: it then takes the large frames' turn; after a "
            "run in flight.");
-  mod.def("enter_cpu_run", &enter_cpu_run,
-          "Counts a model run on the CPU in, for the Python path: the runs in flight, this one "
-          "included. Pair it with leave_cpu_run.");
-  mod.def("leave_cpu_run", &leave_cpu_run, "Counts a model run on the CPU out.");
 #ifndef _WIN32
   py::class_<RunPage>(mod, "RunPage",
                       "A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.")

@@ -27,6 +27,7 @@ void bind_cuda(py::module_ &mod);   // cuda_module.cpp
 void bind_d3d12(py::module_ &mod);  // d3d12_module.cpp
 void bind_run_metrics(py::module_ &mod);  // run_metrics.cpp
 void bind_adaptive_spin(py::module_ &mod);  // adaptive_spin.cpp
+void bind_cpu_runs(py::module_ &mod);  // cpu_runs.cpp
 void bind_host_runs(py::module_ &mod);  // host_runs.cpp
 void bind_trace(py::module_ &mod);  // trace.cpp
 #ifndef _WIN32
@@ -379,6 +380,7 @@ PYBIND11_MODULE(_native, mod) {
   fl::bind_d3d12(mod);
   fl::bind_run_metrics(mod);
   fl::bind_adaptive_spin(mod);
+  fl::bind_cpu_runs(mod);
   fl::bind_host_runs(mod);
   fl::bind_trace(mod);
 #ifndef _WIN32

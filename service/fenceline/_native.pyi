@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'enter_cpu_run', 'error_codes', 'leave_cpu_run', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CpuRun', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -374,12 +374,32 @@ class ReceiveSpin:
     @property
     def spinning(self) -> bool:
         ...
+class CpuRun:
+    """
+    A model run on the CPU for the Python path, counted in while the context is open; a large frame's run waits for its turn on entering (the GIL let go) when the CPUs are full (runtime/ort_options.py, 'Large frames take turns').
+    """
+    def __enter__(self) -> CpuRun:
+        ...
+    def __exit__(self, arg0: typing.Any, arg1: typing.Any, arg2: typing.Any) -> None:
+        ...
+    def __init__(self, who: typing.SupportsInt | typing.SupportsIndex, frame_bytes: typing.SupportsInt | typing.SupportsIndex, full: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def in_flight(self) -> int:
+        """
+        The runs on the CPU in flight, this one included.
+        """
+    @property
+    def turn(self) -> bool:
+        """
+        Whether the run holds the large frames' turn (it runs on the model's pool).
+        """
 class HostRunner:
     def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries) -> None:
         ...
-    def set_single(self, run: typing.Any, binding: typing.Any, single_from: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def set_single(self, run: typing.Any, binding: typing.Any, single_from: typing.SupportsInt | typing.SupportsIndex, frame_bytes: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        The model's one-thread session and its binding, taken by a run that starts while the runs on the CPU in flight, itself included, are single_from or more; after a run in flight.
+        The model's one-thread session and its binding, taken by a run that starts while the runs on the CPU in flight, itself included, are single_from or more, unless its frame (frame_bytes) is large: it then takes the large frames' turn; after a run in flight.
         """
 class RunPage:
     """
@@ -535,17 +555,13 @@ def d3d12_shared_name(name: str) -> str:
     """
     The name as the driver receives it; InvalidArgument names the rule.
     """
-def enter_cpu_run() -> int:
-    """
-    Counts a model run on the CPU in, for the Python path: the runs in flight, this one included. Pair it with leave_cpu_run.
-    """
 def error_codes() -> dict[str, int]:
     """
     Wire error codes by their stable name, as in fenceline_wire.h.
     """
-def leave_cpu_run() -> None:
+def large_frame_turns() -> dict[str, int]:
     """
-    Counts a model run on the CPU out.
+    The large frames' turns since the process started: the last-level cache's bytes (0: unknown, no turns), runs that took the turn, turns kept that their session took back or that expired, and times the turns were turned off for a second.
     """
 def mapping_stats() -> tuple[int, int, int]:
     """

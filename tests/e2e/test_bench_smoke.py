@@ -271,6 +271,9 @@ def test_scaling_mode_prints_a_table_and_writes_json(tmp_path: Path) -> None:
         assert t["sessions"] == row["renderers"], t
         assert t["model_us"]["p50"] > 0 and t["between_frames_us"]["p50"] > 0, t
         assert 0 < t["models_in_flight"] <= row["renderers"], t
+        # the service's status over the row's rounds: 64x64 frames are never large
+        turns = row["large_frame_turns"]
+        assert turns is not None and turns["runs"] == 0, turns
     assert doc["goal"]["met"] is None  # no row with 8 renderers
     assert "ipc/floor" in done.stdout
     assert "where IPC's frames go" in done.stdout and "models in flight" in done.stdout

@@ -11,6 +11,7 @@ import contextlib
 import os
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +88,18 @@ def status_row(service: Service, s: FrameSession) -> dict[str, Any]:
     return next(row for row in r.json()["sessions"] if s.session_id.startswith(row["id"]))
 
 
-@pytest.mark.parametrize("run_path", RUN_PATHS)
-def test_a_run_takes_one_thread_while_the_runs_in_flight_fill_the_cpus(
-    run_path: str, model_repo: Path, tmp_path: Path
-) -> None:
+@pytest.fixture(params=RUN_PATHS)
+def two_cpus(request: pytest.FixtureRequest, model_repo: Path, tmp_path: Path) -> Iterator[Service]:
+    """A service of its own on two CPUs, on each run path."""
     if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("one CPU: the model has no pool, so no one-thread session either")
-    with running(model_repo, tmp_path, "--run-path", run_path, cpus=2) as svc, \
-            IpcClient(svc.socket, name="one-thread-busy") as a, \
+        pytest.skip("one CPU: the model has no pool, so its runs never fill the CPUs")
+    with running(model_repo, tmp_path, "--run-path", request.param, cpus=2) as svc:
+        yield svc
+
+
+def test_a_run_takes_one_thread_while_the_runs_in_flight_fill_the_cpus(two_cpus: Service) -> None:
+    svc = two_cpus
+    with IpcClient(svc.socket, name="one-thread-busy") as a, \
             IpcClient(svc.socket, name="one-thread-small") as b:
         loaded = "one-thread session loaded"
         small = open_session(b, "add_64x64", [1, 3, 64, 64])
@@ -166,3 +171,54 @@ def test_a_run_takes_one_thread_while_the_runs_in_flight_fill_the_cpus(
         finally:
             for s in opened:
                 s.close()
+
+
+def turns(service: Service) -> dict[str, int]:
+    r = httpx.get(service.url + "/v2/interop/status", timeout=5)
+    got: dict[str, int] = r.json()["server"]["large_frame_turns"]
+    return got
+
+
+def test_large_frames_take_turns_while_the_runs_in_flight_fill_the_cpus(two_cpus: Service) -> None:
+    svc = two_cpus
+    shape = [1, 3, 720, 1280]
+    frame_bytes = 2 * int(np.prod(shape)) * 4  # input and output
+    with IpcClient(svc.socket, name="turns-a") as a, IpcClient(svc.socket, name="turns-b") as b:
+        cache = turns(svc)["cache_bytes"]
+        if cache == 0:
+            pytest.skip("this machine does not say how large its last-level cache is")
+        if frame_bytes * 4 < cache:
+            pytest.skip(f"a 720p frame is not large beside this {cache >> 20} MiB cache")
+        one = open_session(a, "add_720p", shape)
+        two = open_session(b, "add_720p", shape)
+        try:
+            frames(a, one, 1)  # one run in flight on two CPUs: no turn
+            assert turns(svc)["runs"] == 0
+            failed: list[BaseException] = []
+
+            def renderer(client: IpcClient, s: FrameSession, first: int) -> None:
+                try:
+                    for v in range(first, first + 60):
+                        s.x[:] = v
+                        s.wait.signal(v)
+                        assert client.run(s.session_id, v).signal_value == v
+                        assert np.all(s.y == v + 1)  # every frame's own output
+                except BaseException as e:  # noqa: BLE001 - reported by the test's thread
+                    failed.append(e)
+
+            both = [threading.Thread(target=renderer, args=(a, one, 10)),
+                    threading.Thread(target=renderer, args=(b, two, 10))]
+            for t in both:
+                t.start()
+            for t in both:
+                t.join(120)
+            assert not failed, failed
+            got = turns(svc)
+            # Two renderers' runs fill the two CPUs: one run at a time on both cores, the turn
+            # kept after a run for the same session's next frame.
+            assert got["runs"] > 0, got
+            assert got["kept_taken_back"] + got["kept_expired"] > 0, got
+            assert got["runs"] <= 120, got  # only the two renderers' 720p runs
+        finally:
+            one.close()
+            two.close()

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from fenceline import __version__
+from fenceline import __version__, _native
 from fenceline.errors import FencelineError
 from fenceline.interop.handles import FenceHandle
 from fenceline.runtime.service import Runtime
@@ -136,6 +136,7 @@ def status(request: Request) -> dict[str, Any]:
             "ipc_connections": int(connections or 0),
             "imported_bytes": imported,
             "fps": round(sum(r["fps"] for r in sessions), 2),
+            "large_frame_turns": _native.large_frame_turns(),
         },
         "models": [
             {**m.metadata(), "version": m.version, "device": m.device,

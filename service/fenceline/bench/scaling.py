@@ -14,6 +14,8 @@ import os
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     budget = engine.Budget(iterations=10**9, warmup=20, seconds=seconds / rounds)
     got: dict[tuple[int, str], Point] = {}
     traced: dict[int, dict[str, Any] | None] = {}
+    turns: dict[int, dict[str, int] | None] = {}
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fenceline-scaling-") as tmp, \
             contextlib.ExitStack() as stack:
@@ -123,6 +126,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
                     [proc.pid]),
         }
         for n in counts:
+            turns_before = _turns(url)
             for k in range(rounds):
                 for name, (target, kwargs, processes, pids) in lanes.items():
                     if any(f.startswith(f"{n} {name}:") for f in failures):
@@ -148,12 +152,17 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
                 print(f"  {n:>3} renderer(s), ipc, traced for {TRACE_S:g} s (not timed)",
                       flush=True)
                 traced[n] = _traced(url, lanes["ipc"], sig, n)
+            turns_after = _turns(url)
+            if turns_before is not None and turns_after is not None:
+                delta = {k: turns_after[k] - turns_before.get(k, 0) for k in turns_after}
+                turns[n] = {**delta, "cache_bytes": turns_after["cache_bytes"]}
     points = [got[k] for k in sorted(got)]
     doc = _document(points, size, counts, loadavg, round(time.monotonic() - t_start, 1),
                     failures)
     doc["intra_op_threads"] = intra_op_threads
     for row in doc["rows"]:
         row["ipc_trace"] = traced.get(row["renderers"])
+        row["large_frame_turns"] = turns.get(row["renderers"])
     print(table(doc))
     for f in failures:
         print(f"FAILED {f}")
@@ -192,6 +201,17 @@ def _traced(url: str, lane: tuple[str, dict[str, Any], bool, list[int]], sig: An
         return None
     summary: dict[str, Any] = box["doc"]["otherData"]["summary"]
     return summary
+
+
+def _turns(url: str) -> dict[str, int] | None:
+    """The service's large frames' turns so far (the status page's ``large_frame_turns``;
+    runtime/ort_options.py, "Large frames take turns"); None when the status did not answer."""
+    try:
+        with urllib.request.urlopen(f"{url}/v2/interop/status", timeout=10) as r:
+            got: dict[str, int] = json.load(r)["server"]["large_frame_turns"]
+            return got
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return None
 
 
 def _document(points: list[Point], size: str, counts: list[int], loadavg: list[float],
@@ -253,6 +273,16 @@ def table(doc: dict[str, Any]) -> str:
                   "timed rounds; docs/tracing.md, the summary):"]
         lines += [f"  {r['renderers']:>3} renderer(s): {summary_line(r['ipc_trace'])}"
                   for r in traced]
+    took = [r for r in doc["rows"] if (r.get("large_frame_turns") or {}).get("cache_bytes")]
+    if took:
+        mib = took[0]["large_frame_turns"]["cache_bytes"] >> 20
+        lines += ["", f"large frames' turns (the service's status over each N's IPC rounds; "
+                  f"large: a quarter of the {mib} MiB last-level cache or more):"]
+        for r in took:
+            t = r["large_frame_turns"]
+            lines.append(f"  {r['renderers']:>3} renderer(s): {t['runs']} runs took the turn; "
+                         f"kept for the session's next frame, taken back {t['kept_taken_back']}, "
+                         f"expired {t['kept_expired']}; turned off {t['turned_off']} time(s)")
     g = doc["goal"]
     met = "-" if g["met"] is None else ("met" if g["met"] else "MISSED")
     lines += ["", "floor: N threads running the model in one process; ipc: N renderer processes, "

@@ -4,6 +4,7 @@ outputs alike, between two host_timeline fences waited and signalled on the CPU.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -45,6 +46,10 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         # The binding to the model's one-thread session (Model.single), once use_single_thread
         # made it.
         self._single_binding: Any = None
+        # The frame's bytes, inputs and outputs: a large frame takes turns on a full machine
+        # (_native.CpuRun, runtime/ort_options.py, "Large frames take turns").
+        self._frame_bytes = sum(b.datatype.size * math.prod(b.shape)
+                                for b in (*inputs.values(), *outputs.values()))
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
         self._runner: Any = None  # the _native.HostRunner, once run_natively
 
@@ -96,7 +101,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
     def _hand_single(self, runner: Any) -> None:
         """Gives the native runner the model's one-thread session and its binding."""
         runner.set_single(*ort_binding.native_entry(self.model.single, self._single_binding),
-                          self.model.single_from)
+                          self.model.single_from, self._frame_bytes)
 
     @property
     def output_devices(self) -> dict[str, str]:
@@ -176,23 +181,24 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
     def _run_model(self) -> bool:
         """Runs the model over the bound views, on its one-thread session when the model runs
         on the CPU in flight, this one included, fill the usable CPUs (runtime/ort_options.py,
-        ``single_thread_from``); returns whether it did. Raises ModelError."""
+        ``single_thread_from``) and the frame is not large enough to take turns (same module,
+        "Large frames take turns"); returns whether it did. Raises ModelError."""
         model = self.model
-        in_flight = _native.enter_cpu_run()
-        try:
-            # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python binding.
-            single = self._single_binding
-            if single is not None and in_flight >= model.single_from:
-                assert model.single is not None  # loaded before any binding to it
-                model.single.run_with_iobinding(single)
-                return True
-            assert model.session is not None
-            model.session.run_with_iobinding(self._binding)
-            return False
-        except Exception as e:  # onnxruntime's own error types
-            raise self.model_failed(e) from e
-        finally:
-            _native.leave_cpu_run()
+        single = self._single_binding
+        full = model.single_from if single is not None else 0
+        with _native.CpuRun(id(self), self._frame_bytes, full) as counted:
+            try:
+                # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python
+                # binding.
+                if single is not None and not counted.turn and counted.in_flight >= full:
+                    assert model.single is not None  # loaded before any binding to it
+                    model.single.run_with_iobinding(single)
+                    return True
+                assert model.session is not None
+                model.session.run_with_iobinding(self._binding)
+                return False
+            except Exception as e:  # onnxruntime's own error types
+                raise self.model_failed(e) from e
 
     def _check_lost(self) -> None:
         """After a run: memory that shrank during it was replaced by zero pages (the native

@@ -25,7 +25,23 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   as the usable CPUs takes that one: every core has a run already, and a pool's threads would
   only take turns with the other runs' (on 2 CPUs, 8 renderers at 720p: 1,867-1,912 us of CPU
   a frame against 2,104-2,366 us with the pool, docs/benchmarks.md). Both run paths count the
-  runs in flight in one place (``_native.enter_cpu_run``).
+  runs in flight in one place (``_native.CpuRun``).
+- Large frames take turns: a run whose frame (its session's inputs and outputs) is at least a
+  quarter of the last-level cache, and which starts while the runs in flight fill the CPUs,
+  waits for the one turn of the large frames instead, and then runs on every core (the pool).
+  After its run the turn is kept for the same session's next frame for up to 300 us (the
+  renderer reads its reply and sends its next RUN: 30-60 us on two CPUs; the native run path
+  looks for that RUN meanwhile with its core given to whoever wants it), until the session has
+  held it 4 ms; then the runs that waited go, in the order they came. One frame at a time stays
+  in the cache and is read from it again by the next run, where two or more frames at once
+  would push each other out (on 2 CPUs, 32 MB of L3, 8 renderers at 720p: 2,222-2,497 frames/s
+  against 1,378-1,587 without; the price, a renderer's p99 frame 33 ms against 16 ms, as it
+  waits for the others' turns: docs/benchmarks.md, "The sixteenth session's runs"). Of every
+  64 turns kept, if fewer than half were taken back (renderers that pace their frames, or too
+  slow to answer on a loaded machine), the turns are off for a second: one run at a time on
+  cold frames is slower than a run per core. Small frames never take turns, nor any run where
+  the cache's size is unknown (it is read from Linux's sysfs; Windows: not read, no turns).
+  ``_native.large_frame_turns()``, the status page's ``large_frame_turns``, counts them.
 - A CUDA session's own onnxruntime session (one per renderer session, its nodes on the GPU)
   gets a CPU pool of one thread, the caller: a machine-sized pool for each would be threads
   by the hundred with nothing to do.
