@@ -10,7 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 
@@ -185,10 +185,12 @@ std::int64_t last_level_cache_bytes() {
 
 CpuRun::CpuRun(const void *who, std::int64_t frame_bytes, int full) : who_(who) {
   in_flight = cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (full <= 0 || in_flight < full) return;
   const std::int64_t llc = last_level_cache_bytes();
-  if (who == nullptr || full <= 0 || in_flight < full || llc <= 0 || frame_bytes * 4 < llc ||
-      !large_turn().on(fl_htl_now_ns()))
+  if (who == nullptr || llc <= 0 || frame_bytes * 4 < llc || !large_turn().on(fl_htl_now_ns())) {
+    single = true;
     return;
+  }
   if (PyGILState_Check() != 0) {
     py::gil_scoped_release nogil;
     large_turn().enter(who);
@@ -217,18 +219,19 @@ class PyCpuRun {
   PyCpuRun(std::uintptr_t who, std::int64_t frame_bytes, int full)
       : who_(who), frame_bytes_(frame_bytes), full_(full) {}
   PyCpuRun &enter() {
-    run_ = std::make_unique<CpuRun>(reinterpret_cast<const void *>(who_), frame_bytes_, full_);
+    run_.emplace(reinterpret_cast<const void *>(who_), frame_bytes_, full_);
     return *this;
   }
   void exit(const py::object &, const py::object &, const py::object &) { run_.reset(); }
   int in_flight() const { return run_ ? run_->in_flight : 0; }
   bool turn() const { return run_ && run_->turn; }
+  bool single() const { return run_ && run_->single; }
 
  private:
   std::uintptr_t who_;
   std::int64_t frame_bytes_;
   int full_;
-  std::unique_ptr<CpuRun> run_;
+  std::optional<CpuRun> run_;
 };
 
 }  // namespace
@@ -247,7 +250,10 @@ void bind_cpu_runs(py::module_ &mod) {
                              "The runs on the CPU in flight, this one included.")
       .def_property_readonly("turn", &PyCpuRun::turn,
                              "Whether the run holds the large frames' turn (it runs on the "
-                             "model's pool).");
+                             "model's pool).")
+      .def_property_readonly("single", &PyCpuRun::single,
+                             "Whether the run takes the model's one-thread session: no turn, "
+                             "and the runs in flight are `full` or more.");
   mod.def(
       "large_frame_turns",
       []() -> py::typing::Dict<py::str, py::int_> {

@@ -417,7 +417,7 @@ class RunTable {
     bool single;
     {
       const CpuRun counted(r.get(), r->frame_bytes, r->single_from);
-      single = !counted.turn && r->single_from > 0 && counted.in_flight >= r->single_from;
+      single = counted.single;
       const py::object &run_model = single ? r->single_run : r->run;
       const py::object &binding = single ? r->single_binding : r->binding;
       ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), Py_None, nullptr);

@@ -390,6 +390,11 @@ class CpuRun:
         The runs on the CPU in flight, this one included.
         """
     @property
+    def single(self) -> bool:
+        """
+        Whether the run takes the model's one-thread session: no turn, and the runs in flight are `full` or more.
+        """
+    @property
     def turn(self) -> bool:
         """
         Whether the run holds the large frames' turn (it runs on the model's pool).

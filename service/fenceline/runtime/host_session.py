@@ -4,7 +4,6 @@ outputs alike, between two host_timeline fences waited and signalled on the CPU.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Iterable
@@ -48,8 +47,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         self._single_binding: Any = None
         # The frame's bytes, inputs and outputs: a large frame takes turns on a full machine
         # (_native.CpuRun, runtime/ort_options.py, "Large frames take turns").
-        self._frame_bytes = sum(b.datatype.size * math.prod(b.shape)
-                                for b in (*inputs.values(), *outputs.values()))
+        self._frame_bytes = sum(b.view.nbytes for b in (*inputs.values(), *outputs.values()))
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
         self._runner: Any = None  # the _native.HostRunner, once run_natively
 
@@ -190,7 +188,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             try:
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python
                 # binding.
-                if single is not None and not counted.turn and counted.in_flight >= full:
+                if counted.single:
                     assert model.single is not None  # loaded before any binding to it
                     model.single.run_with_iobinding(single)
                     return True
