@@ -8,6 +8,7 @@
 // reading the reply in Python took 9 us, against 1 us after a 64x64 one). The wait follows the
 // one spin rule (../common/spin_rule.h) as the C client's does, rationed by the process's
 // SpinGate (fenceline.waiting): spin while that has paid, else block at once.
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include <poll.h>
 #include <pybind11/pybind11.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -58,6 +60,12 @@ constexpr std::size_t kRunReplyFrame = FL_WIRE_HEADER_SIZE + sizeof(FlWireRunRep
 // the wakeup alone. Napping starts once napped handoffs are shorter than blocked ones by 3% of
 // the wait (where a wakeup is a small share of a long wait, it is not worth a spin's CPU), and
 // stops when they are no shorter.
+//
+// How late a nap ends is measured, and the nap is that much shorter. On a machine whose cores
+// the model's threads fill, a nap's timer makes the renderer runnable and it runs only once a
+// core frees (lateness of 100-250 us for a 720p frame on the 2-CPU VM), which says nothing about
+// the timer: a nap shortened by all of it would go below any use, and (napping off) would never
+// be measured again. So at most half of the wait's low end goes to lateness.
 class ReplyNap {
  public:
   static constexpr std::int64_t kMinWait = 40'000;     // shorter waits: the spin rule's
@@ -78,7 +86,8 @@ class ReplyNap {
     if (explored_ && !explore) decide();
     explored_ = explore;
     if (napping_ == explore) return {0, 0};
-    const double nap = wait_avg_ - 2 * wait_dev_ - late_avg_ - kGuard;
+    const double low = wait_avg_ - 2 * wait_dev_;
+    const double nap = low - (late_avg_ < low / 2 ? late_avg_ : low / 2) - kGuard;
     if (nap < kGuard) return {0, 0};
     const double spin = wait_avg_ + 2 * wait_dev_ + kGuard - nap;
     return {static_cast<std::int64_t>(nap),
@@ -104,6 +113,7 @@ class ReplyNap {
 
   // The service's time for the frame whose reply ended the last wait (its total_us).
   void served(std::uint32_t service_us) {
+    service_avg_ = fl_spin_ema(service_avg_, 1000.0 * service_us);
     if (way_ == kSpun) return;
     const double handoff = waited_ - 1000.0 * service_us;
     if (handoff < 0) return;  // the service's clock and ours: not worth a sample
@@ -117,6 +127,11 @@ class ReplyNap {
   void forget() { way_ = kSpun; }
 
   bool napping() const { return enabled_ && napping_; }
+
+  // Whether the service's own part of a frame (the model's run, mostly) takes long enough that
+  // the renderer stays runnable before it sleeps: a wait that is long only because other
+  // renderers' frames go first (64x64 with four renderers on two CPUs) does not.
+  bool long_runs() const { return service_avg_ >= kMinWait; }
 
  private:
   enum Way { kSpun, kNapped, kBlocked };
@@ -133,9 +148,55 @@ class ReplyNap {
   Way way_ = kSpun;
   double waited_ = 0;
   double wait_avg_ = -1, wait_dev_ = 0;
+  double service_avg_ = -1;  // ns: the replies' total_us
   double nap_handoff_ = -1, block_handoff_ = -1;
   double late_avg_ = 20'000;  // the timer's wakeup on a VM: re-measured by every nap
 };
+
+// Staying runnable. Once a RUN is posted, the service starts the model within microseconds,
+// and the model wakes onnxruntime's pool threads. A core that went idle meanwhile (the renderer
+// asleep on it) takes tens of microseconds to wake on a VM: on the 2-CPU VM the pool thread
+// woken there then starts ~20 us late, and a 720p run takes 240 us where the floor's runs,
+// back to back, take 200. So before it naps or blocks for a long reply, the renderer gives its
+// core away with sched_yield instead of sleeping: a pool thread woken there runs at once, and
+// the renderer, still runnable, gets the core back when that thread is done, with no wakeup.
+// Yields that come back at once say the core is idle: after kStayIdle of those the renderer
+// sleeps as before, so an idle core costs it at most that much CPU a frame. It stays at most
+// kStayLongest, past the run's start: several renderers staying runnable through long waits on
+// a full machine take turns with each other's yields (8 renderers at 720p on 2 CPUs: 120-190 us
+// of renderer CPU a frame more, against 0-20 us within 50 us). And only where the service's
+// own part of a frame is long (ReplyNap::long_runs): a pool to wake, a run to wait out. Where
+// the renderer's yields find its core idle kQuietStays times in a row (cores to spare: the
+// pool's threads start on others), it stops staying but in the spin rule's exploration windows,
+// where it looks again. FENCELINE_STAY=0 turns it off (to compare).
+constexpr std::int64_t kStayIdle = 20'000;
+constexpr std::int64_t kStayLongest = 50'000;
+constexpr std::int64_t kQuickYield = 5'000;  // a yield back sooner found nothing else to run
+constexpr unsigned kQuietStays = 16;
+
+// Yields the core until the page's reply (1; `news` null: no page) or a socket message (0, in
+// `m`) comes, the core was idle for kStayIdle, or `until` (CLOCK_MONOTONIC) passed (-1).
+// `contended`: set when a yield came back late (another thread had the core meanwhile).
+int stay_runnable(int fd, bool (*news)(void *), void *page, std::int64_t until, Message &m,
+                  bool &contended) {
+  std::int64_t idle = 0, last = fl_htl_now_ns();
+  for (unsigned i = 1;; ++i) {
+    if (news != nullptr && news(page)) return 1;
+    // The socket: each look a system call, every fourth turn while the page is watched.
+    if ((news == nullptr || (i & 3u) == 0) &&
+        try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m) && !drop_nudge(m))
+      return 0;
+    const std::int64_t before = fl_htl_now_ns();
+    ::sched_yield();
+    const std::int64_t after = fl_htl_now_ns();
+    if (after - before < kQuickYield)
+      idle += after - last;
+    else
+      contended = true;
+    last = after;
+    if (idle >= kStayIdle || after >= until) return -1;
+  }
+}
 
 // A nap of nap_ns on a precise timer that ends early when a message comes: true when one came
 // (or the socket failed: the receive after it says so), else with `late_ns` set.
@@ -239,18 +300,26 @@ class ClientSocket {
 
   ReceiveSpin &spin() { return spin_; }
   bool napping() const { return nap_.napping(); }
+  // Waits that stayed runnable first (stay_runnable), and those whose answer came meanwhile.
+  std::uint64_t stayed = 0, stayed_answered = 0;
 
  private:
   // How the next wait goes, planned once when it starts (t0, CLOCK_MONOTONIC): a nap of `nap`
-  // ns and a spin of `nap_spin` after it, or (no nap) a spin of `budget` ns, then a block.
+  // ns and a spin of `nap_spin` after it, or (no nap) a spin of `budget` ns, then a block;
+  // `stay`: a long wait that stays runnable before its nap or block (stay_runnable).
   struct Plan {
     std::int64_t t0, nap, nap_spin, budget;
+    bool stay;
   };
 
   Plan make_plan() {
     const std::int64_t t0 = fl_htl_now_ns();
+    if (spin_.max_spin_ns() == 0) return {t0, 0, 0, 0, false};  // always block
     const auto [nap, nap_spin] = nap_.plan(t0);
-    return {t0, nap, nap_spin, nap > 0 ? 0 : spin_.budget_ns(t0)};
+    const std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);
+    const bool stay = stay_on_ && nap_.long_runs() && budget == 0 &&
+                      (quiet_stays_ < kQuietStays || fl_spin_exploring(t0) != 0);
+    return {t0, nap, nap_spin, budget, stay};
   }
 
   // The reply to a RUN posted on the run page, looked for there.
@@ -283,7 +352,8 @@ class ClientSocket {
   // whichever comes first. True when the page's reply came; false with `m` holding the socket's
   // message. A nap holds a spinner slot through the nap and its spin, and tells the service it
   // sleeps (the page's client_sleeping), so that a reply there comes with a NUDGE; the block
-  // comes after the slot is given back. The wait is observed by the spin rule and the nap.
+  // comes after the slot is given back. A long wait stays runnable first (stay_runnable), in
+  // the slot of its nap or a slot of its own. The wait is observed by the spin rule and the nap.
   bool wait(const Plan &plan, SpinGate &gate, PageWatch *page, Message &m) {
     py::gil_scoped_release nogil;
     std::int64_t late = -1, budget = plan.budget;
@@ -293,10 +363,16 @@ class ClientSocket {
       SpinSlot slot(gate);
       if (slot) {
         napped = true;
-        if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 1);
-        const bool came = (page != nullptr && PageWatch::news(page)) || nap_for(fd_, plan.nap, late);
-        if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 0);
-        got = spin_for(page, came ? 0 : plan.nap_spin, m, true);
+        const std::int64_t nap_end = plan.t0 + plan.nap;
+        if (plan.stay) got = stay_for(page, std::min(nap_end, plan.t0 + kStayLongest), m);
+        if (got < 0) {
+          if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 1);
+          const std::int64_t left = nap_end - fl_htl_now_ns();
+          const bool came = (page != nullptr && PageWatch::news(page)) ||
+                            (left > 0 && nap_for(fd_, left, late));
+          if (page != nullptr) fl_run_page_sleeping(&page->page->client_sleeping, 0);
+          got = spin_for(page, came ? 0 : plan.nap_spin, m, true);
+        }
       } else {
         ++spin_.denied;  // no slot for a nap: block
       }
@@ -308,6 +384,9 @@ class ClientSocket {
         ++spin_.denied;
         budget = 0;
       }
+    } else if (plan.stay) {
+      SpinSlot slot(gate);
+      if (slot) got = stay_for(page, plan.t0 + kStayLongest, m);
     }
     if (got < 0) got = block_for(page, m) ? 1 : 0;
     const std::int64_t waited = fl_htl_now_ns() - plan.t0;
@@ -318,6 +397,18 @@ class ClientSocket {
       nap_.observe(waited, 0, -1, budget == 0);
     }
     return got == 1;
+  }
+
+  // stay_runnable on the page's reply (with `page`) or the socket, counted.
+  int stay_for(PageWatch *page, std::int64_t until, Message &m) {
+    bool contended = false;
+    const int got = page != nullptr
+                        ? stay_runnable(fd_, PageWatch::news, page, until, m, contended)
+                        : stay_runnable(fd_, nullptr, nullptr, until, m, contended);
+    quiet_stays_ = contended ? 0 : quiet_stays_ + 1;
+    ++stayed;
+    if (got >= 0) ++stayed_answered;
+    return got;
   }
 
   // A spin of `ns` (none when 0; `yield`: as spin_page): 1 when the page's reply came, 0 when
@@ -384,6 +475,11 @@ class ClientSocket {
   py::object reply_type_;
   std::unique_ptr<RunPageMap> page_;
   std::uint32_t seq_ = 0;  // the last RUN posted on the page
+  unsigned quiet_stays_ = 0;  // stays in a row whose yields found the core idle
+  const bool stay_on_ = [] {
+    const char *off = std::getenv("FENCELINE_STAY");
+    return off == nullptr || std::strcmp(off, "0") != 0;
+  }();
 };
 
 }  // namespace
@@ -412,7 +508,11 @@ void bind_client_runs(py::module_ &mod) {
       .def_property_readonly("average_wait_ns",
                              [](ClientSocket &c) { return c.spin().average_wait_ns(); })
       .def_property_readonly("denied", [](ClientSocket &c) { return c.spin().denied; })
-      .def_property_readonly("napping", &ClientSocket::napping);
+      .def_property_readonly("napping", &ClientSocket::napping)
+      .def_readonly("stayed", &ClientSocket::stayed,
+                    "Waits that stayed runnable before they napped or blocked.")
+      .def_readonly("stayed_answered", &ClientSocket::stayed_answered,
+                    "Of those, the waits whose answer came while they stayed runnable.");
 }
 
 }  // namespace fl

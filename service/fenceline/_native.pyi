@@ -518,6 +518,16 @@ class ClientSocket:
     @property
     def spinning(self) -> bool:
         ...
+    @property
+    def stayed(self) -> int:
+        """
+        Waits that stayed runnable before they napped or blocked.
+        """
+    @property
+    def stayed_answered(self) -> int:
+        """
+        Of those, the waits whose answer came while they stayed runnable.
+        """
 def can_import_fence(kind: str) -> bool:
     ...
 def can_import_memory(kind: str) -> bool:

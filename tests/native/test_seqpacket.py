@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,6 +206,105 @@ def test_the_clients_replies_due_after_a_run_all_arrive_whether_it_naps_or_block
     finally:
         peer.join(30)
     assert gate.spinning() == 0 and isinstance(end.napping, bool)
+
+
+def _answer_runs(a: socket.socket, frames: int, after_ns: int,
+                 cpus: set[int] | None = None) -> threading.Thread:
+    """A peer that answers each RUN ``after_ns`` after it came, busy meanwhile, as a model's
+    run would be (``cpus``: the peer thread's CPUs)."""
+    def model() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)  # this thread only
+        for _ in range(frames):
+            rid = codec.decode(a.recv(MAX)).request_id
+            t = time.perf_counter_ns() + after_ns
+            while time.perf_counter_ns() < t:
+                pass
+            us = after_ns // 1000  # the service's time for the frame, as a reply reports it
+            a.send(codec.encode(codec.Kind.RUN | codec.REPLY_BIT, rid,
+                                codec.RUN_REPLY_BODY.pack(rid, 0, us, us, 0)))
+
+    peer = threading.Thread(target=model)
+    peer.start()
+    return peer
+
+
+def _run_frames(end: Any, gate: SpinGate, frames: int, after_ns: int) -> None:
+    us = after_ns // 1000
+    for rid in range(1, frames + 1):
+        end.send_run(codec.Kind.RUN, rid, bytes(16), rid, 0, 1000)
+        assert end.receive(rid, gate.native) == codec.RunReply(rid, 0, us, us)
+
+
+@pytest.mark.parametrize(("after_ns", "max_spin_ns", "stay"),
+                         [(0, 100_000, None), (300_000, 0, None), (300_000, 100_000, "0")])
+def test_the_client_does_not_stay_runnable_for_a_short_reply_or_when_told_not_to(
+        pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch,
+        after_ns: int, max_spin_ns: int, stay: str | None) -> None:
+    """An immediate reply (however long a wait now and then takes: a Python peer's thread
+    switch) is the spin rule's: the renderer never stays runnable for it (client_runs.cpp,
+    "Staying runnable"), nor does a client that never spins (max_spin_ns=0) or one made with
+    FENCELINE_STAY=0. Every reply arrives, in order."""
+    a, b = pair
+    if stay is not None:
+        monkeypatch.setenv("FENCELINE_STAY", stay)
+    end = _native.ClientSocket(b.fileno(), max_spin_ns, codec.RunReply)
+    gate = SpinGate(1)
+    peer = _answer_runs(a, 200, after_ns)
+    try:
+        _run_frames(end, gate, 200, after_ns)
+    finally:
+        peer.join(30)
+    assert end.stayed == 0 and end.stayed_answered == 0
+    assert gate.spinning() == 0
+
+
+def test_the_client_stays_runnable_for_a_long_reply_while_its_core_is_wanted(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """A reply that takes a model's run to come (300 us here, past the 100-us spin budget,
+    and the service says so in the reply's total_us) is waited for by first giving the core
+    away with sched_yield rather than sleeping at once, while another thread wants that core
+    (the peer, on the same CPU, as a pool thread of the model would be); every reply arrives,
+    in order."""
+    a, b = pair
+    cpu = min(os.sched_getaffinity(0))
+    end = _native.ClientSocket(b.fileno(), 100_000, codec.RunReply)
+    gate = SpinGate(1)
+    frames = 200
+    peer = _answer_runs(a, frames, 300_000, {cpu})
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        _run_frames(end, gate, frames, 300_000)
+    finally:
+        os.sched_setaffinity(0, mine)
+        peer.join(30)
+    assert gate.spinning() == 0  # the slot of each stay was given back
+    # From the first waits on, once the replies' average says "long": every wait but those.
+    assert end.stayed >= frames - 20, (end.stayed, end.stayed_answered)
+    assert end.stayed_answered <= end.stayed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_the_client_stops_staying_runnable_where_its_core_is_idle(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """The same long replies from a peer on another CPU: the renderer's yields find its core
+    idle, so after 16 such stays it stays only in the spin rule's exploration windows (one
+    2.1-ms window in sixteen)."""
+    a, b = pair
+    cpus = sorted(os.sched_getaffinity(0))
+    end = _native.ClientSocket(b.fileno(), 100_000, codec.RunReply)
+    gate = SpinGate(1)
+    frames = 400
+    peer = _answer_runs(a, frames, 300_000, {cpus[1]})
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpus[0]})
+    try:
+        _run_frames(end, gate, frames, 300_000)
+    finally:
+        os.sched_setaffinity(0, mine)
+        peer.join(30)
+    assert 16 <= end.stayed < frames // 3, end.stayed
 
 
 def _fill(a: socket.socket) -> None:
