@@ -184,7 +184,7 @@ std::int64_t last_level_cache_bytes() {
 }
 
 CpuRun::CpuRun(const void *who, std::int64_t frame_bytes, int full) : who_(who) {
-  in_flight = cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int in_flight = cpu_runs.fetch_add(1, std::memory_order_relaxed) + 1;  // this one too
   if (full <= 0 || in_flight < full) return;
   const std::int64_t llc = last_level_cache_bytes();
   if (who == nullptr || llc <= 0 || frame_bytes * 4 < llc || !large_turn().on(fl_htl_now_ns())) {
@@ -213,7 +213,8 @@ std::int64_t take_turn_kept_until() {
 
 namespace {
 
-// CpuRun as a context manager, for the Python path (HostSession._run_model).
+// CpuRun as a context manager, for the Python path: one per session (HostSession._cpu_run),
+// entered by each of its runs, one at a time.
 class PyCpuRun {
  public:
   PyCpuRun(std::uintptr_t who, std::int64_t frame_bytes, int full)
@@ -223,8 +224,6 @@ class PyCpuRun {
     return *this;
   }
   void exit(const py::object &, const py::object &, const py::object &) { run_.reset(); }
-  int in_flight() const { return run_ ? run_->in_flight : 0; }
-  bool turn() const { return run_ && run_->turn; }
   bool single() const { return run_ && run_->single; }
 
  private:
@@ -238,19 +237,14 @@ class PyCpuRun {
 
 void bind_cpu_runs(py::module_ &mod) {
   py::class_<PyCpuRun>(mod, "CpuRun",
-                       "A model run on the CPU for the Python path, counted in while the "
-                       "context is open; a large frame's run waits for its turn on entering "
-                       "(the GIL let go) when the CPUs are full (runtime/ort_options.py, "
-                       "'Large frames take turns').")
+                       "A session's model runs on the CPU for the Python path: each run "
+                       "is counted in while the context is open (one at a time); a large "
+                       "frame's run waits for its turn on entering (the GIL let go) when the "
+                       "CPUs are full (runtime/ort_options.py, 'Large frames take turns').")
       .def(py::init<std::uintptr_t, std::int64_t, int>(), py::arg("who"),
            py::arg("frame_bytes"), py::arg("full"))
       .def("__enter__", &PyCpuRun::enter, py::return_value_policy::reference)
       .def("__exit__", &PyCpuRun::exit)
-      .def_property_readonly("in_flight", &PyCpuRun::in_flight,
-                             "The runs on the CPU in flight, this one included.")
-      .def_property_readonly("turn", &PyCpuRun::turn,
-                             "Whether the run holds the large frames' turn (it runs on the "
-                             "model's pool).")
       .def_property_readonly("single", &PyCpuRun::single,
                              "Whether the run takes the model's one-thread session: no turn, "
                              "and the runs in flight are `full` or more.");

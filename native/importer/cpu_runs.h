@@ -24,7 +24,6 @@ class CpuRun {
   CpuRun(const CpuRun &) = delete;
   CpuRun &operator=(const CpuRun &) = delete;
 
-  int in_flight = 0;   // the runs on the CPU in flight, this one included
   bool turn = false;   // this run holds the large frames' turn (it runs on the model's pool)
   bool single = false; // no turn, and the runs in flight are `full` or more: the run takes the
                        // model's one-thread session (runtime/ort_options.py)

@@ -376,7 +376,7 @@ class ReceiveSpin:
         ...
 class CpuRun:
     """
-    A model run on the CPU for the Python path, counted in while the context is open; a large frame's run waits for its turn on entering (the GIL let go) when the CPUs are full (runtime/ort_options.py, 'Large frames take turns').
+    A session's model runs on the CPU for the Python path: each run is counted in while the context is open (one at a time); a large frame's run waits for its turn on entering (the GIL let go) when the CPUs are full (runtime/ort_options.py, 'Large frames take turns').
     """
     def __enter__(self) -> CpuRun:
         ...
@@ -385,19 +385,9 @@ class CpuRun:
     def __init__(self, who: typing.SupportsInt | typing.SupportsIndex, frame_bytes: typing.SupportsInt | typing.SupportsIndex, full: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
-    def in_flight(self) -> int:
-        """
-        The runs on the CPU in flight, this one included.
-        """
-    @property
     def single(self) -> bool:
         """
         Whether the run takes the model's one-thread session: no turn, and the runs in flight are `full` or more.
-        """
-    @property
-    def turn(self) -> bool:
-        """
-        Whether the run holds the large frames' turn (it runs on the model's pool).
         """
 class HostRunner:
     def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries) -> None:

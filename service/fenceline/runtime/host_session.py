@@ -48,6 +48,9 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         # The frame's bytes, inputs and outputs: a large frame takes turns on a full machine
         # (_native.CpuRun, runtime/ort_options.py, "Large frames take turns").
         self._frame_bytes = sum(b.view.nbytes for b in (*inputs.values(), *outputs.values()))
+        # Counts each run on the CPU in (runs hold self._lock: one at a time); made again with
+        # the one-thread rule once use_single_thread bound that session.
+        self._cpu_run = _native.CpuRun(id(self), self._frame_bytes, 0)
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once run_natively
         self._runner: Any = None  # the _native.HostRunner, once run_natively
 
@@ -93,6 +96,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                             self.model.name, e)
                 return
             self._single_binding = binding
+            self._cpu_run = _native.CpuRun(id(self), self._frame_bytes, self.model.single_from)
             if self._runner is not None:  # waits for a native run in flight
                 self._hand_single(self._runner)
 
@@ -182,15 +186,13 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         ``single_thread_from``) and the frame is not large enough to take turns (same module,
         "Large frames take turns"); returns whether it did. Raises ModelError."""
         model = self.model
-        single = self._single_binding
-        full = model.single_from if single is not None else 0
-        with _native.CpuRun(id(self), self._frame_bytes, full) as counted:
+        with self._cpu_run as counted:
             try:
                 # No RunOptions: passing one costs ~45 us per run in onnxruntime's Python
                 # binding.
                 if counted.single:
                     assert model.single is not None  # loaded before any binding to it
-                    model.single.run_with_iobinding(single)
+                    model.single.run_with_iobinding(self._single_binding)
                     return True
                 assert model.session is not None
                 model.session.run_with_iobinding(self._binding)
