@@ -57,9 +57,10 @@ constexpr std::size_t kRunReplyFrame = FL_WIRE_HEADER_SIZE + sizeof(FlWireRunRep
 // frame (the reply's total_us: its fence wait, the model and the signal). The model's own run
 // varies by more from frame to frame (15-20 us at 720p on 16 cores) than a wakeup costs, so
 // whole waits compared over a few exploration windows decide by chance; the handoffs differ by
-// the wakeup alone. Napping starts once napped handoffs are shorter than blocked ones by 3% of
-// the wait (where a wakeup is a small share of a long wait, it is not worth a spin's CPU), and
-// stops when they are no shorter.
+// the wakeup alone. Napping starts once napped handoffs are shorter than blocked ones by 1% of
+// the wait (where a wakeup is a small share of a long wait, it is not worth a spin's CPU; a 4K
+// frame's goal is 5% over the floor, and on 16 cores a wakeup there costs 2-3%), and stops when
+// they are no shorter.
 //
 // How late a nap ends is measured, and the nap is that much shorter. On a machine whose cores
 // the model's threads fill, a nap's timer makes the renderer runnable and it runs only once a
@@ -72,7 +73,7 @@ class ReplyNap {
   static constexpr std::int64_t kMaxWait = 5'000'000;  // longer: one wakeup is a small share
   static constexpr std::int64_t kGuard = 10'000;       // wake this much earlier still
   static constexpr std::int64_t kMaxSpin = 200'000;    // the longest spin after a nap
-  static constexpr double kWorth = 0.03;               // of the wait, to start napping
+  static constexpr double kWorth = 0.01;               // of the wait, to start napping
 
   ReplyNap() {
     const char *off = std::getenv("FENCELINE_NAP");

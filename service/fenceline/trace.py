@@ -204,6 +204,7 @@ def chrome_trace(rec: Recording, labels: Mapping[int, str],
         "displayTimeUnit": "ns",
         "otherData": {
             "recorder": "fenceline",
+            "started_ns": rec.started_ns,
             "duration_us": round((rec.ended_ns - rec.started_ns) / 1e3, 3),
             "frames": len(frames),
             "moments": len(rec.events),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fenceline import trace
-from fenceline.bench import engine, floors, registry, report
+from fenceline.bench import engine, floors, registry, report, suite
 from fenceline.bench import streaming as bench
 from fenceline.bench.c_client import build_renderer, run_c_client
 from fenceline.bench.stats import Row
@@ -239,3 +239,18 @@ def test_a_traced_rows_service_side_is_summed_over_its_rounds() -> None:
     text = report.table([row])
     assert "ipc-traced, the service's side (its trace, p50): 200.0 us a frame" in text
     assert "model 100.0" in text and "less that, 200.0 us, is outside the service" in text
+
+
+def test_the_rounds_of_a_scenario_change_the_order_of_its_rows() -> None:
+    """No row has a fixed place in the rounds or always runs right after the same row (on the
+    16-core machine the row always run after the floor's read slower than the same client's
+    next row): the first round is in table order, each holds every transport once, each
+    transport leads a round, and each follows more than one other."""
+    transports = ("in-process", "ipc", "ipc-traced", "c-client")
+    orders = [suite.turns(transports, k) for k in range(2 * len(transports))]
+    assert orders[0] == transports
+    assert all(sorted(o) == sorted(transports) for o in orders)
+    assert {o[0] for o in orders} == set(transports)
+    for t in transports:
+        assert len({o[o.index(t) - 1] for o in orders if o[0] != t}) >= 2, t
+    assert suite.turns(("ipc",), 3) == ("ipc",) and suite.turns((), 1) == ()

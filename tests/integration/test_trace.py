@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -118,13 +119,19 @@ def test_a_run_that_waits_for_its_input_fence_is_traced_by_the_python_path(
         with trace_in_background(service.url, seconds=20, frames=1) as tracer:
             signal = threading.Timer(0.05, ready.signal, (1,))
             signal.start()
+            sent = time.perf_counter_ns()
             assert client.run(session["id"], 1).signal_value == 1
+            back = time.perf_counter_ns()
             signal.join()
             doc = answer(tracer).json()
     (f,) = frames_of(doc, f"session {session['id'][:8]} (add_64x64)")
     times = [f["args"][m] for m in HOST_ORDER]
     assert times == sorted(times)
     assert f["args"]["input_reached"] - f["args"]["received"] >= 20_000  # us: it waited
+    # The trace's moments on this process's clock: the service received the RUN after the
+    # client sent it and replied before the client had the reply.
+    started = doc["otherData"]["started_ns"]
+    assert sent < started + f["args"]["received"] * 1000 < started + f["args"]["reply_sent"] * 1000 < back
 
 
 def test_one_trace_at_a_time(service: Any) -> None:

@@ -24,9 +24,9 @@ MODELS: dict[tuple[str, str], str] = {  # (size, datatype) -> builtin model
 }
 BUDGETS: dict[str, Budget] = {
     "64x64": Budget(5000, 200, 1.5),
-    "720p": Budget(600, 10, 1.5),
-    "1080p": Budget(300, 6, 2.0),
-    "4K": Budget(80, 3, 2.5),
+    "720p": Budget(1800, 10, 1.5),
+    "1080p": Budget(900, 6, 2.0),
+    "4K": Budget(240, 3, 2.5),
     "real": Budget(45, 1, 9.0),
 }
 QUICK_BUDGETS: dict[str, Budget] = {

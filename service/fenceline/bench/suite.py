@@ -40,6 +40,17 @@ def _probe_kserve(url: str, model: str) -> tuple[bool, bool]:
     return infer, infer and shm
 
 
+def turns(transports: tuple[str, ...], round_: int) -> tuple[str, ...]:
+    """The order of a round's rows: each round starts one transport further on, and every
+    other round runs the rest backwards, so that no row has a fixed place in the rounds or
+    always runs right after the same row (docs/benchmarks.md, "The nineteenth session's runs":
+    on the 16-core machine the row that always ran right after the floor's read slower than
+    the same client's next row, for no reason found)."""
+    k = round_ % len(transports) if transports else 0
+    order = transports[k:] + transports[:k]
+    return order[:1] + order[:0:-1] if round_ % 2 else order
+
+
 def _measure_scenario(ctx: registry.Context, s: Scenario, progress: Progress,
                       failures: list[dict[str, str]]) -> list[Row]:
     rounds = s.rounds
@@ -47,7 +58,7 @@ def _measure_scenario(ctx: registry.Context, s: Scenario, progress: Progress,
     got: dict[str, Row] = {}
     failed: set[str] = set()
     for k in range(rounds):
-        for t in s.transports:
+        for t in turns(s.transports, k):
             progress.step(f"{s.label}: {t}" + (f" (round {k + 1}/{rounds})" if rounds > 1 else ""))
             if t in failed:
                 continue
