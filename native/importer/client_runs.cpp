@@ -45,6 +45,12 @@ constexpr std::size_t kRunReplyFrame = FL_WIRE_HEADER_SIZE + sizeof(FlWireRunRep
   throw py::error_already_set();
 }
 
+// A switch read from the environment once: on unless `name` is set to 0 (to compare).
+bool switched_on(const char *name) {
+  const char *v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // Naps. A reply that takes a model's run to come (a 720p frame: about a hundred microseconds
 // on 16 cores) comes later than any spin budget, so the rule blocks for it, and the reply then
 // wakes a sleeping thread: tens of microseconds on a VM, after the reply came. A nap sleeps on
@@ -74,11 +80,6 @@ class ReplyNap {
   static constexpr std::int64_t kGuard = 10'000;       // wake this much earlier still
   static constexpr std::int64_t kMaxSpin = 200'000;    // the longest spin after a nap
   static constexpr double kWorth = 0.01;               // of the wait, to start napping
-
-  ReplyNap() {
-    const char *off = std::getenv("FENCELINE_NAP");
-    enabled_ = off == nullptr || std::strcmp(off, "0") != 0;
-  }
 
   // The next wait's nap (0: none) and the spin after it.
   std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns) {
@@ -143,7 +144,7 @@ class ReplyNap {
     napping_ = nap_handoff_ + worth < block_handoff_;
   }
 
-  bool enabled_ = true;
+  const bool enabled_ = switched_on("FENCELINE_NAP");
   bool napping_ = false;
   bool explored_ = false;
   Way way_ = kSpun;
@@ -403,9 +404,8 @@ class ClientSocket {
   // stay_runnable on the page's reply (with `page`) or the socket, counted.
   int stay_for(PageWatch *page, std::int64_t until, Message &m) {
     bool contended = false;
-    const int got = page != nullptr
-                        ? stay_runnable(fd_, PageWatch::news, page, until, m, contended)
-                        : stay_runnable(fd_, nullptr, nullptr, until, m, contended);
+    const int got =
+        stay_runnable(fd_, page != nullptr ? PageWatch::news : nullptr, page, until, m, contended);
     quiet_stays_ = contended ? 0 : quiet_stays_ + 1;
     ++stayed;
     if (got >= 0) ++stayed_answered;
@@ -477,10 +477,7 @@ class ClientSocket {
   std::unique_ptr<RunPageMap> page_;
   std::uint32_t seq_ = 0;  // the last RUN posted on the page
   unsigned quiet_stays_ = 0;  // stays in a row whose yields found the core idle
-  const bool stay_on_ = [] {
-    const char *off = std::getenv("FENCELINE_STAY");
-    return off == nullptr || std::strcmp(off, "0") != 0;
-  }();
+  const bool stay_on_ = switched_on("FENCELINE_STAY");
 };
 
 }  // namespace

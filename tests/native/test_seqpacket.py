@@ -177,37 +177,6 @@ def test_the_clients_end_reads_its_runs_reply_natively_and_hands_back_anything_e
     assert end.receive(11, SpinGate(1).native) is None  # the service's end
 
 
-def test_the_clients_replies_due_after_a_run_all_arrive_whether_it_naps_or_blocks(
-        pair: tuple[socket.socket, socket.socket]) -> None:
-    """A peer that answers each RUN 200 us after it came, as a model's run would: the waits are
-    long enough to nap (docs/fences.md, "Why spin first"), and the rule's exploration windows
-    nap even while blocking is preferred; every reply arrives, in order, whichever way."""
-    a, b = pair
-    end = _native.ClientSocket(b.fileno(), 100_000, codec.RunReply)
-    gate = SpinGate(1)
-    frames = 300
-
-    def model() -> None:
-        for _ in range(frames):
-            rid = codec.decode(a.recv(MAX)).request_id
-            t = time.perf_counter_ns() + 200_000
-            while time.perf_counter_ns() < t:
-                pass
-            a.send(codec.encode(codec.Kind.RUN | codec.REPLY_BIT, rid,
-                                codec.RUN_REPLY_BODY.pack(rid, 0, 200, 200, 0)))
-
-    peer = threading.Thread(target=model)
-    peer.start()
-    try:
-        sid = bytes(16)
-        for rid in range(1, frames + 1):
-            end.send_run(codec.Kind.RUN, rid, sid, rid, 0, 1000)
-            assert end.receive(rid, gate.native) == codec.RunReply(rid, 0, 200, 200)
-    finally:
-        peer.join(30)
-    assert gate.spinning() == 0 and isinstance(end.napping, bool)
-
-
 def _answer_runs(a: socket.socket, frames: int, after_ns: int,
                  cpus: set[int] | None = None) -> threading.Thread:
     """A peer that answers each RUN ``after_ns`` after it came, busy meanwhile, as a model's
@@ -234,6 +203,22 @@ def _run_frames(end: Any, gate: SpinGate, frames: int, after_ns: int) -> None:
     for rid in range(1, frames + 1):
         end.send_run(codec.Kind.RUN, rid, bytes(16), rid, 0, 1000)
         assert end.receive(rid, gate.native) == codec.RunReply(rid, 0, us, us)
+
+
+def test_the_clients_replies_due_after_a_run_all_arrive_whether_it_naps_or_blocks(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    """A peer that answers each RUN 200 us after it came, as a model's run would: the waits are
+    long enough to nap (docs/fences.md, "Why spin first"), and the rule's exploration windows
+    nap even while blocking is preferred; every reply arrives, in order, whichever way."""
+    a, b = pair
+    end = _native.ClientSocket(b.fileno(), 100_000, codec.RunReply)
+    gate = SpinGate(1)
+    peer = _answer_runs(a, 300, 200_000)
+    try:
+        _run_frames(end, gate, 300, 200_000)
+    finally:
+        peer.join(30)
+    assert gate.spinning() == 0 and isinstance(end.napping, bool)
 
 
 @pytest.mark.parametrize(("after_ns", "max_spin_ns", "stay"),
