@@ -17,6 +17,7 @@
 
 #include <poll.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/typing.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -68,6 +69,15 @@ bool switched_on(const char *name) {
 // frame's goal is 5% over the floor, and on 16 cores a wakeup there costs 2-3%), and stops when
 // they are no shorter.
 //
+// Where the nap ends: two deviations before the average wait, and the spin after it lasts to two
+// deviations past it, kMaxSpin at most. Where the waits spread wider than that, the spin covers
+// their middle instead, the nap ending kMaxSpin / 2 before the average (ended earlier, most
+// spins ran out before the reply: 60% of the naps for replies 1 ms +- 120 us apart, 42% now). A
+// wait far off the others (a stall: the renderer's thread descheduled) counts as kReach
+// deviations away at most: counted whole, one 3.5-ms wait among 1-ms ones lifted the deviation
+// tenfold, the next naps ended hundreds of microseconds early, their spins ran out before the
+// reply, and those missed naps turned napping off for 130-200 frames.
+//
 // How late a nap ends is measured, and the nap is that much shorter. On a machine whose cores
 // the model's threads fill, a nap's timer makes the renderer runnable and it runs only once a
 // core frees (lateness of 100-250 us for a 720p frame on the 2-CPU VM), which says nothing about
@@ -80,6 +90,7 @@ class ReplyNap {
   static constexpr std::int64_t kGuard = 10'000;       // wake this much earlier still
   static constexpr std::int64_t kMaxSpin = 200'000;    // the longest spin after a nap
   static constexpr double kWorth = 0.01;               // of the wait, to start napping
+  static constexpr double kReach = 4;  // deviations: how far off the average a wait counts
 
   // The next wait's nap (0: none) and the spin after it.
   std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns) {
@@ -89,18 +100,26 @@ class ReplyNap {
     explored_ = explore;
     if (napping_ == explore) return {0, 0};
     const double low = wait_avg_ - 2 * wait_dev_;
-    const double nap = low - (late_avg_ < low / 2 ? late_avg_ : low / 2) - kGuard;
+    const double late = late_avg_ < low / 2 ? late_avg_ : low / 2;
+    double nap = low - late - kGuard;
+    double spin = wait_avg_ + 2 * wait_dev_ + kGuard - nap;
+    if (spin > kMaxSpin) {  // the waits spread wider than a spin: it covers their middle
+      nap = std::max(nap, wait_avg_ - late - kMaxSpin / 2);
+      spin = kMaxSpin;
+    }
     if (nap < kGuard) return {0, 0};
-    const double spin = wait_avg_ + 2 * wait_dev_ + kGuard - nap;
-    return {static_cast<std::int64_t>(nap),
-            static_cast<std::int64_t>(spin < kMaxSpin ? spin : kMaxSpin)};
+    return {static_cast<std::int64_t>(nap), static_cast<std::int64_t>(spin)};
   }
 
   // How long a wait took, and how: napped (nap_ns > 0; late_ns: how late the nap ended, -1
   // when it did not run its whole length), blocked at once (`blocked`) or spun first.
   void observe(std::int64_t waited_ns, std::int64_t nap_ns, std::int64_t late_ns,
                bool blocked) {
-    const double w = static_cast<double>(waited_ns);
+    double w = static_cast<double>(waited_ns);
+    if (wait_avg_ >= 0) {  // a stall counts as a wait kReach deviations away, no further
+      const double reach = kReach * wait_dev_ + kGuard;
+      w = std::clamp(w, wait_avg_ - reach, wait_avg_ + reach);
+    }
     if (wait_avg_ < 0) {
       wait_avg_ = w;
     } else {
@@ -110,7 +129,7 @@ class ReplyNap {
     if (nap_ns > 0 && late_ns >= 0)
       late_avg_ += (static_cast<double>(late_ns) - late_avg_) * 0.25;
     way_ = nap_ns > 0 ? kNapped : blocked ? kBlocked : kSpun;
-    waited_ = w;
+    waited_ = static_cast<double>(waited_ns);
   }
 
   // The service's time for the frame whose reply ended the last wait (its total_us).
@@ -302,8 +321,16 @@ class ClientSocket {
 
   ReceiveSpin &spin() { return spin_; }
   bool napping() const { return nap_.napping(); }
-  // Waits that stayed runnable first (stay_runnable), and those whose answer came meanwhile.
-  std::uint64_t stayed = 0, stayed_answered = 0;
+
+  // How the waits went, counted since the connection opened (IpcClient.waits).
+  struct Waits {
+    std::uint64_t spun = 0;             // spun first (then blocked if the spin ran out)
+    std::uint64_t napped = 0;           // napped, then spun
+    std::uint64_t nap_missed = 0;       // of those, the waits whose spin ran out: then blocked
+    std::uint64_t blocked = 0;          // blocked at once
+    std::uint64_t stayed = 0;           // stayed runnable first (stay_runnable)
+    std::uint64_t stayed_answered = 0;  // of those, the waits whose answer came meanwhile
+  } waits;
 
  private:
   // How the next wait goes, planned once when it starts (t0, CLOCK_MONOTONIC): a nap of `nap`
@@ -390,6 +417,12 @@ class ClientSocket {
       SpinSlot slot(gate);
       if (slot) got = stay_for(page, plan.t0 + kStayLongest, m);
     }
+    if (napped) {
+      ++waits.napped;
+      if (got < 0) ++waits.nap_missed;
+    } else {
+      ++(budget > 0 ? waits.spun : waits.blocked);
+    }
     if (got < 0) got = block_for(page, m) ? 1 : 0;
     const std::int64_t waited = fl_htl_now_ns() - plan.t0;
     if (napped) {
@@ -407,8 +440,8 @@ class ClientSocket {
     const int got =
         stay_runnable(fd_, page != nullptr ? PageWatch::news : nullptr, page, until, m, contended);
     quiet_stays_ = contended ? 0 : quiet_stays_ + 1;
-    ++stayed;
-    if (got >= 0) ++stayed_answered;
+    ++waits.stayed;
+    if (got >= 0) ++waits.stayed_answered;
     return got;
   }
 
@@ -483,6 +516,21 @@ class ClientSocket {
 }  // namespace
 
 void bind_client_runs(py::module_ &mod) {
+  py::class_<ReplyNap>(mod, "ReplyNap",
+                       "The Python client's nap rule alone (ClientSocket's, for tests): fed "
+                       "waits, it plans the next one's nap and the spin after it.")
+      .def(py::init<>())
+      .def(
+          "plan",
+          [](ReplyNap &n, std::int64_t now_ns) -> py::typing::Tuple<py::int_, py::int_> {
+            const auto [nap, spin] = n.plan(now_ns);
+            return py::make_tuple(nap, spin);
+          },
+          py::arg("now_ns"), "(nap_ns, spin_ns) for a wait starting at now_ns; (0, 0): no nap.")
+      .def("observe", &ReplyNap::observe, py::arg("waited_ns"), py::arg("nap_ns"),
+           py::arg("late_ns"), py::arg("blocked"))
+      .def("served", &ReplyNap::served, py::arg("service_us"))
+      .def_property_readonly("napping", &ReplyNap::napping);
   py::class_<ClientSocket>(mod, "ClientSocket",
                            "The Python client's end of a connection to the service: sends, and "
                            "receives waited for by the spin rule, a RUN's reply read natively.")
@@ -507,10 +555,22 @@ void bind_client_runs(py::module_ &mod) {
                              [](ClientSocket &c) { return c.spin().average_wait_ns(); })
       .def_property_readonly("denied", [](ClientSocket &c) { return c.spin().denied; })
       .def_property_readonly("napping", &ClientSocket::napping)
-      .def_readonly("stayed", &ClientSocket::stayed,
-                    "Waits that stayed runnable before they napped or blocked.")
-      .def_readonly("stayed_answered", &ClientSocket::stayed_answered,
-                    "Of those, the waits whose answer came while they stayed runnable.");
+      .def_property_readonly(
+          "waits",
+          [](const ClientSocket &c) -> py::typing::Dict<py::str, py::int_> {
+            const auto &w = c.waits;
+            py::typing::Dict<py::str, py::int_> d;
+            d["spun"] = w.spun;
+            d["napped"] = w.napped;
+            d["nap_missed"] = w.nap_missed;
+            d["blocked"] = w.blocked;
+            d["stayed"] = w.stayed;
+            d["stayed_answered"] = w.stayed_answered;
+            return d;
+          },
+          "How the waits for the service went since the connection opened, counted: spun "
+          "first, napped (nap_missed: of those, the ones whose spin ran out before the answer), "
+          "blocked at once; stayed runnable first (stayed_answered: the answer came meanwhile).");
 }
 
 }  // namespace fl

@@ -94,6 +94,16 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
     assert ipc["cpu_per_frame_us"] == pytest.approx(ipc["renderer_cpu_us"] + ipc["service_cpu_us"])
     floor = next(r for r in doc["rows"] if r["transport"] == "in-process")
     assert floor["service_cpu_us"] is None
+    # The Python client's waits over the timed frames (IpcClient.waits); no other row has any.
+    for r in doc["rows"]:
+        w = r["waits"]
+        if r["transport"] not in ("ipc", "ipc-traced", "ipc-written"):
+            assert w == {}, r
+            continue
+        assert set(w) == {"spun", "napped", "nap_missed", "blocked", "stayed",
+                          "stayed_answered"}, r
+        assert min(w.values()) >= 0 and w["spun"] + w["napped"] + w["blocked"] > 0, r
+        assert w["nap_missed"] <= w["napped"] and w["stayed_answered"] <= w["stayed"], r
     traced = [r for r in doc["rows"] if r["transport"] == "ipc-traced"]
     assert traced and all(r["check"] == "equal" for r in traced)
     assert "IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time" in names
@@ -119,6 +129,7 @@ def test_quick_bench_prints_table_and_goals(quick_run: tuple[dict[str, Any], str
     assert "[#31] IPC 64x64 (Python client) within 15 us of the in-process floor" in out
     assert "machine floors (p50 / p99): socket round trip, two CPUs" in out
     assert "socket round trip, free placement" in out
+    assert "  ipc, the renderer's waits: " in out
 
 
 def test_quick_bench_draws_a_png(quick_run: tuple[dict[str, Any], str, Path]) -> None:

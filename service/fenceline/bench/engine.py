@@ -15,7 +15,8 @@ an object with ``frame(i)`` (frame values rise from 1) and ``digest()`` (of its 
 renderer process can open it. ``frame(i)`` returns None (the engine times the call), or the
 seconds of a frame the lane timed itself: a lane that keeps several frames in flight answers
 with the frame that completed during the call, or NOTHING_DONE while its pipeline fills;
-``digest()`` then first collects the frames still in flight.
+``digest()`` then first collects the frames still in flight. A lane of the Python IPC client
+also has ``waits()``: its connection's ``IpcClient.waits``, counted over the timed window.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from fenceline.bench.stats import add_counts
 
 SETUP_TIMEOUT_S = 180.0
 NOTHING_DONE = -1.0  # frame(i): no frame completed during this call
@@ -68,6 +71,7 @@ class Measured:
     digests: list[str]
     client_cpu_s: float
     server_cpu_s: float | None
+    waits: dict[str, int] = field(default_factory=dict)  # the lanes' IpcClient.waits, summed
 
     @property
     def throughput_fps(self) -> float:
@@ -122,6 +126,7 @@ class _LaneResult:
     start: float
     stop: float
     digest: str
+    waits: dict[str, int]
 
 
 class _Sync(Protocol):
@@ -167,6 +172,7 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                 ready.wait()
                 go.wait(limit)
                 samples: list[float] = []
+                waits0 = _waits(lane)
                 clock = time.perf_counter
                 first = clock()
                 deadline = first + budget.seconds
@@ -183,7 +189,8 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                         break
                 stop = clock()
                 stopped.wait()
-                results[index] = _LaneResult(samples, first, stop, lane.digest())
+                waits = {k: v - waits0.get(k, 0) for k, v in _waits(lane).items()}
+                results[index] = _LaneResult(samples, first, stop, lane.digest(), waits)
                 done.wait()
                 release.wait(limit)
         except threading.BrokenBarrierError:
@@ -355,4 +362,10 @@ def _summarize(results: list[_LaneResult], client_cpu: float, server_cpu: float 
                ) -> Measured:
     samples = [s for r in results for s in r.samples_s]
     wall = max(r.stop for r in results) - min(r.start for r in results) if results else 0.0
-    return Measured(samples, wall, [r.digest for r in results], client_cpu, server_cpu)
+    return Measured(samples, wall, [r.digest for r in results], client_cpu, server_cpu,
+                    add_counts(r.waits for r in results))
+
+
+def _waits(lane: Any) -> dict[str, int]:
+    waits = getattr(lane, "waits", None)
+    return dict(waits()) if waits is not None else {}

@@ -104,7 +104,7 @@ def row(name: str, sc: Scenario, m: engine.Measured, ctx: Context, note: str = "
                sc.renderers, sc.mode, sc.model, m.throughput_fps, check,
                renderer_cpu_us=m.client_cpu_s / n * 1e6 if n else None,
                service_cpu_us=m.server_cpu_s / n * 1e6 if n and m.server_cpu_s is not None
-               else None)
+               else None, waits=m.waits)
 
 
 def expected_key(sc: Scenario) -> str:

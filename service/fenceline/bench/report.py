@@ -77,12 +77,26 @@ def table(rows: list[Row]) -> str:
                        f"{r.p50_us - inside:.1f} us, is outside the service: the renderer, the "
                        "socket, the wakeups"
                        if inside is not None else parts))
+            if r.waits:
+                lines.append(f"  {r.transport}, {waits_text(r.waits, len(r.samples_s))}")
     lines += ["", "x floor: p50 over the in-process p50 of the same scenario (1.00x is the floor); "
               "vs triton: Triton system-shm p50 over this p50 (times faster than Triton).",
               "cpu/frame: user+sys of renderer and server processes per frame (renderer+service: "
               "the two parts; a service that spins shows in its part); outputs: equal to a "
               "direct onnxruntime run."]
     return "\n".join(lines)
+
+
+def waits_text(w: dict[str, int], frames: int) -> str:
+    """The Python client's waits of a row (IpcClient.waits), in words."""
+    n = w.get("spun", 0) + w.get("napped", 0) + w.get("blocked", 0)
+    text = (f"the renderer's waits: {n:,} over {frames:,} frames: {w.get('napped', 0):,} napped "
+            f"({w.get('nap_missed', 0):,} of them blocked after), {w.get('blocked', 0):,} blocked "
+            f"at once, {w.get('spun', 0):,} spun first")
+    if w.get("stayed"):
+        text += (f"; {w['stayed']:,} stayed runnable first ({w.get('stayed_answered', 0):,} "
+                 "answered meanwhile)")
+    return text
 
 
 def _find(rows: list[Row], group: tuple[str, str, int, str], transport: str) -> Row | None:

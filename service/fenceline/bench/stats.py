@@ -6,10 +6,20 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fenceline.stats import percentile
+
+
+def add_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Counts by name, summed."""
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 @dataclass
@@ -32,6 +42,9 @@ class Row:
     # A traced row's service side, from its trace (docs/tracing.md): each frame's span in the
     # service ("frame") and its stages ("model", "reply", ...), in microseconds.
     stages_us: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    # The renderers' waits for the service, counted by way (IpcClient.waits) over the timed
+    # window: the Python client's rows only.
+    waits: dict[str, int] = field(default_factory=dict)
 
     @property
     def scenario_label(self) -> str:
@@ -72,7 +85,8 @@ class Row:
                        renderer_cpu_us=weighted(self.renderer_cpu_us, other.renderer_cpu_us),
                        service_cpu_us=weighted(self.service_cpu_us, other.service_cpu_us),
                        stages_us={k: self.stages_us.get(k, []) + other.stages_us.get(k, [])
-                                  for k in {*self.stages_us, *other.stages_us}})
+                                  for k in {*self.stages_us, *other.stages_us}},
+                       waits=add_counts((self.waits, other.waits)))
 
     def stages_p50_us(self) -> dict[str, float]:
         """The p50 of each traced stage, the frame's whole span first (empty: not traced)."""

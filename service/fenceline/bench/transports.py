@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,14 @@ def _loaded(path: str, intra_op_threads: int | None = None) -> Any:
 
 
 class _Lane:
-    def __init__(self, buffers: Buffers, frame: Any) -> None:
+    """``waits``: the lane's IpcClient.waits, where it has one."""
+
+    def __init__(self, buffers: Buffers, frame: Any,
+                 waits: Callable[[], dict[str, int]] | None = None) -> None:
         self.buffers = buffers
         self.frame = frame
+        if waits is not None:
+            self.waits = waits
 
     def digest(self) -> str:
         return self.buffers.output_digest()
@@ -187,8 +192,11 @@ def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str, write: boo
             signal(i)
             run(sid, i)
 
+        def waits() -> dict[str, int]:
+            return client.waits
+
         if not write:
-            yield _Lane(b, frame)  # closing the connection releases what it created
+            yield _Lane(b, frame, waits)  # closing the connection releases what it created
             return
         rewrite, clock = _Rewriter(b), time.perf_counter
 
@@ -198,7 +206,7 @@ def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str, write: boo
             frame(i)
             return clock() - t0
 
-        yield _Lane(b, written)
+        yield _Lane(b, written, waits)
 
 
 class _PipelinedLane:
@@ -218,6 +226,9 @@ class _PipelinedLane:
         signal(i)
         self.pending.append((self.client.send_run(sid, i), time.perf_counter()))
         return done
+
+    def waits(self) -> dict[str, int]:
+        return self.client.waits
 
     def drain(self) -> None:
         while self.pending:

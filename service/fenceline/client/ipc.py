@@ -466,6 +466,15 @@ class IpcClient:
         creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return int(struct.unpack("3i", creds)[0])
 
+    @property
+    def waits(self) -> dict[str, int]:
+        """How this connection's waits for the service went, counted since it opened
+        (docs/ipc.md, "The Python client's side"): ``spun`` first, ``napped`` (``nap_missed``:
+        of those, the ones whose spin ran out before the answer came), ``blocked`` at once;
+        ``stayed`` runnable first (``stayed_answered``: the answer came meanwhile). A reply that
+        was there at once took no wait. Empty over the Windows pipe, whose waits are its own."""
+        return {} if self._end is None else dict(self._end.waits)
+
     def release_memory(self, id: str) -> None:
         self._call(Kind.RELEASE_MEMORY, {"id": id})
 

@@ -1,0 +1,76 @@
+"""The Python client's nap rule (native/importer/client_runs.cpp, ReplyNap): where a nap ends
+and how long the spin after it lasts, fed waits as a renderer's connection feeds it. Inside an
+exploration window a rule that does not nap yet plans the nap it would take."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fenceline import _native
+from fenceline.waiting import WINDOW_SHIFT, WINDOWS_PER_PERIOD
+
+INSIDE = WINDOWS_PER_PERIOD << WINDOW_SHIFT  # a clock reading inside an exploration window
+US = 1000
+MAX_SPIN = 200 * US
+
+pytestmark = pytest.mark.skipif(not hasattr(_native, "ReplyNap"),
+                                reason="the nap is the Unix socket client's (no build of it here)")
+
+
+def _blocked(nap: _native.ReplyNap, waits_us: list[float]) -> None:
+    for w in waits_us:
+        nap.observe(int(w * US), 0, -1, True)
+
+
+@pytest.fixture
+def nap(monkeypatch: pytest.MonkeyPatch) -> _native.ReplyNap:
+    monkeypatch.delenv("FENCELINE_NAP", raising=False)
+    return _native.ReplyNap()
+
+
+def test_steady_waits_are_covered_from_before_the_earliest_to_past_the_latest(
+        nap: _native.ReplyNap) -> None:
+    _blocked(nap, [990, 1010] * 100)
+    n, spin = nap.plan(INSIDE)
+    assert 0 < n <= 980 * US and n + spin >= 1020 * US, (n, spin)
+    assert spin < MAX_SPIN
+
+
+def test_a_stall_among_steady_waits_leaves_the_next_naps_where_the_replies_come(
+        nap: _native.ReplyNap) -> None:
+    """One 4-ms wait among 1-ms ones (the renderer's thread descheduled) moves the plan by a
+    few deviations at most: the next nap still ends before the reply is due and its spin lasts
+    until after it. Counted whole, the stall ended the nap 400 us early, its spin at 800 us."""
+    _blocked(nap, [990, 1010] * 100)
+    before = nap.plan(INSIDE)
+    _blocked(nap, [4000])
+    n, spin = nap.plan(INSIDE)
+    assert n <= 990 * US and n + spin >= 1010 * US, (before, (n, spin))
+    assert abs(n - before[0]) <= 50 * US, (before, (n, spin))
+
+
+def test_waits_spread_wider_than_a_spin_are_met_in_their_middle(nap: _native.ReplyNap) -> None:
+    """Replies 1 ms +- 300 us apart: no spin of at most 200 us covers them all, so it covers
+    the middle, where most of them come (not the 200 us after the nap that would end two
+    deviations before the average)."""
+    rng = random.Random(7)
+    waits = [rng.uniform(700, 1300) for _ in range(400)]
+    _blocked(nap, waits)
+    n, spin = nap.plan(INSIDE)
+    assert spin == MAX_SPIN
+    assert n < 1000 * US < n + spin, (n, spin)
+    caught = sum(n <= w * US <= n + spin for w in waits[-200:])
+    assert caught >= 50, caught  # a third of a uniform spread of 600 us, give or take
+
+
+def test_no_nap_for_waits_a_spin_catches_or_when_told_not_to(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    short = _native.ReplyNap()
+    _blocked(short, [20] * 100)  # 20 us: the spin rule's
+    assert short.plan(INSIDE) == (0, 0)
+    monkeypatch.setenv("FENCELINE_NAP", "0")
+    off = _native.ReplyNap()
+    _blocked(off, [1000] * 100)
+    assert off.plan(INSIDE) == (0, 0) and not off.napping
