@@ -115,21 +115,19 @@ class ReplyNap {
   // when it did not run its whole length), blocked at once (`blocked`) or spun first.
   void observe(std::int64_t waited_ns, std::int64_t nap_ns, std::int64_t late_ns,
                bool blocked) {
-    double w = static_cast<double>(waited_ns);
-    if (wait_avg_ >= 0) {  // a stall counts as a wait kReach deviations away, no further
-      const double reach = kReach * wait_dev_ + kGuard;
-      w = std::clamp(w, wait_avg_ - reach, wait_avg_ + reach);
-    }
+    const double w = static_cast<double>(waited_ns);
     if (wait_avg_ < 0) {
       wait_avg_ = w;
-    } else {
-      wait_dev_ += (std::fabs(w - wait_avg_) - wait_dev_) * 0.125;
-      wait_avg_ += (w - wait_avg_) * 0.125;
+    } else {  // a stall counts as a wait kReach deviations away, no further
+      const double reach = kReach * wait_dev_ + kGuard;
+      const double near = std::clamp(w, wait_avg_ - reach, wait_avg_ + reach);
+      wait_dev_ += (std::fabs(near - wait_avg_) - wait_dev_) * 0.125;
+      wait_avg_ += (near - wait_avg_) * 0.125;
     }
     if (nap_ns > 0 && late_ns >= 0)
       late_avg_ += (static_cast<double>(late_ns) - late_avg_) * 0.25;
     way_ = nap_ns > 0 ? kNapped : blocked ? kBlocked : kSpun;
-    waited_ = static_cast<double>(waited_ns);
+    waited_ = w;
   }
 
   // The service's time for the frame whose reply ended the last wait (its total_us).
