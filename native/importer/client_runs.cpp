@@ -57,17 +57,21 @@ bool switched_on(const char *name) {
 // wakes a sleeping thread: tens of microseconds on a VM, after the reply came. A nap sleeps on
 // a precise timer (1 us of slack) until just before the reply is due, then spins, so that the
 // wakeup is paid while the model runs. Napping is a way of waiting like spinning, and costs the
-// renderer the spin's CPU: it is used only while it pays, trying the other way in the rule's
-// exploration windows. FENCELINE_NAP=0 turns it off (to compare).
+// renderer the spin's CPU: it is used only while it pays, trying the other way in exploration
+// windows. FENCELINE_NAP=0 turns it off (to compare).
 //
-// What it is judged on: a wait's handoff, the wait less the time the service reports for the
-// frame (the reply's total_us: its fence wait, the model and the signal). The model's own run
-// varies by more from frame to frame (15-20 us at 720p on 16 cores) than a wakeup costs, so
-// whole waits compared over a few exploration windows decide by chance; the handoffs differ by
-// the wakeup alone. Napping starts once napped handoffs are shorter than blocked ones by 1% of
-// the wait (where a wakeup is a small share of a long wait, it is not worth a spin's CPU; a 4K
-// frame's goal is 5% over the floor, and on 16 cores a wakeup there costs 2-3%), and stops when
-// they are no shorter.
+// What it is judged on: a wait's handoff, the wait less the time the service reports for the frame
+// (the reply's total_us: its fence wait, the model and the signal). The model's own run varies by
+// more from frame to frame (15-20 us at 720p on 16 cores) than a wakeup costs, so whole waits
+// compared over a few exploration windows decide by chance; the handoffs differ by the wakeup
+// alone. The nap tries the other way in exploration windows of its own, half a period after the
+// spin rule's, and no handoff of a wait begun in the spin rule's windows counts: the service
+// explores its own receive's way then (blocked, it picks the RUN up a wakeup later, which is in the
+// handoff); a nap that explored in those windows judged the way it tried there on longer handoffs,
+// and the way it took first kept looking the better one. Napping starts once napped handoffs are
+// shorter than blocked ones by 1% of the wait (where a wakeup is a small share of a long wait, it
+// is not worth a spin's CPU; a 4K frame's goal is 5% over the floor, and on 16 cores a wakeup there
+// costs 2-3%), and stops when they are no shorter.
 //
 // Where the nap ends: two deviations before the average wait, and the spin after it lasts to two
 // deviations past it, kMaxSpin at most. Where the waits spread wider than that, the spin covers
@@ -94,8 +98,9 @@ class ReplyNap {
 
   // The next wait's nap (0: none) and the spin after it.
   std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns) {
+    judged_ = fl_spin_exploring(now_ns) == 0;
     if (!enabled_ || wait_avg_ < kMinWait || wait_avg_ > kMaxWait) return {0, 0};
-    const bool explore = fl_spin_exploring(now_ns) != 0;
+    const bool explore = exploring(now_ns);
     if (explored_ && !explore) decide();
     explored_ = explore;
     if (napping_ == explore) return {0, 0};
@@ -133,7 +138,7 @@ class ReplyNap {
   // The service's time for the frame whose reply ended the last wait (its total_us).
   void served(std::uint32_t service_us) {
     service_avg_ = fl_spin_ema(service_avg_, 1000.0 * service_us);
-    if (way_ == kSpun) return;
+    if (way_ == kSpun || !judged_) return;
     const double handoff = waited_ - 1000.0 * service_us;
     if (handoff < 0) return;  // the service's clock and ours: not worth a sample
     double &avg = way_ == kNapped ? nap_handoff_ : block_handoff_;
@@ -152,6 +157,12 @@ class ReplyNap {
   // renderers' frames go first (64x64 with four renderers on two CPUs) does not.
   bool long_runs() const { return service_avg_ >= kMinWait; }
 
+  // The nap's exploration windows: the spin rule's, half a period later.
+  static bool exploring(std::int64_t now_ns) {
+    return (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD ==
+           FL_SPIN_WINDOWS_PER_PERIOD / 2;
+  }
+
  private:
   enum Way { kSpun, kNapped, kBlocked };
 
@@ -164,6 +175,7 @@ class ReplyNap {
   const bool enabled_ = switched_on("FENCELINE_NAP");
   bool napping_ = false;
   bool explored_ = false;
+  bool judged_ = true;  // the last wait's handoff counts: it began outside the spin rule's windows
   Way way_ = kSpun;
   double waited_ = 0;
   double wait_avg_ = -1, wait_dev_ = 0;

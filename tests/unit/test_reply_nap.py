@@ -1,5 +1,5 @@
 """The Python client's nap rule (native/importer/client_runs.cpp, ReplyNap): where a nap ends
-and how long the spin after it lasts, fed waits as a renderer's connection feeds it. Inside an
+and how long the spin after it lasts, fed waits as a renderer's connection feeds it. Inside its
 exploration window a rule that does not nap yet plans the nap it would take."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from fenceline import _native
 from fenceline.waiting import WINDOW_SHIFT, WINDOWS_PER_PERIOD
 
-INSIDE = WINDOWS_PER_PERIOD << WINDOW_SHIFT  # a clock reading inside an exploration window
+PERIOD = WINDOWS_PER_PERIOD << WINDOW_SHIFT
+INSIDE = PERIOD + (WINDOWS_PER_PERIOD // 2 << WINDOW_SHIFT)  # inside the nap's exploration window
 US = 1000
 MAX_SPIN = 200 * US
 
@@ -74,3 +75,40 @@ def test_no_nap_for_waits_a_spin_catches_or_when_told_not_to(
     off = _native.ReplyNap()
     _blocked(off, [1000] * 100)
     assert off.plan(INSIDE) == (0, 0) and not off.napping
+
+
+def _renderer(nap: _native.ReplyNap, frames: int, napped_us: float, blocked_us: float,
+              in_spin_windows_us: float) -> list[bool]:
+    """A renderer's frames, one after another on a simulated clock: the service takes 240 us a
+    frame, the handoff (the wait less that) is `napped_us` or `blocked_us` by the way waited, and
+    `in_spin_windows_us` longer in the spin rule's exploration windows, where the service
+    explores its own receive's way. Whether each frame napped."""
+    t, out = 3 * PERIOD + (1 << WINDOW_SHIFT), []  # just after a spin rule's window
+    for _ in range(frames):
+        n, _spin = nap.plan(t)
+        explored = (t >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD == 0
+        waited = 240 + (napped_us if n else blocked_us) + (in_spin_windows_us if explored else 0)
+        nap.observe(int(waited * US), n, 5 * US if n else -1, n == 0)
+        nap.served(240)
+        t += int((waited + 30) * US)  # and the renderer's own part of the frame
+        out.append(n > 0)
+    return out
+
+
+def test_the_way_tried_while_the_service_explores_is_not_judged_on_the_handoffs_it_lengthens(
+        nap: _native.ReplyNap) -> None:
+    """Napping hands the reply over 12 us sooner, but in the spin rule's windows every handoff
+    is 30 us longer (the service's receive blocks there). A nap tried in those windows looked 18
+    us worse than blocking, and the renderer never napped; tried half a period later, it naps in
+    all but its own exploration windows."""
+    napped = _renderer(nap, 4000, napped_us=8, blocked_us=20, in_spin_windows_us=30)
+    share = sum(napped[-2000:]) / 2000
+    assert share > 0.85, share
+    assert nap.napping
+
+
+def test_napping_stops_where_it_hands_over_no_sooner(nap: _native.ReplyNap) -> None:
+    napped = _renderer(nap, 4000, napped_us=20, blocked_us=20, in_spin_windows_us=30)
+    share = sum(napped[-2000:]) / 2000
+    assert share < 0.15, share
+    assert not nap.napping
