@@ -157,14 +157,14 @@ class ReplyNap {
   // renderers' frames go first (64x64 with four renderers on two CPUs) does not.
   bool long_runs() const { return service_avg_ >= kMinWait; }
 
+ private:
+  enum Way { kSpun, kNapped, kBlocked };
+
   // The nap's exploration windows: the spin rule's, half a period later.
   static bool exploring(std::int64_t now_ns) {
     return (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD ==
            FL_SPIN_WINDOWS_PER_PERIOD / 2;
   }
-
- private:
-  enum Way { kSpun, kNapped, kBlocked };
 
   void decide() {
     if (nap_handoff_ < 0 || block_handoff_ < 0) return;
