@@ -162,8 +162,9 @@ class ReplyNap {
 
   // The nap's exploration windows: the spin rule's, half a period later.
   static bool exploring(std::int64_t now_ns) {
-    return (now_ns >> FL_SPIN_WINDOW_SHIFT) % FL_SPIN_WINDOWS_PER_PERIOD ==
-           FL_SPIN_WINDOWS_PER_PERIOD / 2;
+    constexpr std::int64_t kHalfPeriod = std::int64_t{FL_SPIN_WINDOWS_PER_PERIOD / 2}
+                                         << FL_SPIN_WINDOW_SHIFT;
+    return fl_spin_exploring(now_ns - kHalfPeriod) != 0;
   }
 
   void decide() {
