@@ -95,8 +95,15 @@ typedef struct FlWireRunReply {
   uint32_t wait_us;
   uint32_t infer_us;
   uint32_t total_us;
-  uint32_t reserved;
+  uint32_t flags; /* FL_WIRE_REPLY_* bits; a client ignores those it does not know */
 } FlWireRunReply;
+
+/* A RUN reply's flags. CPUS_SHARED: the service's runs on the CPU share its cores with other
+ * renderers' runs, and its onnxruntime pools then take only the cores nothing else wants
+ * (runtime/ort_options.py): a client that spins or stays runnable while it waits takes a core
+ * from the model's run. The Python client then neither naps nor stays runnable (docs/fences.md,
+ * "Why spin first"). */
+#define FL_WIRE_REPLY_CPUS_SHARED 0x1u
 
 /* The fixed part of an ERROR body; the JSON follows. */
 typedef struct FlWireErrorBody {

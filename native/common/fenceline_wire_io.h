@@ -92,7 +92,7 @@ static inline void fl_wire_put_run_reply(uint8_t *body, const FlWireRunReply *r)
   fl_wire_put_u32(body + offsetof(FlWireRunReply, wait_us), r->wait_us);
   fl_wire_put_u32(body + offsetof(FlWireRunReply, infer_us), r->infer_us);
   fl_wire_put_u32(body + offsetof(FlWireRunReply, total_us), r->total_us);
-  fl_wire_put_u32(body + offsetof(FlWireRunReply, reserved), 0);
+  fl_wire_put_u32(body + offsetof(FlWireRunReply, flags), r->flags);
 }
 
 static inline void fl_wire_get_run_reply(const uint8_t *body, FlWireRunReply *r) {
@@ -100,7 +100,7 @@ static inline void fl_wire_get_run_reply(const uint8_t *body, FlWireRunReply *r)
   r->wait_us = fl_wire_get_u32(body + offsetof(FlWireRunReply, wait_us));
   r->infer_us = fl_wire_get_u32(body + offsetof(FlWireRunReply, infer_us));
   r->total_us = fl_wire_get_u32(body + offsetof(FlWireRunReply, total_us));
-  r->reserved = 0;
+  r->flags = fl_wire_get_u32(body + offsetof(FlWireRunReply, flags));
 }
 
 /* A duration in ns as a reply's microseconds: whole microseconds, at most UINT32_MAX. */

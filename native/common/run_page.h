@@ -51,7 +51,8 @@ typedef struct FlRunPage {
   uint64_t reply_signal_value;
   uint32_t infer_us;
   uint32_t total_us;
-  uint8_t pad1[32];
+  uint32_t reply_flags; /* the RUN reply's flags */
+  uint8_t pad1[28];
   uint32_t service_sleeping; /* the service blocks on the socket: nudge it */
   uint8_t pad2[60];
   uint32_t client_sleeping; /* the client blocks on the socket: nudge it */
@@ -59,6 +60,7 @@ typedef struct FlRunPage {
 } FlRunPage;
 
 FL_WIRE_STATIC_ASSERT(offsetof(FlRunPage, reply_seq) == 64, "the reply's line at 64");
+FL_WIRE_STATIC_ASSERT(offsetof(FlRunPage, reply_flags) == 96, "the reply's flags at 96");
 FL_WIRE_STATIC_ASSERT(offsetof(FlRunPage, service_sleeping) == 128, "service_sleeping at 128");
 FL_WIRE_STATIC_ASSERT(offsetof(FlRunPage, client_sleeping) == 192, "client_sleeping at 192");
 FL_WIRE_STATIC_ASSERT(sizeof(FlRunPage) == 256, "the page's used part is 256 bytes");
@@ -132,6 +134,7 @@ static inline int fl_run_page_answer(FlRunPage *p, const FlRunPageReply *r) {
   fl_store_u32(&p->wait_us, r->run.wait_us);
   fl_store_u32(&p->infer_us, r->run.infer_us);
   fl_store_u32(&p->total_us, r->run.total_us);
+  fl_store_u32(&p->reply_flags, r->run.flags);
   fl_store_u32(&p->reply_seq, r->seq);
   fl_fence_seq_cst();
   return fl_load_u32(&p->client_sleeping) != 0;
@@ -147,7 +150,7 @@ static inline int fl_run_page_reply(const FlRunPage *p, uint32_t seq, FlRunPageR
   out->run.wait_us = fl_load_u32(&p->wait_us);
   out->run.infer_us = fl_load_u32(&p->infer_us);
   out->run.total_us = fl_load_u32(&p->total_us);
-  out->run.reserved = 0;
+  out->run.flags = fl_load_u32(&p->reply_flags);
   return 1;
 }
 

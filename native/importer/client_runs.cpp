@@ -82,6 +82,13 @@ bool switched_on(const char *name) {
 // tenfold, the next naps ended hundreds of microseconds early, their spins ran out before the
 // reply, and those missed naps turned napping off for 130-200 frames.
 //
+// While the service says its cores are shared (a RUN reply's FL_WIRE_REPLY_CPUS_SHARED: several
+// renderers' runs on its CPUs, its onnxruntime pools at idle priority) the renderer neither naps
+// nor stays runnable: a renderer that spins or yields is picked before the pools' idle-priority
+// threads and takes a core from the model's run; each of several renderers judged its nap by its
+// own handoff, and the runs they all waited for went slower (on an H100 host's 16 cores, 8
+// renderers at 720p ran 7% more frames with napping and staying off).
+//
 // How late a nap ends is measured, and the nap is that much shorter. On a machine whose cores
 // the model's threads fill, a nap's timer makes the renderer runnable and it runs only once a
 // core frees (lateness of 100-250 us for a 720p frame on the 2-CPU VM), which says nothing about
@@ -96,10 +103,12 @@ class ReplyNap {
   static constexpr double kWorth = 0.01;               // of the wait, to start napping
   static constexpr double kReach = 4;  // deviations: how far off the average a wait counts
 
-  // The next wait's nap (0: none) and the spin after it.
-  std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns) {
-    judged_ = fl_spin_exploring(now_ns) == 0;
-    if (!enabled_ || wait_avg_ < kMinWait || wait_avg_ > kMaxWait) return {0, 0};
+  // The next wait's nap (0: none) and the spin after it. `shared`: the last reply said the
+  // service's cores are shared (FL_WIRE_REPLY_CPUS_SHARED): no nap, and the wait, blocked, is
+  // not judged (a handoff there is not one of the renderer's own choosing).
+  std::pair<std::int64_t, std::int64_t> plan(std::int64_t now_ns, bool shared = false) {
+    judged_ = !shared && fl_spin_exploring(now_ns) == 0;
+    if (shared || !enabled_ || wait_avg_ < kMinWait || wait_avg_ > kMaxWait) return {0, 0};
     const bool explore = exploring(now_ns);
     if (explored_ && !explore) decide();
     explored_ = explore;
@@ -200,7 +209,8 @@ class ReplyNap {
 // own part of a frame is long (ReplyNap::long_runs): a pool to wake, a run to wait out. Where
 // the renderer's yields find its core idle kQuietStays times in a row (cores to spare: the
 // pool's threads start on others), it stops staying but in the spin rule's exploration windows,
-// where it looks again. FENCELINE_STAY=0 turns it off (to compare).
+// where it looks again. Nor while the service's cores are shared (as naps: ReplyNap).
+// FENCELINE_STAY=0 turns it off (to compare).
 constexpr std::int64_t kStayIdle = 20'000;
 constexpr std::int64_t kStayLongest = 50'000;
 constexpr std::int64_t kQuickYield = 5'000;  // a yield back sooner found nothing else to run
@@ -251,7 +261,7 @@ bool nap_for(int fd, std::int64_t nap_ns, std::int64_t &late_ns) {
 class ClientSocket {
  public:
   // `reply_type`: what a RUN reply becomes (fenceline.protocol.codec.RunReply), called with its
-  // four fields.
+  // five fields.
   ClientSocket(int fd, std::int64_t max_spin_ns, py::object reply_type)
       : fd_(fd), spin_(max_spin_ns), reply_type_(std::move(reply_type)) {}
 
@@ -355,9 +365,9 @@ class ClientSocket {
   Plan make_plan() {
     const std::int64_t t0 = fl_htl_now_ns();
     if (spin_.max_spin_ns() == 0) return {t0, 0, 0, 0, false};  // always block
-    const auto [nap, nap_spin] = nap_.plan(t0);
+    const auto [nap, nap_spin] = nap_.plan(t0, shared_);
     const std::int64_t budget = nap > 0 ? 0 : spin_.budget_ns(t0);
-    const bool stay = stay_on_ && nap_.long_runs() && budget == 0 &&
+    const bool stay = stay_on_ && !shared_ && nap_.long_runs() && budget == 0 &&
                       (quiet_stays_ < kQuietStays || fl_spin_exploring(t0) != 0);
     return {t0, nap, nap_spin, budget, stay};
   }
@@ -474,7 +484,8 @@ class ClientSocket {
 
   py::object run_reply_of(const FlWireRunReply &r) {
     nap_.served(r.total_us);
-    return reply_type_(r.signal_value, r.wait_us, r.infer_us, r.total_us);
+    shared_ = (r.flags & FL_WIRE_REPLY_CPUS_SHARED) != 0;
+    return reply_type_(r.signal_value, r.wait_us, r.infer_us, r.total_us, r.flags);
   }
 
   // A received message as receive returns it: with `run_reply`, the RUN reply to `request_id`
@@ -521,6 +532,7 @@ class ClientSocket {
   std::unique_ptr<RunPageMap> page_;
   std::uint32_t seq_ = 0;  // the last RUN posted on the page
   unsigned quiet_stays_ = 0;  // stays in a row whose yields found the core idle
+  bool shared_ = false;  // the last RUN reply said the service's cores are shared: no nap, no stay
   const bool stay_on_ = switched_on("FENCELINE_STAY");
 };
 
@@ -533,11 +545,14 @@ void bind_client_runs(py::module_ &mod) {
       .def(py::init<>())
       .def(
           "plan",
-          [](ReplyNap &n, std::int64_t now_ns) -> py::typing::Tuple<py::int_, py::int_> {
-            const auto [nap, spin] = n.plan(now_ns);
+          [](ReplyNap &n, std::int64_t now_ns,
+             bool shared) -> py::typing::Tuple<py::int_, py::int_> {
+            const auto [nap, spin] = n.plan(now_ns, shared);
             return py::make_tuple(nap, spin);
           },
-          py::arg("now_ns"), "(nap_ns, spin_ns) for a wait starting at now_ns; (0, 0): no nap.")
+          py::arg("now_ns"), py::arg("shared") = false,
+          "(nap_ns, spin_ns) for a wait starting at now_ns; (0, 0): no nap. shared: the last "
+          "reply said the service's cores are shared (no nap, the wait not judged).")
       .def("observe", &ReplyNap::observe, py::arg("waited_ns"), py::arg("nap_ns"),
            py::arg("late_ns"), py::arg("blocked"))
       .def("served", &ReplyNap::served, py::arg("service_us"))

@@ -40,6 +40,7 @@ constexpr int kJudged = 64;
 constexpr std::int64_t kOffNs = 1'000'000'000;
 
 std::atomic<int> cpu_runs{0};
+std::atomic<bool> shared{false};
 thread_local std::int64_t turn_kept_until = 0;
 
 #ifdef __linux__
@@ -211,6 +212,8 @@ std::int64_t take_turn_kept_until() {
   return until;
 }
 
+bool cpus_shared() { return shared.load(std::memory_order_relaxed); }
+
 namespace {
 
 // CpuRun as a context manager, for the Python path: one per session (HostSession._cpu_run),
@@ -248,6 +251,12 @@ void bind_cpu_runs(py::module_ &mod) {
       .def_property_readonly("single", &PyCpuRun::single,
                              "Whether the run takes the model's one-thread session: no turn, "
                              "and the runs in flight are `full` or more.");
+  mod.def(
+      "set_cpus_shared", [](bool on) { shared.store(on, std::memory_order_relaxed); },
+      py::arg("on"),
+      "Whether the service's runs on the CPU share its cores with other renderers' runs now "
+      "(its pools at idle priority): every RUN reply says so from now on.");
+  mod.def("cpus_shared", &cpus_shared, "What set_cpus_shared said last (False at first).");
   mod.def(
       "large_frame_turns",
       []() -> py::typing::Dict<py::str, py::int_> {

@@ -32,6 +32,11 @@ class CpuRun {
   const void *who_;
 };
 
+// Whether the service's runs on the CPU share its cores with other renderers' runs: set by the
+// service while its onnxruntime pools run at idle priority (runtime/ort_options.py,
+// pool_yields), and said in every RUN reply (FL_WIRE_REPLY_CPUS_SHARED).
+bool cpus_shared();
+
 // Once a run that held the turn has ended: until when (fl_htl_now_ns) the turn is kept for
 // its session's next frame, for the thread that ran it (0: not kept). Read once: it clears.
 std::int64_t take_turn_kept_until();

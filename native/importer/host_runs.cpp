@@ -445,7 +445,8 @@ class RunTable {
     }
 
     const FlWireRunReply body{target, fl_wire_micros(waited - start),
-                              fl_wire_micros(inferred - waited), fl_wire_micros(end - start), 0};
+                              fl_wire_micros(inferred - waited), fl_wire_micros(end - start),
+                              cpus_shared() ? FL_WIRE_REPLY_CPUS_SHARED : 0u};
     answer.request_id = request_id;
     answer.body = body;
     answer.series = r->series;

@@ -79,6 +79,7 @@ void bind_wire(py::module_ &mod) {
   mod.attr("WIRE_TIMEOUT_DEFAULT") = FL_WIRE_TIMEOUT_DEFAULT;
   mod.attr("WIRE_RUN_SIZE") = sizeof(FlWireRun);
   mod.attr("WIRE_RUN_REPLY_SIZE") = sizeof(FlWireRunReply);
+  mod.attr("WIRE_REPLY_CPUS_SHARED") = FL_WIRE_REPLY_CPUS_SHARED;
   mod.def(
       "wire_offsets",
       [] {
@@ -100,7 +101,7 @@ void bind_wire(py::module_ &mod) {
         reply["wait_us"] = offsetof(FlWireRunReply, wait_us);
         reply["infer_us"] = offsetof(FlWireRunReply, infer_us);
         reply["total_us"] = offsetof(FlWireRunReply, total_us);
-        reply["reserved"] = offsetof(FlWireRunReply, reserved);
+        reply["flags"] = offsetof(FlWireRunReply, flags);
         out["header"] = header;
         out["run"] = run;
         out["run_reply"] = reply;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CpuRun', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CpuRun', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -479,9 +479,9 @@ class ReplyNap:
         ...
     def observe(self, waited_ns: typing.SupportsInt | typing.SupportsIndex, nap_ns: typing.SupportsInt | typing.SupportsIndex, late_ns: typing.SupportsInt | typing.SupportsIndex, blocked: bool) -> None:
         ...
-    def plan(self, now_ns: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int]:
+    def plan(self, now_ns: typing.SupportsInt | typing.SupportsIndex, shared: bool = False) -> tuple[int, int]:
         """
-        (nap_ns, spin_ns) for a wait starting at now_ns; (0, 0): no nap.
+        (nap_ns, spin_ns) for a wait starting at now_ns; (0, 0): no nap. shared: the last reply said the service's cores are shared (no nap, the wait not judged).
         """
     def served(self, service_us: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -534,6 +534,10 @@ def can_import_fence(kind: str) -> bool:
     ...
 def can_import_memory(kind: str) -> bool:
     ...
+def cpus_shared() -> bool:
+    """
+    What set_cpus_shared said last (False at first).
+    """
 def cuda_available() -> bool:
     ...
 def cuda_devices() -> list[dict[str, typing.Any]]:
@@ -608,6 +612,10 @@ def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes, tim
     """
     Sends one SOCK_SEQPACKET message. Waits with the GIL released only while the socket is full: for at most timeout_ms (-1: no limit; then TimeoutError, errno ETIMEDOUT) and only while the process behind pidfd (-1: none) lives (else OSError ESRCH). Raises OSError when the socket failed (the peer closed its end).
     """
+def set_cpus_shared(on: bool) -> None:
+    """
+    Whether the service's runs on the CPU share its cores with other renderers' runs now (its pools at idle priority): every RUN reply says so from now on.
+    """
 def trace_filled() -> bool:
     """
     Whether the recording stopped by itself (its frames or its room reached).
@@ -654,6 +662,7 @@ WIRE_MAGIC: int = 1346980934
 WIRE_MAX_FDS: int = 4
 WIRE_MAX_FRAME: int = 65536
 WIRE_REPLY_BIT: int = 32768
+WIRE_REPLY_CPUS_SHARED: int = 1
 WIRE_RUN_REPLY_SIZE: int = 24
 WIRE_RUN_SIZE: int = 40
 WIRE_TIMEOUT_DEFAULT: int = 4294967295

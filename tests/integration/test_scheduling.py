@@ -21,6 +21,7 @@ import pytest
 
 from fenceline.client import IpcClient
 from fenceline.config import RUN_PATHS
+from fenceline.protocol import codec
 from tests.conftest import TEST_MODELS
 from tests.support.helpers import FrameSession, open_session
 from tests.support.service import Service, running
@@ -222,3 +223,73 @@ def test_large_frames_take_turns_while_the_runs_in_flight_fill_the_cpus(two_cpus
         finally:
             one.close()
             two.close()
+
+
+@pytest.fixture(params=RUN_PATHS)
+def pools_yield_here(request: pytest.FixtureRequest, model_repo: Path,
+                     tmp_path: Path) -> Iterator[tuple[Service, str]]:
+    """A service of its own, and its run path (each in turn), whose pools yield with two
+    sessions on the CPU on this machine too (from one usable CPU on, not four)."""
+    with running(model_repo, tmp_path, "--run-path", request.param, yield_cpus=1) as svc:
+        yield svc, request.param
+
+
+def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_stay(
+        pools_yield_here: tuple[Service, str]) -> None:
+    """Every RUN reply says whether the service's runs on the CPU share its cores now (the
+    pools at idle priority: docs/ipc.md, "RUN reply"), on the socket and on the run page alike;
+    while they do, the Python client waits for its replies without napping or staying runnable
+    (docs/fences.md), and once they no longer do it may again."""
+    from tests.integration.test_run_page import ANSWERED, ON_SOCKET, RawPageClient, raw_session
+
+    (service, path), shared = pools_yield_here, codec.REPLY_CPUS_SHARED
+    shape = [1, 3, 720, 1280]
+
+    def run(client: IpcClient, s: FrameSession, v: int) -> int:
+        s.x[:] = v
+        s.wait.signal(v)
+        reply = client.run(s.session_id, v)
+        assert reply.signal_value == v and np.all(s.y == v + 1)
+        return reply.flags
+
+    with IpcClient(service.socket, name="shared-a") as a:
+        one = open_session(a, "add_720p", shape)
+        assert [run(a, one, v) for v in range(1, 6)] == [0] * 5  # one session: not shared
+        raw = RawPageClient(service)
+        try:
+            raw.open_page()
+            sid, x, y, wait = raw_session(raw, service)  # a second session on the CPU
+            assert pool_priorities(service) == {"idle"}
+            x[:] = 1
+            wait(1)
+            raw.post(sid, 1)
+            if path == "native":  # answered on the page: its flags follow total_us
+                assert raw.reply()[1] == ANSWERED
+                assert memoryview(raw.page).cast("I")[96 // 4] == shared  # type: ignore[arg-type]
+            else:  # the Python path answers on the socket
+                assert raw.reply()[1] == ON_SOCKET
+                assert codec.decode_run_reply(raw.recv().body).flags == shared
+            assert np.all(y == 2)
+            x[:] = 2
+            wait(2)
+            raw.rid += 1
+            raw.sock.send(codec.encode_run(raw.rid, codec.Run(sid, 2, 0, 10_000)))
+            frame = raw.recv()
+            assert frame.kind == codec.Kind.RUN | codec.REPLY_BIT, frame
+            assert codec.decode_run_reply(frame.body).flags == shared and np.all(y == 3)
+
+            assert run(a, one, 6) == shared
+            before = a.waits
+            flags = [run(a, one, v) for v in range(7, 207)]
+            after = a.waits
+            assert flags == [shared] * 200
+            assert (after["napped"], after["stayed"]) == (before["napped"], before["stayed"]), (
+                before, after)
+            assert after["blocked"] > before["blocked"], (before, after)
+        finally:
+            raw.close()
+        # The second session went with raw's connection: the cores are the renderer's again.
+        wait_until(lambda: pool_priorities(service) == {"normal"},
+                   what="the pools at normal priority again")
+        assert run(a, one, 207) == 0
+        one.close()

@@ -107,18 +107,24 @@ class Service:
 
 def start_service(
     model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None,
-    cpus: int | None = None,
+    cpus: int | None = None, yield_cpus: int | None = None,
 ) -> Service:
     """``fd_limits``: the service starts with these (soft, hard) limits on open fds (None: this
     process's). ``cpus``: it may run on the first ``cpus`` of this process's CPUs only (None:
-    all of them), as under ``taskset``."""
+    all of them), as under ``taskset``. ``yield_cpus``: its pools yield while several sessions
+    run on the CPU from this many usable CPUs on (runtime/ort_options.py's ``YIELD_CPUS``;
+    None: as set there), so that a small machine shows what larger ones do."""
     port = free_port()
     sock = tmp / "fenceline.sock"
     log = tmp / "service.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    launch = ["-m", "fenceline"] if yield_cpus is None else [
+        "-c", "from fenceline.runtime import ort_options\n"
+              f"ort_options.YIELD_CPUS = {int(yield_cpus)}\n"
+              "from fenceline.cli import main\nraise SystemExit(main())"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fenceline", "serve", "--model-repository", str(model_repo),
+            [sys.executable, *launch, "serve", "--model-repository", str(model_repo),
              "--port", str(port), "--socket", str(sock), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
             preexec_fn=(lambda: _limit(fd_limits, cpus)) if fd_limits or cpus else None,
@@ -169,11 +175,12 @@ def stop_service(svc: Service) -> None:
 @contextlib.contextmanager
 def running(
     model_repo: Path, tmp: Path, *extra: str, fd_limits: tuple[int, int] | None = None,
-    cpus: int | None = None,
+    cpus: int | None = None, yield_cpus: int | None = None,
 ) -> Iterator[Service]:
     """:func:`start_service` for a block, or for a fixture that yields inside it: the service
     stops when the block ends, and a block that ended normally finds no traceback in its log."""
-    svc = start_service(model_repo, tmp, *extra, fd_limits=fd_limits, cpus=cpus)
+    svc = start_service(model_repo, tmp, *extra, fd_limits=fd_limits, cpus=cpus,
+                        yield_cpus=yield_cpus)
     try:
         yield svc
     finally:

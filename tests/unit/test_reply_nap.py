@@ -112,3 +112,23 @@ def test_napping_stops_where_it_hands_over_no_sooner(nap: _native.ReplyNap) -> N
     share = sum(napped[-2000:]) / 2000
     assert share < 0.15, share
     assert not nap.napping
+
+
+def test_no_nap_while_the_service_says_its_cores_are_shared_nor_a_judgement_of_those_waits(
+        nap: _native.ReplyNap) -> None:
+    """While the replies say the service's cores are shared (FL_WIRE_REPLY_CPUS_SHARED) the rule
+    plans no nap, in its exploration windows too; the waits meanwhile (blocked, and handed over
+    sooner than any nap: other renderers' runs set their pace) are not judged, so the rule naps
+    again as before once the cores are the renderer's again."""
+    _renderer(nap, 4000, napped_us=8, blocked_us=20, in_spin_windows_us=30)
+    assert nap.napping
+    t = 10 * PERIOD
+    for _ in range(3000):  # a whole period and more, its windows included
+        assert nap.plan(t, shared=True) == (0, 0)
+        nap.observe(241 * US, 0, -1, True)
+        nap.served(240)
+        t += 271 * US
+    t = (t // PERIOD + 2) * PERIOD
+    nap.plan(t + INSIDE - PERIOD)  # the nap's own window, then past it: it judges
+    n, _spin = nap.plan(t + PERIOD - (1 << WINDOW_SHIFT))
+    assert nap.napping and n > 0, n

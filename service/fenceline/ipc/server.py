@@ -254,7 +254,8 @@ class Connection:
             self._replied = self._send(codec.encode_run_reply(
                 request_id,
                 codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000,
-                               r.total_ns // 1000),
+                               r.total_ns // 1000,
+                               codec.REPLY_CPUS_SHARED if _native.cpus_shared() else 0),
             ))
 
         self.runtime.run(

@@ -29,10 +29,13 @@ HEADER_SIZE = HEADER.size  # 16
 MAX_FRAME = _native.WIRE_MAX_FRAME
 MAX_FDS = _native.WIRE_MAX_FDS
 REPLY_BIT = _native.WIRE_REPLY_BIT
+# A RUN reply's flags: the service's runs on the CPU share its cores with other renderers'
+# (docs/ipc.md, "RUN reply").
+REPLY_CPUS_SHARED = _native.WIRE_REPLY_CPUS_SHARED
 
 # session id (16 raw bytes), wait_value, signal_value (0: same as wait), timeout_ms, flags
 RUN_BODY = struct.Struct("<16sQQII")
-# signal_value, wait_us, infer_us, total_us, reserved
+# signal_value, wait_us, infer_us, total_us, flags
 RUN_REPLY_BODY = struct.Struct("<QIIII")
 ERROR_CODE = struct.Struct("<I")
 DEFAULT_TIMEOUT = _native.WIRE_TIMEOUT_DEFAULT
@@ -83,6 +86,7 @@ class RunReply(NamedTuple):
     wait_us: int
     infer_us: int
     total_us: int
+    flags: int = 0  # REPLY_CPUS_SHARED
 
 
 def encode(kind: int, request_id: int, body: bytes = b"") -> bytes:
@@ -180,7 +184,7 @@ def encode_run_reply(request_id: int, reply: RunReply) -> bytes:
         min(reply.wait_us, 0xFFFFFFFF),
         min(reply.infer_us, 0xFFFFFFFF),
         min(reply.total_us, 0xFFFFFFFF),
-        0,
+        reply.flags,
     )
 
 
@@ -189,19 +193,17 @@ def run_reply_of(data: bytes, request_id: int) -> RunReply | None:
     read in one unpack; None for any other frame, which :func:`decode` then reads and judges:
     the client's per-frame decoder."""
     if len(data) == RUN_REPLY_FRAME.size:
-        magic, version, kind, rid, length, value, wait, infer, total, _ = RUN_REPLY_FRAME.unpack(
-            data)
+        magic, version, kind, rid, length, *reply = RUN_REPLY_FRAME.unpack(data)
         if (magic == MAGIC and version == VERSION and kind == _RUN_REPLY
                 and rid == request_id & 0xFFFFFFFF and length == RUN_REPLY_BODY.size):
-            return RunReply(value, wait, infer, total)
+            return RunReply(*reply)
     return None
 
 
 def decode_run_reply(body: bytes) -> RunReply:
     if len(body) != RUN_REPLY_BODY.size:
         raise InvalidRequest(f"RUN reply body is {RUN_REPLY_BODY.size} bytes, not {len(body)}")
-    v, w, i, t, _ = RUN_REPLY_BODY.unpack(body)
-    return RunReply(v, w, i, t)
+    return RunReply(*RUN_REPLY_BODY.unpack(body))
 
 
 def encode_error(request_id: int, exc: FencelineError) -> bytes:

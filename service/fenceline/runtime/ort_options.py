@@ -14,7 +14,9 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   the cores that nothing else wants, and a renderer or a connection thread that wakes up runs at
   once, on a core the pool is using if need be, instead of waiting behind the pool's threads.
   The thread that asked for a run keeps its priority and does its own share of every run, so a
-  run always makes progress. With one session the pool keeps normal priority (idle, it ran a
+  run always makes progress. Every RUN reply says so meanwhile (``cpus_shared``, docs/ipc.md),
+  and the Python client then neither naps nor stays runnable: a renderer's spin would take a
+  core from the pool. With one session the pool keeps normal priority (idle, it ran a
   lone renderer's frames slower in three 16-core leases of four); on two CPUs its one thread
   would never find a free core (docs/benchmarks.md, "The eleventh session's runs").
 - One thread when the CPUs are full: once the service has as many host sessions as usable CPUs,

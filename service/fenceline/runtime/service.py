@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fenceline import trace
+from fenceline import _native, trace
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
@@ -413,10 +413,13 @@ class Runtime:
 
     def _set_pool_priority(self) -> None:
         """The models' onnxruntime pools at idle priority while several sessions run on the
-        CPU (runtime/ort_options.py). Called with the table lock held, so that the last
+        CPU (runtime/ort_options.py), and every RUN reply saying so meanwhile (its
+        ``cpus_shared`` flag: docs/ipc.md). Called with the table lock held, so that the last
         session count is the one that holds."""
         on_cpu = sum(1 for e in self.sessions.entries.values() if not e.obj.device_label)
-        self.models.set_pool_idle(pool_yields(on_cpu))
+        shared = pool_yields(on_cpu)
+        self.models.set_pool_idle(shared)
+        _native.set_cpus_shared(shared)
 
     def _on_cpu_when_full(self) -> list[Session]:
         """The sessions on the CPU once they are as many as the CPUs the service may use (their
