@@ -95,6 +95,10 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
     floor = next(r for r in doc["rows"] if r["transport"] == "in-process")
     assert floor["service_cpu_us"] is None
     # The Python client's waits over the timed frames (IpcClient.waits); no other row has any.
+    # A reply that was there at once took no wait: on two CPUs the run a renderer waits for can
+    # take its core from it until the reply is sent, for every frame of a quick row (8 frames of
+    # 720p in a CI run), so only the rows together are sure to have waited.
+    waited = 0
     for r in doc["rows"]:
         w = r["waits"]
         if r["transport"] not in ("ipc", "ipc-traced", "ipc-written"):
@@ -102,8 +106,10 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
             continue
         assert set(w) == {"spun", "napped", "nap_missed", "blocked", "stayed",
                           "stayed_answered"}, r
-        assert min(w.values()) >= 0 and w["spun"] + w["napped"] + w["blocked"] > 0, r
+        assert min(w.values()) >= 0, r
         assert w["nap_missed"] <= w["napped"] and w["stayed_answered"] <= w["stayed"], r
+        waited += w["spun"] + w["napped"] + w["blocked"]
+    assert waited > 0
     traced = [r for r in doc["rows"] if r["transport"] == "ipc-traced"]
     assert traced and all(r["check"] == "equal" for r in traced)
     assert "IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time" in names
