@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(
 REQUEST = struct.Struct("<IIII16sQQ")  # seq, kind, request_id, timeout_ms, session, wait, signal
 REPLY = struct.Struct("<IIIIQII")  # seq, status, request_id, wait_us, signal, infer_us, total_us
 REPLY_AT, SERVICE_SLEEPING_AT, CLIENT_SLEEPING_AT = 64, 128, 192
+REPLY_FLAGS_AT = 96  # the reply's flags (FL_WIRE_REPLY_*), after its total_us
 ANSWERED, ON_SOCKET = 0, 1
 
 

@@ -23,6 +23,13 @@ from fenceline.client import IpcClient
 from fenceline.config import RUN_PATHS
 from fenceline.protocol import codec
 from tests.conftest import TEST_MODELS
+from tests.integration.test_run_page import (
+    ANSWERED,
+    ON_SOCKET,
+    REPLY_FLAGS_AT,
+    RawPageClient,
+    raw_session,
+)
 from tests.support.helpers import FrameSession, open_session
 from tests.support.service import Service, running
 from tests.support.waiting import wait_until
@@ -240,8 +247,6 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
     pools at idle priority: docs/ipc.md, "RUN reply"), on the socket and on the run page alike;
     while they do, the Python client waits for its replies without napping or staying runnable
     (docs/fences.md), and once they no longer do it may again."""
-    from tests.integration.test_run_page import ANSWERED, ON_SOCKET, RawPageClient, raw_session
-
     (service, path), shared = pools_yield_here, codec.REPLY_CPUS_SHARED
     shape = [1, 3, 720, 1280]
 
@@ -263,9 +268,10 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
             x[:] = 1
             wait(1)
             raw.post(sid, 1)
-            if path == "native":  # answered on the page: its flags follow total_us
+            if path == "native":  # answered on the page, its flags there
                 assert raw.reply()[1] == ANSWERED
-                assert memoryview(raw.page).cast("I")[96 // 4] == shared  # type: ignore[arg-type]
+                on_page = memoryview(raw.page).cast("I")[REPLY_FLAGS_AT // 4]  # type: ignore[arg-type]
+                assert on_page == shared
             else:  # the Python path answers on the socket
                 assert raw.reply()[1] == ON_SOCKET
                 assert codec.decode_run_reply(raw.recv().body).flags == shared

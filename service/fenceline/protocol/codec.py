@@ -193,10 +193,11 @@ def run_reply_of(data: bytes, request_id: int) -> RunReply | None:
     read in one unpack; None for any other frame, which :func:`decode` then reads and judges:
     the client's per-frame decoder."""
     if len(data) == RUN_REPLY_FRAME.size:
-        magic, version, kind, rid, length, *reply = RUN_REPLY_FRAME.unpack(data)
+        (magic, version, kind, rid, length, value, wait, infer, total,
+         flags) = RUN_REPLY_FRAME.unpack(data)
         if (magic == MAGIC and version == VERSION and kind == _RUN_REPLY
                 and rid == request_id & 0xFFFFFFFF and length == RUN_REPLY_BODY.size):
-            return RunReply(*reply)
+            return RunReply(value, wait, infer, total, flags)
     return None
 
 
