@@ -4,8 +4,9 @@
  *   fenceline-obs-driver list PLUGIN.so
  *       loads the plugin and prints its filter's id, name and settings as JSON.
  *   fenceline-obs-driver run PLUGIN.so [key=value ...]
- *       renders a scene for `seconds`; prints a JSON line of counters every `every_ms` and a
- *       last one with "done": true. Keys: width height fps seconds every_ms filter (a source id;
+ *       renders a scene for `seconds` (or until the filter has `until_filtered` results, if
+ *       sooner); prints a JSON line of counters every `every_ms` and a last one with "done":
+ *       true. Keys: width height fps seconds every_ms until_filtered filter (a source id;
  *       "none": no filter) model socket frames_in_flight fallback channel_order model_path
  *       intra_op_threads (the filter's settings) format (rgba, bgra, bgrx, nv12, i420, yuy2:
  *       a YUV format first prints {"color_matrix": [16 numbers]}) out (a file that receives
@@ -306,8 +307,10 @@ static int load_plugin(const char *path) {
   return 0;
 }
 
-static void print_stats(obs_source_t *filter, sink *k, double t, uint64_t frames0,
-                        uint64_t lagged0, int done) {
+/* Prints one JSON line of counters; returns the filter's "filtered" count (-1: no filter). */
+static long long print_stats(obs_source_t *filter, sink *k, double t, uint64_t frames0,
+                             uint64_t lagged0, int done) {
+  long long filtered = -1;
   printf("{\"t\": %.3f, \"rendered\": %llu, \"lagged\": %llu, \"frame_time_ns\": %llu, "
          "\"callbacks\": %ld",
          t, (unsigned long long)(obs_get_total_frames() - frames0),
@@ -321,6 +324,7 @@ static void print_stats(obs_source_t *filter, sink *k, double t, uint64_t frames
                              "video_ns_p50"};
       for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         printf(", \"%s\": %lld", names[i], calldata_int(&cd, names[i]));
+      filtered = calldata_int(&cd, "filtered");
       printf(", \"connected\": %s", calldata_bool(&cd, "connected") ? "true" : "false");
       obs_data_t *d = obs_data_create();
       obs_data_set_string(d, "status", calldata_string(&cd, "status"));
@@ -336,6 +340,7 @@ static void print_stats(obs_source_t *filter, sink *k, double t, uint64_t frames
   }
   printf(", \"done\": %s}\n", done ? "true" : "false");
   fflush(stdout);
+  return filtered;
 }
 
 static int cmd_list(const char *plugin) {
@@ -393,6 +398,7 @@ static int cmd_run(int argc, char **argv) {
   uint32_t fps = (uint32_t)atoi(arg(argc, argv, "fps", "30"));
   double seconds = atof(arg(argc, argv, "seconds", "3"));
   int every_ms = atoi(arg(argc, argv, "every_ms", "250"));
+  long long until_filtered = atoll(arg(argc, argv, "until_filtered", "0"));
   const char *filter_id = arg(argc, argv, "filter", "fenceline_filter");
   const char *load = arg(argc, argv, "load", NULL);
   const char *save = arg(argc, argv, "save", NULL);
@@ -486,7 +492,9 @@ static int cmd_run(int argc, char **argv) {
   while (t < seconds) {
     os_sleep_ms((uint32_t)every_ms);
     t = (double)(os_gettime_ns() - t0) / 1e9;
-    print_stats(filter, &k, t, frames0, lagged0, 0);
+    long long filtered = print_stats(filter, &k, t, frames0, lagged0, 0);
+    if (until_filtered > 0 && filtered >= until_filtered)
+      break;
   }
   obs_remove_raw_video_callback(on_frame, &k);
   print_stats(filter, &k, (double)(os_gettime_ns() - t0) / 1e9, frames0, lagged0, 1);
