@@ -7,10 +7,14 @@ one run.
   the signal (the GPU-side wait then covers the whole gap).
 - in-process floor: the same frame through the service's own import and CUDA session classes in
   the renderer's process, no service between them: what the round trip cannot go below.
-- pipelined: one slot (buffers, semaphores, session) per frame in flight, three (a renderer's
-  triple buffering) and eight (a video pipeline's queue). A slot is reused once its previous
+- pipelined: one slot (buffers, semaphores, session) per frame in flight, one, three (a
+  renderer's triple buffering) and eight (a video pipeline's queue). A slot is reused once its previous
   frame is out, so the rate is at most slots / round trip: the service's own rate shows only
   once that bound is above it.
+- raw floor (gpu_floor.c, bench/gpu_floor.py): the same Vulkan fill + signal and CUDA wait /
+  y = x + 1 / signal between two processes, without fenceline or onnxruntime, round trip and
+  pipelined at each depth: what the pairing of a Vulkan and a CUDA context on one GPU allows.
+  The #51 goals are ratios to it.
 - copy baseline: the same frames read back to the host by Vulkan, then uploaded, run and
   downloaded by an onnxruntime CUDA session over host buffers.
 """
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fenceline.bench import gpu_floor
 from fenceline.bench.stats import Row, fmt_us
 from fenceline.cli.process import start_service, stop_service
 from fenceline.models.builtin import build_repository
@@ -37,7 +42,17 @@ SHAPE = [1, 3, 1080, 1920]
 FILL = 0.25
 
 # Frames in flight in the pipelined rows; the #31 goal is read at the deepest.
-DEPTHS = (3, 8)
+DEPTHS = (1, 3, 8)
+TRIPLE, DEEPEST = 3, 8
+# The #51 goals, as ratios to the raw floor: the round trip at most this much above it, and
+# the pipelined rate at least this share of it at TRIPLE and DEEPEST frames in flight.
+ROUND_TRIP_OVER_RAW = 1.02
+PIPELINED_OF_RAW = 0.9
+# What --peers prints for the seed's own API (docs/gpu.md, "The seed's API").
+SEED_ROW = ("onnxruntime OrtInteropApi (NvTensorRtRtx plugin EP), in-process",
+            "not measured: fenceline has no OrtInteropApi peer program; its only full "
+            "implementation, the NvTensorRtRtx plugin EP (onnxruntime-ep-nv-tensorrt-rtx-cu13), "
+            "targets RTX GPUs and was not tried on this machine's (docs/gpu.md, \"The seed's API\")")
 
 
 def _gpu_repo(root: Path) -> Path:
@@ -237,7 +252,8 @@ def _copy_baseline(dev: Any, model_path: Path, frames: int) -> tuple[float, list
         host.close()
 
 
-def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
+def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None,
+                  peers: bool = False) -> int:
     from fenceline.client import IpcClient
     from fenceline.client.vk_renderer import VkRenderer
     from fenceline.client.vulkan import VulkanDevice
@@ -245,6 +261,9 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
     n, warmup = (50, 10) if quick else (1000, 100)
     frames = 300 if quick else 6000
     copy_frames = 10 if quick else 100
+    # Before the service starts: the floor has the GPU to itself, as fenceline's rows do.
+    raw, raw_why = gpu_floor.measure(SHAPE, frames=frames, round_trips=n, warmup=warmup,
+                                     depths=DEPTHS)
     with tempfile.TemporaryDirectory(prefix="fenceline-gpu-bench-") as tmp:
         repo = _gpu_repo(Path(tmp))
         proc, _url, sock = start_service([], Path(tmp), extra=("--model-repository", str(repo)))
@@ -275,7 +294,7 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
                                         fill_value=FILL) as r:
                             pipelined[depth].append(_pipelined(r, client, frames))
                             _check_slots(r, frames, f"pipelined, {depth} in flight")
-                deepest = DEPTHS[-1]
+                deepest = DEEPEST
                 with VkRenderer(client, MODEL, SHAPE, device=dev, slots=deepest,
                                 fill_value=FILL) as r:
                     for s in r.slots:
@@ -297,28 +316,54 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
               f"{fmt_us(row.p99_us):>11}")
     print(f"  in-process floor: the service's CUDA session in the renderer's process, CUDA graph "
           f"{floor_graph}")
+    if raw is not None:
+        print(f"{'raw floor (no fenceline, no ORT)':<30} {raw.round_trips:>6} "
+              f"{fmt_us(raw.round_trip_p50_us):>11} {fmt_us(raw.round_trip_p99_us):>11}")
+        print(f"  raw floor: gpu_floor.c on {raw.device}, Vulkan fill + signal -> a second "
+              "process's CUDA wait, y = x + 1, signal; outputs bit-exact")
+    else:
+        print(f"raw floor: not measured: {raw_why}")
+    if peers:
+        print(f"{SEED_ROW[0]}: {SEED_ROW[1]}")
     fps = {depth: sorted(runs)[1] for depth, runs in pipelined.items()}
     for depth, runs in pipelined.items():
         bound = depth / rows[0].p50_us * 1e6
         print(f"pipelined, {depth} frames in flight: {fps[depth]:,.0f} frames/s (median of 3 runs "
               f"of {frames} frames: {', '.join(f'{x:,.0f}' for x in runs)}; at most {depth} per "
               f"round trip = {bound:,.0f})")
+        if raw is not None:
+            print(f"  raw floor, {depth} in flight: {raw.fps(depth):,.0f} frames/s (runs: "
+                  f"{', '.join(f'{x:,.0f}' for x in raw.fps_runs[depth])}); fenceline "
+                  f"{fps[depth] / raw.fps(depth):.3f} of it")
     print(f"copy baseline: {copy_fps:,.1f} frames/s over {copy_frames} frames")
     print(f"  parts, {deepest} in flight: service alone (inputs signalled ahead) "
           f"{service_fps:,.0f} frames/s; renderer alone (Vulkan fill + signal) {vulkan_fps:,.0f} "
           f"frames/s")
-    speedup = fps[DEPTHS[0]] / copy_fps if copy_fps else 0.0
+    speedup = fps[TRIPLE] / copy_fps if copy_fps else 0.0
     over_floor = rows[0].p50_us / rows[2].p50_us
     checks = [
         ("round trip p50 (RUN after signal) <= 500 us", rows[0].p50_us, rows[0].p50_us <= 500),
-        (f">= 3000 frames/s pipelined, {DEPTHS[0]} in flight", fps[DEPTHS[0]],
-         fps[DEPTHS[0]] >= 3000),
-        (f">= 5x the copy baseline, {DEPTHS[0]} in flight", speedup, speedup >= 5),
+        (f">= 3000 frames/s pipelined, {TRIPLE} in flight", fps[TRIPLE], fps[TRIPLE] >= 3000),
+        (f">= 5x the copy baseline, {TRIPLE} in flight", speedup, speedup >= 5),
         # Issue #31. Every slot's output was checked bit-exact above.
         (f"[#31] >= 12,000 frames/s pipelined, {deepest} in flight, outputs bit-exact",
          fps[deepest], fps[deepest] >= 12_000),
         ("[#31] round trip p50 <= 1.05x the in-process floor", over_floor, over_floor <= 1.05),
     ]
+    raw_goals: list[tuple[str, int | None]] = [
+        (f"[#51] round trip p50 <= {ROUND_TRIP_OVER_RAW}x the raw floor's", None)]
+    raw_goals += [(f"[#51] pipelined >= {PIPELINED_OF_RAW}x the raw floor, {d} in flight, "
+                   "outputs bit-exact", d) for d in (TRIPLE, DEEPEST)]
+    ratios: dict[str, float] = {}
+    for goal, at in raw_goals:
+        if raw is None:
+            print(f"  [not measured] {goal}: {raw_why}")
+        elif at is None:
+            ratios["round_trip"] = rows[0].p50_us / raw.round_trip_p50_us
+            checks.append((goal, ratios["round_trip"], ratios["round_trip"] <= ROUND_TRIP_OVER_RAW))
+        else:
+            ratios[str(at)] = fps[at] / raw.fps(at)
+            checks.append((goal, ratios[str(at)], ratios[str(at)] >= PIPELINED_OF_RAW))
     for goal, value, met in checks:
         shown = f"{value:.3f}" if value < 100 else f"{value:,.1f}"
         print(f"  [{'met' if met else 'MISSED'}] {goal}: {shown}")
@@ -329,6 +374,11 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None) -> int:
             "pipelined_runs_fps": {str(d): r for d, r in pipelined.items()},
             "copy_fps": copy_fps, "speedup": speedup, "round_trip_over_floor": over_floor,
             "service_only_fps": service_fps, "vulkan_only_fps": vulkan_fps, "cuda_graph": graph,
+            "raw_floor": None if raw is None else {
+                "device": raw.device, "round_trip_p50_us": raw.round_trip_p50_us,
+                "round_trip_p99_us": raw.round_trip_p99_us, "pipelined_runs_fps": {
+                    str(d): r for d, r in raw.fps_runs.items()}},
+            "raw_floor_missing": raw_why, "of_raw_floor": ratios,
             "goals": [{"goal": g, "value": v, "met": m} for g, v, m in checks],
         }, indent=2))
     return 0

@@ -275,7 +275,7 @@ def _main(argv: list[str] | None) -> int:
         if args.gpu:
             from fenceline.bench.gpu import run_gpu_bench
 
-            return run_gpu_bench(quick=args.quick, json_path=args.json)
+            return run_gpu_bench(quick=args.quick, json_path=args.json, peers=args.peers)
         from fenceline.bench import run_bench
         from fenceline.config import parse_model_arg
 
