@@ -26,6 +26,7 @@ class Mapping:
     name: str  # the path, [heap], [stack], or "" for an anonymous mapping
     size_kb: int
     rss_kb: int
+    anon_kb: int = 0  # its anonymous resident pages (smaps' Anonymous)
 
 
 def read_smaps(pid: int) -> list[Mapping]:
@@ -37,7 +38,7 @@ def read_smaps(pid: int) -> list[Mapping]:
     def flush() -> None:
         if head:
             out.append(Mapping(head[0], " ".join(head[5:]), fields.get("Size", 0),
-                               fields.get("Rss", 0)))
+                               fields.get("Rss", 0), fields.get("Anonymous", 0)))
 
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:

@@ -40,7 +40,7 @@ from fenceline.interop.cuda_memory import CudaTensorBinding
 from fenceline.interop.devices import device_label, session_device
 from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
-from fenceline.runtime.ort_options import cuda_session_options
+from fenceline.runtime.ort_options import cuda_inference_session, cuda_session_options
 from fenceline.runtime.session import RunResult, SessionBase
 from fenceline.waiting import Cancel
 
@@ -192,9 +192,8 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise Unsupported("this onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)")
         try:
-            self._ort: ort.InferenceSession | None = ort.InferenceSession(
-                str(model.path), so, providers=[provider]
-            )
+            self._ort: ort.InferenceSession | None = cuda_inference_session(
+                str(model.path), so, provider)
         except Exception as e:  # onnxruntime's own error types
             raise ModelError(f"model {model.name!r} does not load on CUDA: {e}") from e
         require_cuda_provider(self._ort, model.name)

@@ -24,6 +24,7 @@ from fenceline.interop.datatypes import Datatype, from_ort
 from fenceline.runtime.model_config import ControlMode, ModelConfig
 from fenceline.runtime.ort_options import (
     cpu_session_options,
+    cuda_inference_session,
     pool_threads,
     set_idle,
     single_thread_from,
@@ -119,7 +120,10 @@ class Model:
         so = cpu_session_options(self.settings.intra_op_threads)
         try:
             with pool_threads(so.intra_op_num_threads if service else 0) as tids:
-                self.session = ort.InferenceSession(str(self.path), so, providers=[provider])
+                self.session = (
+                    cuda_inference_session(str(self.path), so, provider)
+                    if provider == "CUDAExecutionProvider"
+                    else ort.InferenceSession(str(self.path), so, providers=[provider]))
         except Exception as e:  # onnxruntime raises its own types for a bad file
             raise InvalidArgument(f"model {self.name!r} at {self.path} does not load: {e}") from e
         self.pool = tids

@@ -44,6 +44,14 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   cold frames is slower than a run per core. Small frames never take turns, nor any run where
   the cache's size is unknown (it is read from Linux's sysfs; Windows: not read, no turns).
   ``_native.large_frame_turns()``, the status page's ``large_frame_turns``, counts them.
+- Quiet CUDA requests: onnxruntime (1.31) first looks for a plugin EP device registered for
+  CUDAExecutionProvider; the wheel registers none (its CUDA provider is loaded through the
+  provider bridge), so every CUDA session's creation printed a warning on onnxruntime's default
+  logger, "No registered plugin EP device found for 'CUDAExecutionProvider' with device_id=0",
+  before it built the CUDA provider the classic way: a probe that found nothing, not a fault.
+  ``cuda_inference_session`` holds that logger at ERROR while it asks (the session's own logger
+  stays at WARNING), and if onnxruntime gave no CUDA provider all the same, asks again with the
+  default logger at WARNING, so that onnxruntime's own warnings say why.
 - A CUDA session's own onnxruntime session (one per renderer session, its nodes on the GPU)
   gets a CPU pool of one thread, the caller: a machine-sized pool for each would be threads
   by the hundred with nothing to do.
@@ -61,6 +69,9 @@ import onnxruntime as ort
 
 log = logging.getLogger("fenceline.runtime")
 _loading = threading.Lock()  # one session made at a time where its threads are told apart
+ORT_WARNING, ORT_ERROR = 2, 3  # onnxruntime's log severities
+_quiet_lock = threading.Lock()
+_quiet_requests = 0  # CUDA requests under way with the default logger at ERROR
 
 
 def usable_cpus() -> int:
@@ -103,6 +114,39 @@ def cuda_session_options() -> ort.SessionOptions:
 
 YIELD_SESSIONS = 2  # renderer sessions on the CPU from which the pools yield ...
 YIELD_CPUS = 4  # ... on a machine with at least this many usable CPUs
+
+
+@contextlib.contextmanager
+def _default_log_at_error() -> Iterator[None]:
+    """onnxruntime's default logger at ERROR while any caller is inside; WARNING (its own
+    default) again once the last one leaves."""
+    global _quiet_requests
+    with _quiet_lock:
+        _quiet_requests += 1
+        if _quiet_requests == 1:
+            ort.set_default_logger_severity(ORT_ERROR)
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_requests -= 1
+            if _quiet_requests == 0:
+                ort.set_default_logger_severity(ORT_WARNING)
+
+
+def cuda_inference_session(
+    path: str, so: ort.SessionOptions, provider: str | tuple[str, dict[str, str]]
+) -> ort.InferenceSession:
+    """An onnxruntime session asking for the CUDA provider, without the plugin probe's warning
+    (see the module's docs). The caller checks that CUDA was given (``get_providers``)."""
+    so.log_severity_level = ORT_WARNING  # the session's own warnings still show
+    with _default_log_at_error():
+        session = ort.InferenceSession(path, so, providers=[provider])
+    if session.get_providers()[:1] != ["CUDAExecutionProvider"]:
+        # It fell back to the CPU: asked again with the default logger's warnings on, so that
+        # onnxruntime's log says why (a CUDA or cuDNN library it could not load).
+        session = ort.InferenceSession(path, so, providers=[provider])
+    return session
 
 
 def pool_yields(cpu_sessions: int) -> bool:
