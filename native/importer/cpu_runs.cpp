@@ -47,7 +47,8 @@ thread_local std::int64_t turn_kept_until = 0;
 // A sysfs file's text ("3\n", "32768K\n") into `out`, NUL-ended; false where it can't be read.
 // Plain open/read: no iostreams in this module. Built by GCC 13, their locale code lands in the
 // module beside the process's libstdc++, and `ifstream >> int` crashed the service on first use
-// (docs/benchmarks.md, "The seventeenth session's runs").
+// (a SIGSEGV inside `std::istream::operator>>(int&)` and a `codecvt` facet, on a 16-core GCC 13
+// build: the module carried 260 iostream and `codecvt` symbols of its own).
 bool read_sysfs(const std::string &path, char (&out)[32]) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;

@@ -1,5 +1,5 @@
 """The tracked tree holds no unresolved merge (a conflict block once sat in docs/reliability.md
-for a whole session because nothing read the file as text), and its Markdown links lead
+unnoticed because nothing read the file as text), and its Markdown links lead
 somewhere (three pointed at headings that never existed)."""
 
 import re

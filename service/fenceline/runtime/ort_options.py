@@ -17,8 +17,9 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   run always makes progress. Every RUN reply says so meanwhile (``cpus_shared``, docs/ipc.md),
   and the Python client then neither naps nor stays runnable: a renderer's spin would take a
   core from the pool. With one session the pool keeps normal priority (idle, it ran a
-  lone renderer's frames slower in three 16-core leases of four); on two CPUs its one thread
-  would never find a free core (docs/benchmarks.md, "The eleventh session's runs").
+  lone renderer's frames slower in three 16-core leases of four: IPC over the floor at 720p
+  0.803 / 0.787 / 0.81 / 0.861 against 0.846 / 0.750 / 0.90 / 1.007, while 8 renderers rose
+  from 0.668-0.801 to 0.810-0.920); on two CPUs its one thread would never find a free core.
 - One thread when the CPUs are full: once the service has as many host sessions as usable CPUs,
   it loads the models of those sessions whose threads it sizes a second time, at one thread
   (``single_thread_from``, ``Model.load_single``), and binds every host session to it beside
@@ -38,7 +39,7 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   in the cache and is read from it again by the next run, where two or more frames at once
   would push each other out (on 2 CPUs, 32 MB of L3, 8 renderers at 720p: 2,222-2,497 frames/s
   against 1,378-1,587 without; the price, a renderer's p99 frame 33 ms against 16 ms, as it
-  waits for the others' turns: docs/benchmarks.md, "The sixteenth session's runs"). Of every
+  waits for the others' turns; docs/benchmarks.md, "Where the time goes"). Of every
   64 turns kept, if fewer than half were taken back (renderers that pace their frames, or too
   slow to answer on a loaded machine), the turns are off for a second: one run at a time on
   cold frames is slower than a run per core. Small frames never take turns, nor any run where
