@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from fenceline import trace
 from fenceline.bench import engine, floors, registry, report, suite
 from fenceline.bench import streaming as bench
 from fenceline.bench.c_client import build_renderer, run_c_client
-from fenceline.bench.stats import Row
+from fenceline.bench.stats import OUTSIDE, Row
 from fenceline.client.c_api import find_c_compiler
 from tests.support.metrics import metric
 from tests.support.service import Service
@@ -214,31 +215,60 @@ def test_a_lane_warms_up_for_its_frames_and_warm_s_then_numbers_run_on() -> None
     assert len(numbers) - 10 > 2
 
 
-def _traced_row(frame_us: list[int]) -> Row:
-    """An ipc-traced row of one round whose trace holds one frame of each length (model half,
-    reply half), as _traced reads a service's trace."""
+FRAME_GAP_NS = 10_000_000  # between the starts of two frames of _trace_doc
+
+
+def _trace_doc(frame_us: list[int]) -> dict[str, Any]:
+    """A service trace with one frame of each length (model half, reply half), the k-th
+    received at 2 ms + k * FRAME_GAP_NS on the recording's clock."""
     us = 1000
     moments = []
     for k, n in enumerate(frame_us):
-        t = 2_000_000 + k * 10_000 * us
+        t = 2_000_000 + k * FRAME_GAP_NS
         for m, at in ((trace.RECEIVED, 0), (trace.INPUT_REACHED, 0), (trace.MODEL_START, 0),
                       (trace.MODEL_END, n // 2), (trace.SIGNALLED, n // 2),
                       (trace.REPLY_SENT, n)):
             moments.append((t + at * us, m, 7, k + 1, 1))
-    doc = trace.chrome_trace(trace.Recording(moments, 0, 1_000_000, 9_000_000_000), {})
-    row = Row("ipc-traced", "720p", [n * 2e-6 for n in frame_us])
-    row.stages_us = registry.trace_stages(doc)
+    return trace.chrome_trace(trace.Recording(moments, 0, 1_000_000, 9_000_000_000), {})
+
+
+def _traced_row(frame_us: list[int]) -> Row:
+    """An ipc-traced row of one round, every traced frame timed, each taking twice its span
+    in the service at the renderer, as _traced reads a service's trace."""
+    samples = [n * 2e-6 for n in frame_us]
+    row = Row("ipc-traced", "720p", samples)
+    window = (0.0, 2e-3 + len(frame_us) * FRAME_GAP_NS / 1e9)
+    row.stages_us = registry.trace_stages(_trace_doc(frame_us), window, samples)
     return row
 
 
 def test_a_traced_rows_service_side_is_summed_over_its_rounds() -> None:
     row = _traced_row([100, 300]).merged(_traced_row([200]))
-    assert row.stages_p50_us() == {"frame": 200.0, "model": 100.0, "reply": 100.0,
-                                   "signal": 0.0, "wait for input": 0.0}
+    assert row.stages_p50_us() == pytest.approx({
+        "frame": 200.0, "model": 100.0, "reply": 100.0, "signal": 0.0, "wait for input": 0.0,
+        OUTSIDE: 200.0})
     assert row.summary()["service_stages_p50_us"]["frame"] == 200.0
     text = report.table([row])
     assert "ipc-traced, the service's side (its trace, p50): 200.0 us a frame" in text
-    assert "model 100.0" in text and "less that, 200.0 us, is outside the service" in text
+    assert "model 100.0" in text
+    assert "each frame's time less its span in the service) 200.0 us" in text
+
+
+def test_the_time_outside_the_service_is_taken_frame_by_frame_over_the_timed_frames() -> None:
+    """The trace also holds the row's warm-up frames, here two slow ones before the timed
+    window; the time outside the service pairs each timed frame with its own span, so it
+    cannot go below zero however the spans vary (the row's p50 less the spans' p50, over
+    different frames, read -858 us on a 4K row)."""
+    spans = [5000, 5000, 100, 900, 300]
+    samples = [110e-6, 905e-6, 320e-6]  # the three timed frames: 10, 5 and 20 us outside
+    window = (1e-3 + 2 * FRAME_GAP_NS / 1e9, 1e-3 + 5 * FRAME_GAP_NS / 1e9)
+    stages = registry.trace_stages(_trace_doc(spans), window, samples)
+    assert stages["frame"] == [100, 900, 300]
+    assert [round(v, 6) for v in stages[OUTSIDE]] == [10.0, 5.0, 20.0]
+    row = Row("ipc-traced", "4K", samples)
+    row.stages_us = stages
+    assert row.stages_p50_us()[OUTSIDE] == pytest.approx(10.0)
+    assert "its span in the service) 10.0 us" in report.table([row])
 
 
 def test_the_rounds_of_a_scenario_change_the_order_of_its_rows() -> None:

@@ -72,6 +72,9 @@ class Measured:
     client_cpu_s: float
     server_cpu_s: float | None
     waits: dict[str, int] = field(default_factory=dict)  # the lanes' IpcClient.waits, summed
+    # The timed window, first start to last stop over all lanes, on time.perf_counter's clock
+    # (CLOCK_MONOTONIC on Linux, the clock of a service trace's moments).
+    window_s: tuple[float, float] = (0.0, 0.0)
 
     @property
     def throughput_fps(self) -> float:
@@ -361,9 +364,9 @@ def _renderer_context() -> Any:
 def _summarize(results: list[_LaneResult], client_cpu: float, server_cpu: float | None
                ) -> Measured:
     samples = [s for r in results for s in r.samples_s]
-    wall = max(r.stop for r in results) - min(r.start for r in results) if results else 0.0
-    return Measured(samples, wall, [r.digest for r in results], client_cpu, server_cpu,
-                    add_counts(r.waits for r in results))
+    window = (min(r.start for r in results), max(r.stop for r in results)) if results else (0.0, 0.0)
+    return Measured(samples, window[1] - window[0], [r.digest for r in results], client_cpu,
+                    server_cpu, add_counts(r.waits for r in results), window)
 
 
 def _waits(lane: Any) -> dict[str, int]:

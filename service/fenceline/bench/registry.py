@@ -24,7 +24,7 @@ import httpx
 
 from fenceline.bench import engine
 from fenceline.bench.scenarios import Scenario
-from fenceline.bench.stats import Row
+from fenceline.bench.stats import OUTSIDE, Row
 
 PLUGINS = ("fenceline.bench.streaming", "fenceline.bench.c_client", "fenceline.bench.kserve")
 
@@ -162,44 +162,64 @@ def _traced(ctx: Context, sc: Scenario) -> Row | None:
     if sc.size not in TRACED_SIZES or sc.renderers != 1 or sc.mode != "sync":
         return None
     got: list[Any] = []
-    # Room for the row's frames (warm-up included) and no more: the recorder's buffer is sized
-    # from it and cleared when the recording starts.
-    frames = sc.budget.iterations + sc.budget.warmup + 16
+    # Room for the row's timed frames and no more: the recorder's buffer is sized from it and
+    # cleared when the recording starts, once the lane has warmed up (a warm-up of WARM_S holds
+    # far more frames than the budget's count, and would fill it).
+    frames = sc.budget.iterations + 16
 
     def record() -> None:
         with httpx.Client(base_url=ctx.url, timeout=120) as http:
             got.append(http.post("/v2/interop/trace", json={"seconds": 60, "frames": frames}))
 
     recorder = threading.Thread(target=record, daemon=True)
-    recorder.start()
-    deadline = time.monotonic() + 30
-    while not httpx.get(ctx.url + "/v2/interop/trace", timeout=10).json()["recording"]:
-        if not recorder.is_alive() or time.monotonic() > deadline:
-            recorder.join(5)
-            raise engine.LaneError(f"the service did not start a trace: {got[:1]}")
-        time.sleep(0.01)
+
+    def start() -> None:
+        recorder.start()
+        deadline = time.monotonic() + 30
+        while not httpx.get(ctx.url + "/v2/interop/trace", timeout=10).json()["recording"]:
+            if not recorder.is_alive() or time.monotonic() > deadline:
+                recorder.join(5)
+                raise engine.LaneError(f"the service did not start a trace: {got[:1]}")
+            time.sleep(0.01)
+
     try:
-        row = _lanes("ipc-traced", "fenceline.bench.transports:ipc_lane", _ipc)(ctx, sc)
+        m = engine.measure("fenceline.bench.transports:ipc_lane", _ipc(ctx, sc), sc.budget,
+                           server_pids=ctx.server_pids("ipc-traced"), on_go=start)
     finally:
-        httpx.delete(ctx.url + "/v2/interop/trace", timeout=10)
-        recorder.join(150)
+        if recorder.is_alive():
+            httpx.delete(ctx.url + "/v2/interop/trace", timeout=10)
+            recorder.join(150)
     if not got or got[0].status_code != 200:
         raise engine.LaneError(f"the trace failed: {got[0].text[:200] if got else 'no answer'}")
     trace = got[0].json()
     if not trace["otherData"]["frames"]:
         raise engine.LaneError("the trace recorded no frame of the row")
-    if row is not None:
-        row.note = "tracing on: every frame recorded"
-        row.stages_us = trace_stages(trace)
-    return row
+    out = row("ipc-traced", sc, m, ctx, "tracing on: every timed frame recorded")
+    out.stages_us = trace_stages(trace, m.window_s, m.samples_s)
+    return out
 
 
-def trace_stages(trace: dict[str, Any]) -> dict[str, list[float]]:
-    """The durations (us) in a service trace: each frame's span ("frame") and each stage's."""
+def trace_stages(trace: dict[str, Any], window_s: tuple[float, float] | None = None,
+                 samples_s: list[float] | None = None) -> dict[str, list[float]]:
+    """The durations (us) in a service trace: each frame's span ("frame") and each stage's.
+
+    ``window_s``: only what started in this timed window (time.perf_counter seconds, the
+    trace's clock), so warm-up frames are left out. ``samples_s``: that window's frame times,
+    in order, of one renderer running one frame at a time; the k-th traced frame of the window
+    is then the k-th sample, and ``OUTSIDE`` holds each such frame's time less its own span in
+    the service: the renderer, the socket and the wakeups. (The row's p50 less the spans' p50
+    compared different frames, and read negative where the model's run varied more than that.)
+    """
+    start_ns = trace["otherData"]["started_ns"]
+    lo, hi = (-float("inf"), float("inf")) if window_s is None else (
+        (window_s[0] * 1e9 - start_ns) / 1e3, (window_s[1] * 1e9 - start_ns) / 1e3)
     out: dict[str, list[float]] = {}
     for e in trace["traceEvents"]:
-        if e.get("ph") == "X" and e.get("cat") in ("frame", "stage"):
+        if e.get("ph") == "X" and e.get("cat") in ("frame", "stage") and lo <= e["ts"] <= hi:
             out.setdefault("frame" if e["cat"] == "frame" else e["name"], []).append(e["dur"])
+    if samples_s is not None:
+        spans = out.get("frame", [])  # as many as the timed frames, or those the trace held
+        out[OUTSIDE] = [samples_s[k] * 1e6 - spans[k] for k in range(min(len(spans), len(samples_s)))]
     return out
 
 

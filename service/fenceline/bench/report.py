@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fenceline.bench.stats import Row, fmt_us
+from fenceline.bench.stats import OUTSIDE, Row, fmt_us
 from fenceline.errors import InvalidArgument
 from fenceline.stats import percentile
 
@@ -70,13 +70,14 @@ def table(rows: list[Row]) -> str:
             stages = r.stages_p50_us()
             if stages:
                 inside = stages.pop("frame", None)
+                outside = stages.pop(OUTSIDE, None)
                 parts = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
                 lines.append(
                     f"  {r.transport}, the service's side (its trace, p50): "
-                    + (f"{inside:.1f} us a frame ({parts}); the row's p50 less that, "
-                       f"{r.p50_us - inside:.1f} us, is outside the service: the renderer, the "
-                       "socket, the wakeups"
-                       if inside is not None else parts))
+                    + (f"{inside:.1f} us a frame ({parts})" if inside is not None else parts)
+                    + (f"; outside the service (the renderer, the socket, the wakeups: each "
+                       f"frame's time less its span in the service) {outside:.1f} us"
+                       if outside is not None else ""))
             if r.waits:
                 lines.append(f"  {r.transport}, {waits_text(r.waits, len(r.samples_s))}")
     lines += ["", "x floor: p50 over the in-process p50 of the same scenario (1.00x is the floor); "

@@ -22,6 +22,10 @@ def add_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return out
 
 
+# The stage of a traced row that is each frame's time outside the service (registry.trace_stages).
+OUTSIDE = "outside"
+
+
 @dataclass
 class Row:
     transport: str
