@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also draw a few frames of it as a PNG timeline here")
     tr.add_argument("--token-file", type=Path, help="the service's --token-file, when it has one")
 
+    sub.add_parser("doctor", help="what this install has and lacks (the C client, the GStreamer "
+                   "element, the OBS plugin, CUDA, Vulkan, onnxruntime's providers, the bench's "
+                   "peers), the command for each missing part, and whether a service answers")
+
     soak = sub.add_parser("soak", help="renderers at full rate with random kills (loopback only)")
     soak.add_argument("--renderers", type=int, default=4)
     soak.add_argument("--seconds", type=float, default=60.0)
@@ -232,6 +236,10 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.cli.trace import trace_from_args
 
             return trace_from_args(args)
+        if args.command == "doctor":
+            from fenceline.cli.doctor import doctor
+
+            return doctor()
         if args.command == "soak":
             from fenceline.cli.soak import soak_from_args
 

@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import fenceline
@@ -29,7 +30,38 @@ def find_c_compiler() -> str | None:
     return None
 
 
-def _find(relative: str) -> Path:
+def apt_install(packages: str) -> str:
+    """The Debian command that installs ``packages``."""
+    return f"sudo apt-get update && sudo apt-get install {packages}"
+
+
+# Installing fenceline again is what builds a part whose build requirements came afterwards:
+# CMake looks for them each time the package is installed (docs/install.md).
+REINSTALL = "then install fenceline again: pip install . (in its source tree)"
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the install that CMake builds only where its requirements are: its ``name``
+    and the ``remedy`` that builds a missing one."""
+
+    name: str
+    remedy: str
+
+
+C_CLIENT = Part("the C client libfenceline_client",
+                f"{apt_install('gcc')} (a C compiler), {REINSTALL}")
+GST_ELEMENT = Part(
+    "the GStreamer element fencelinefilter",
+    f"{apt_install('pkg-config libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev')} "
+    f"(GStreamer 1.22+'s development packages), {REINSTALL}")
+OBS_PLUGIN = Part("the OBS plugin fenceline-obs",
+                  f"{apt_install('pkg-config libobs-dev libx11-dev')} (libobs 29+'s and X11's "
+                  f"development packages), "
+                  f"{REINSTALL}")
+
+
+def _find(relative: str, part: Part) -> Path:
     # An editable install splits the package over the source tree and site-packages; what
     # CMake installed is in one of the package's path entries.
     for entry in fenceline.__path__:
@@ -37,43 +69,43 @@ def _find(relative: str) -> Path:
         if candidate.exists():
             return candidate
     raise ClientError(
-        f"the C client is not installed with this fenceline ({relative} is in none of "
-        f"{list(fenceline.__path__)}); reinstall the package so CMake builds native/client"
+        f"{part.name} is not installed with this fenceline ({relative} is in none of "
+        f"{list(fenceline.__path__)}); {part.remedy}"
     )
 
 
 def c_library_dir() -> Path:
     """The directory holding ``libfenceline_client.so`` and ``.a``."""
-    return _find(f"lib/{LIBRARY}").parent
+    return _find(f"lib/{LIBRARY}", C_CLIENT).parent
 
 
 def c_include_dir() -> Path:
     """The directory to put on the include path: it holds ``fenceline/fenceline_client.h``."""
-    return _find("include/fenceline/fenceline_client.h").parent.parent
+    return _find("include/fenceline/fenceline_client.h", C_CLIENT).parent.parent
 
 
 def c_pkgconfig_dir() -> Path:
     """The directory holding ``fenceline-client.pc``."""
-    return _find("lib/pkgconfig/fenceline-client.pc").parent
+    return _find("lib/pkgconfig/fenceline-client.pc", C_CLIENT).parent
 
 
 def c_examples_dir() -> Path:
     """The directory holding the example renderer's source (``renderer.c``)."""
-    return _find("share/examples/renderer.c").parent
+    return _find("share/examples/renderer.c", C_CLIENT).parent
 
 
 def gst_plugin_dir() -> Path:
     """The directory holding the GStreamer element ``fencelinefilter`` (``libgstfenceline.so``),
     for ``GST_PLUGIN_PATH`` (docs/gstreamer.md). It is built only where GStreamer's development
     packages were installed when fenceline was; else this raises ClientError."""
-    return _find("lib/gstreamer-1.0/libgstfenceline.so").parent
+    return _find("lib/gstreamer-1.0/libgstfenceline.so", GST_ELEMENT).parent
 
 
 def obs_plugin_dir() -> Path:
     """The directory holding the OBS filter module ``fenceline-obs.so`` and the headless OBS
     program ``fenceline-obs-driver`` (docs/obs.md). They are built only where libobs's
     development package was installed when fenceline was; else this raises ClientError."""
-    return _find("lib/obs/fenceline-obs.so").parent
+    return _find("lib/obs/fenceline-obs.so", OBS_PLUGIN).parent
 
 
 def plugin_unavailable(program: str, package: str, plugin_dir: Callable[[], Path],
