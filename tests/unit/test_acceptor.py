@@ -128,10 +128,11 @@ def test_full_refuses_every_uid_until_cleared(loop: Loop) -> None:
 def test_a_silent_peer_is_closed_after_the_grace_period(tmp_path: Path) -> None:
     for loop in start(tmp_path, grace_s=0.3):
         s = loop.connect()
+        s.settimeout(60)  # a peer never closed fails here
         start_s = time.monotonic()
         with s:
             assert s.recv(codec.MAX_FRAME) == b""
-        assert 0.25 <= time.monotonic() - start_s < 5
+        assert time.monotonic() - start_s >= 0.25  # not before its grace period
 
 
 def test_past_the_most_held_a_refusal_is_closed_unanswered(loop: Loop) -> None:
