@@ -89,7 +89,24 @@ def draw(doc: dict[str, Any], path: Path, span: tuple[float, float] | None = Non
         d.rectangle([lx, ly, lx + 14, ly + 12], fill=colour)
         d.text((lx + 19, ly - 1), name, fill="black", font=small)
         lx += 40 + int(d.textlength(name, font=small))
-    d.rectangle([lx, ly, lx + 14, ly + 12], outline=(60, 60, 60))
-    d.text((lx + 19, ly - 1), "between frames: the renderer and the socket", fill="black",
-           font=small)
+    lx = _legend_frames(d, lx, ly, small)
     img.save(path)
+
+
+def _legend_frames(d: ImageDraw.ImageDraw, lx: int, ly: int, font: Any) -> int:
+    """The legend's last two entries, after the stages at ``lx``: a frame's outline, and the
+    gap between two frames drawn as it looks in the rows (the end of one outline, the start of
+    the next, a grey span across the white between), so neither is taken for the other."""
+    outline, grey = (60, 60, 60), (150, 150, 150)
+    d.rectangle([lx, ly, lx + 14, ly + 12], outline=outline)
+    d.text((lx + 19, ly - 1), "a frame in the service", fill="black", font=font)
+    lx += 40 + int(d.textlength("a frame in the service", font=font))
+    d.line([(lx, ly), (lx + 4, ly), (lx + 4, ly + 12), (lx, ly + 12)], fill=outline)
+    d.line([(lx + 30, ly), (lx + 26, ly), (lx + 26, ly + 12), (lx + 30, ly + 12)], fill=outline)
+    mid = ly + 6
+    d.line([(lx + 7, mid), (lx + 23, mid)], fill=grey, width=2)
+    d.polygon([(lx + 6, mid), (lx + 10, mid - 3), (lx + 10, mid + 3)], fill=grey)
+    d.polygon([(lx + 24, mid), (lx + 20, mid - 3), (lx + 20, mid + 3)], fill=grey)
+    text = "between frames (the white gap): the renderer and the socket"
+    d.text((lx + 35, ly - 1), text, fill="black", font=font)
+    return lx + 35 + int(d.textlength(text, font=font))
