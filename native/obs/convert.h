@@ -35,11 +35,13 @@ struct fl_obs_image {
   void (*read)(const fl_obs_image *img, uint8_t *dst, fl_obs_layout to);
   void (*write)(const fl_obs_image *img, const uint8_t *src, fl_obs_layout from);
   const void *frame; /* the struct obs_source_frame */
+  /* The image keeps what was last written to it (a texture, not a new frame each time): the
+   * runner writes a result once, not again each frame it is shown. */
+  int keeps_result;
 };
 
-/* An image over an OBS frame in a packed format (fl_obs_frame_layout) or in I420, NV12 or YUY2
- * (converted with the frame's own colour matrix; chroma is averaged over the pixels sharing it
- * on the way back). 0 for a format the filter does not take. */
+/* An image over an OBS frame in a packed format (fl_obs_frame_layout); 0 for any other format
+ * (YUV: the filter takes those frames on the GPU, after OBS's own conversion: render.c). */
 int fl_obs_image_of_frame(const void *obs_source_frame, fl_obs_image *out);
 
 #endif

@@ -1,18 +1,29 @@
-/* fenceline-obs-driver: headless OBS (libobs, OpenGL on an X display such as Xvfb) with one async
- * source of known frames and a filter, for the tests, the bench and docs/obs.md.
+/* fenceline-obs-driver: headless OBS (libobs, OpenGL on an X display such as Xvfb) with one
+ * source of known frames (async, or sync) and a filter, for the tests, the bench and docs/obs.md.
  *
- *   fenceline-obs-driver list PLUGIN.so
- *       loads the plugin and prints its filter's id, name and settings as JSON.
+ *   fenceline-obs-driver list PLUGIN.so [WAIT_MS]
+ *       loads the plugin and prints its filter's id, name and settings as JSON (opening the
+ *       properties again for up to WAIT_MS, default 10000, until the service's models have come;
+ *       stderr says how long the first opening took).
  *   fenceline-obs-driver run PLUGIN.so [key=value ...]
  *       renders a scene for `seconds` (or until the filter has `until_filtered` results, if
- *       sooner); prints a JSON line of counters every `every_ms` and a last one with "done":
- *       true. Keys: width height fps seconds every_ms until_filtered filter (a source id;
- *       "none": no filter) model socket frames_in_flight fallback channel_order model_path
- *       intra_op_threads (the filter's settings) format (rgba, bgra, bgrx, nv12, i420, yuy2:
- *       a YUV format first prints {"color_matrix": [16 numbers]}) out (a file that receives
- *       every frame as it leaves the source's filters, its planes one after another) save (a file that receives the
- *       scene's sources as JSON afterwards) load (a file saved so, loaded instead of building
- *       the scene) plugin2 (another module to load, e.g. the reference filter).
+ *       sooner; SIGINT: at once); prints a JSON line of counters every `every_ms` and a last one
+ *       with "done": true. Keys:
+ *       - width height fps seconds every_ms until_filtered;
+ *       - source: the source's id: fenceline_known_frames (async, the default),
+ *         fenceline_known_sync (the same frames drawn by a sync source) or any other (e.g.
+ *         color_source); source_settings: JSON merged into its settings; format: the known
+ *         frames' (rgba, bgra, bgrx, nv12, i420, yuy2);
+ *       - filter: a filter's id ("none": no filter); model socket frames_in_flight fallback
+ *         channel_order deadline_ms model_path intra_op_threads: the filter's settings;
+ *       - out: a file that receives every frame as it leaves an async source's filters, its
+ *         planes one after another; output_format: OBS's output (rgba, the default, or bgra);
+ *         raw_out: a file that receives every frame of OBS's output from its raw video callback
+ *         (libobs 29.0.2 hands an RGBA output's callback zeros here, a BGRA output's the exact
+ *         bytes);
+ *       - save: a file that receives the scene's sources as JSON afterwards; load: a file saved
+ *         so, loaded instead of building the scene; plugin2: another module to load (the
+ *         reference filter, OBS's image-source).
  *
  * Frame k of the source is pixel (x, y, channel c) = (x * 3 + y * 7 + (k % 16) * 13 + c * 50)
  * mod 256, alpha 255 (tests/integration/test_obs.py makes the same frames). */
@@ -20,6 +31,7 @@
 #include <obs-nix-platform.h>
 #include <obs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +204,77 @@ static struct obs_source_info known_info = {
     .destroy = known_destroy,
 };
 
+/* ---- a sync source of the same known frames ------------------------------------------------ */
+
+/* Draws frame k (RGBA) as a texture and moves to frame k + 1 each tick: a source that renders on
+ * the graphics thread, as color, image, game, display and window capture do. */
+typedef struct known_sync {
+  gs_texture_t *frames[PERIOD];
+  uint32_t width, height, k;
+} known_sync;
+
+static void *known_sync_create(obs_data_t *settings, obs_source_t *source) {
+  (void)source;
+  known_sync *s = bzalloc(sizeof *s);
+  s->width = (uint32_t)obs_data_get_int(settings, "width");
+  s->height = (uint32_t)obs_data_get_int(settings, "height");
+  uint8_t *bytes = malloc((size_t)s->width * s->height * 4);
+  obs_enter_graphics();
+  for (uint32_t k = 0; k < PERIOD; k++) {
+    fill(bytes, s->width, s->height, k, VIDEO_FORMAT_RGBA);
+    const uint8_t *data = bytes;
+    s->frames[k] = gs_texture_create(s->width, s->height, GS_RGBA, 1, &data, 0);
+  }
+  obs_leave_graphics();
+  free(bytes);
+  return s;
+}
+
+static void known_sync_destroy(void *data) {
+  known_sync *s = data;
+  obs_enter_graphics();
+  for (uint32_t k = 0; k < PERIOD; k++)
+    gs_texture_destroy(s->frames[k]);
+  obs_leave_graphics();
+  bfree(s);
+}
+
+static void known_sync_tick(void *data, float seconds) {
+  (void)seconds;
+  known_sync *s = data;
+  s->k = (s->k + 1) % PERIOD;
+}
+
+static void known_sync_render(void *data, gs_effect_t *effect) {
+  (void)effect;
+  known_sync *s = data;
+  gs_texture_t *tex = s->frames[s->k];
+  gs_effect_t *draw = obs_get_base_effect(OBS_EFFECT_DEFAULT);
+  const bool srgb = gs_framebuffer_srgb_enabled();
+  gs_enable_framebuffer_srgb(false);
+  gs_effect_set_texture(gs_effect_get_param_by_name(draw, "image"), tex);
+  while (gs_effect_loop(draw, "Draw"))
+    gs_draw_sprite(tex, 0, s->width, s->height);
+  gs_enable_framebuffer_srgb(srgb);
+}
+
+static uint32_t known_sync_width(void *data) { return ((known_sync *)data)->width; }
+static uint32_t known_sync_height(void *data) { return ((known_sync *)data)->height; }
+
+static struct obs_source_info known_sync_info = {
+    .id = "fenceline_known_sync",
+    .type = OBS_SOURCE_TYPE_INPUT,
+    /* It draws with its own effect, its bytes as they are (as color_source does). */
+    .output_flags = OBS_SOURCE_VIDEO | OBS_SOURCE_CUSTOM_DRAW | OBS_SOURCE_SRGB,
+    .get_name = known_name,
+    .create = known_sync_create,
+    .destroy = known_sync_destroy,
+    .video_tick = known_sync_tick,
+    .video_render = known_sync_render,
+    .get_width = known_sync_width,
+    .get_height = known_sync_height,
+};
+
 /* ---- rendered frames ---------------------------------------------------------------------- */
 
 /* The raw video callback counts the frames OBS's video output delivers. The bytes are read at
@@ -201,12 +284,15 @@ static struct obs_source_info known_info = {
  * bilinearly, so neither shows the filter's bytes exactly. */
 typedef struct sink {
   volatile long frames;
+  FILE *out; /* `raw_out`: every frame of OBS's output (output_format bgra: exact bytes) */
+  uint32_t width, height;
 } sink;
 
 static void on_frame(void *param, struct video_data *frame) {
-  (void)frame;
   sink *k = param;
   os_atomic_inc_long(&k->frames);
+  for (uint32_t y = 0; k->out && y < k->height; y++)
+    fwrite(frame->data[0] + (size_t)y * frame->linesize[0], 1, (size_t)k->width * 4, k->out);
 }
 
 typedef struct probe {
@@ -256,7 +342,7 @@ static struct obs_source_info probe_info = {
 
 /* ---- libobs ------------------------------------------------------------------------------- */
 
-static int start_obs(uint32_t width, uint32_t height, uint32_t fps) {
+static int start_obs(uint32_t width, uint32_t height, uint32_t fps, enum video_format output) {
   Display *display = XOpenDisplay(NULL);
   if (display == NULL) {
     fprintf(stderr, "no X display (DISPLAY=%s): run under Xvfb (xvfb-run -a ...)\n",
@@ -277,7 +363,7 @@ static int start_obs(uint32_t width, uint32_t height, uint32_t fps) {
       .base_height = height,
       .output_width = width,
       .output_height = height,
-      .output_format = VIDEO_FORMAT_RGBA,
+      .output_format = output,
       .gpu_conversion = false,
       .colorspace = VIDEO_CS_SRGB,
       .range = VIDEO_RANGE_FULL,
@@ -289,6 +375,7 @@ static int start_obs(uint32_t width, uint32_t height, uint32_t fps) {
     return -1;
   }
   obs_register_source(&known_info);
+  obs_register_source(&known_sync_info);
   obs_register_source(&probe_info);
   return 0;
 }
@@ -321,7 +408,7 @@ static long long print_stats(obs_source_t *filter, sink *k, double t, uint64_t f
     if (proc_handler_call(obs_source_get_proc_handler(filter), "get_stats", &cd)) {
       const char *names[] = {"frames",   "submitted",  "filtered", "shown", "dropped",
                              "fallbacks", "failures", "reconnects", "imports", "video_ns",
-                             "video_ns_p50"};
+                             "video_ns_p50", "switches"};
       for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         printf(", \"%s\": %lld", names[i], calldata_int(&cd, names[i]));
       filtered = calldata_int(&cd, "filtered");
@@ -343,8 +430,8 @@ static long long print_stats(obs_source_t *filter, sink *k, double t, uint64_t f
   return filtered;
 }
 
-static int cmd_list(const char *plugin) {
-  if (start_obs(64, 64, 30) != 0 || load_plugin(plugin) != 0)
+static int cmd_list(const char *plugin, int wait_ms) {
+  if (start_obs(64, 64, 30, VIDEO_FORMAT_RGBA) != 0 || load_plugin(plugin) != 0)
     return 1;
   const char *id = NULL;
   int found = 0;
@@ -356,7 +443,19 @@ static int cmd_list(const char *plugin) {
     obs_data_t *defaults = obs_data_get_defaults(settings);
     printf("{\"id\": \"%s\", \"name\": \"%s\", \"properties\": [", id,
            obs_source_get_display_name(id));
+    /* The model list is the service's last answer, asked for in the background: open the
+     * properties again (for up to wait_ms) until it has come. */
+    uint64_t t0 = os_gettime_ns();
     obs_properties_t *props = obs_get_source_properties(id);
+    uint64_t open_ns = os_gettime_ns() - t0;
+    for (int tries = 0; tries < wait_ms / 200; tries++) {
+      obs_property_t *m = obs_properties_get(props, "model");
+      if (m && obs_property_list_item_count(m) > 0)
+        break;
+      obs_properties_destroy(props);
+      os_sleep_ms(200);
+      props = obs_get_source_properties(id);
+    }
     const char *sep = "";
     for (obs_property_t *p = obs_properties_first(props); p; obs_property_next(&p), sep = ", ")
       printf("%s\"%s\"", sep, obs_property_name(p));
@@ -365,6 +464,7 @@ static int cmd_list(const char *plugin) {
     for (size_t m = 0; model && m < obs_property_list_item_count(model); m++)
       printf("%s\"%s\"", m ? ", " : "", obs_property_list_item_string(model, m));
     printf("], \"defaults\": %s}\n", obs_data_get_json(defaults));
+    fprintf(stderr, "the properties opened in %.1f ms\n", (double)open_ns / 1e6);
     obs_properties_destroy(props);
     obs_data_release(defaults);
     obs_data_release(settings);
@@ -392,6 +492,13 @@ static void keep_loaded(void *param, obs_source_t *source) {
     loaded[1] = obs_source_get_ref(source);
 }
 
+/* SIGINT ends a run early, as if its seconds were up. */
+static volatile sig_atomic_t interrupted;
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
 static int cmd_run(int argc, char **argv) {
   uint32_t width = (uint32_t)atoi(arg(argc, argv, "width", "128"));
   uint32_t height = (uint32_t)atoi(arg(argc, argv, "height", "96"));
@@ -404,7 +511,12 @@ static int cmd_run(int argc, char **argv) {
   const char *save = arg(argc, argv, "save", NULL);
   const char *out = arg(argc, argv, "out", NULL);
   const char *plugin2 = arg(argc, argv, "plugin2", NULL);
-  if (start_obs(width, height, fps) != 0 || load_plugin(argv[2]) != 0 ||
+  const char *raw_out = arg(argc, argv, "raw_out", NULL);
+  enum video_format output =
+      strcmp(arg(argc, argv, "output_format", "rgba"), "bgra") == 0 ? VIDEO_FORMAT_BGRA
+                                                                   : VIDEO_FORMAT_RGBA;
+  const char *source_id = arg(argc, argv, "source", "fenceline_known_frames");
+  if (start_obs(width, height, fps, output) != 0 || load_plugin(argv[2]) != 0 ||
       (plugin2 && load_plugin(plugin2) != 0))
     return 1;
 
@@ -436,15 +548,29 @@ static int cmd_run(int argc, char **argv) {
     obs_data_set_int(s, "height", height);
     obs_data_set_int(s, "fps", fps);
     obs_data_set_string(s, "format", arg(argc, argv, "format", "rgba"));
-    source = obs_source_create("fenceline_known_frames", "known", s, NULL);
+    const char *source_json = arg(argc, argv, "source_settings", NULL);
+    if (source_json) {
+      obs_data_t *extra = obs_data_create_from_json(source_json);
+      if (extra == NULL) {
+        fprintf(stderr, "source_settings is not a JSON object: %s\n", source_json);
+        return 1;
+      }
+      obs_data_apply(s, extra);
+      obs_data_release(extra);
+    }
+    source = obs_source_create(source_id, "known", s, NULL);
     obs_data_release(s);
+    if (source == NULL) {
+      fprintf(stderr, "no source %s (is its plugin loaded?)\n", source_id);
+      return 1;
+    }
     if (strcmp(filter_id, "none") != 0) {
       obs_data_t *fs = obs_data_create();
       const char *keys[] = {"model", "socket", "fallback", "channel_order", "model_path"};
       for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (arg(argc, argv, keys[i], NULL))
           obs_data_set_string(fs, keys[i], arg(argc, argv, keys[i], NULL));
-      const char *ints[] = {"frames_in_flight", "intra_op_threads"};
+      const char *ints[] = {"frames_in_flight", "intra_op_threads", "deadline_ms"};
       for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (arg(argc, argv, ints[i], NULL))
           obs_data_set_int(fs, ints[i], atoi(arg(argc, argv, ints[i], "0")));
@@ -471,25 +597,18 @@ static int cmd_run(int argc, char **argv) {
   }
   obs_set_output_source(0, scene_source);
 
-  obs_data_t *known_settings = obs_source_get_settings(source);
-  const char *fmt = obs_data_get_string(known_settings, "format");
-  if (strcmp(fmt, "nv12") == 0 || strcmp(fmt, "i420") == 0 || strcmp(fmt, "yuy2") == 0) {
-    float m[16], lo[3], hi[3];
-    video_format_get_parameters_for_format(VIDEO_CS_709, VIDEO_RANGE_FULL, VIDEO_FORMAT_NV12, m,
-                                           lo, hi);
-    printf("{\"color_matrix\": [");
-    for (int i = 0; i < 16; i++)
-      printf("%s%.9g", i ? ", " : "", m[i]);
-    printf("]}\n");
-  }
-  obs_data_release(known_settings);
 
-  sink k = {0};
+  sink k = {0, NULL, width, height};
+  if (raw_out && (k.out = fopen(raw_out, "wb")) == NULL) {
+    fprintf(stderr, "cannot write %s\n", raw_out);
+    return 1;
+  }
   obs_add_raw_video_callback(NULL, on_frame, &k);
   uint64_t t0 = os_gettime_ns(), frames0 = obs_get_total_frames(),
            lagged0 = obs_get_lagged_frames();
   double t = 0;
-  while (t < seconds) {
+  signal(SIGINT, on_interrupt);
+  while (t < seconds && !interrupted) {
     os_sleep_ms((uint32_t)every_ms);
     t = (double)(os_gettime_ns() - t0) / 1e9;
     long long filtered = print_stats(filter, &k, t, frames0, lagged0, 0);
@@ -497,6 +616,8 @@ static int cmd_run(int argc, char **argv) {
       break;
   }
   obs_remove_raw_video_callback(on_frame, &k);
+  if (k.out)
+    fclose(k.out);
   print_stats(filter, &k, (double)(os_gettime_ns() - t0) / 1e9, frames0, lagged0, 1);
   obs_set_output_source(0, NULL);
   if (save) {
@@ -530,9 +651,10 @@ static void log_to_stderr(int level, const char *format, va_list args, void *par
 int main(int argc, char **argv) {
   base_set_log_handler(log_to_stderr, NULL);
   if (argc >= 3 && strcmp(argv[1], "list") == 0)
-    return cmd_list(argv[2]);
+    return cmd_list(argv[2], argc >= 4 ? atoi(argv[3]) : 10000);
   if (argc >= 3 && strcmp(argv[1], "run") == 0)
     return cmd_run(argc, argv);
-  fprintf(stderr, "usage: %s list PLUGIN.so | run PLUGIN.so [key=value ...]\n", argv[0]);
+  fprintf(stderr, "usage: %s list PLUGIN.so [WAIT_MS] | run PLUGIN.so [key=value ...]\n",
+          argv[0]);
   return 2;
 }

@@ -9,14 +9,24 @@
 #include <time.h>
 #include <util/base.h>
 
-/* How long the worker waits before it connects again after a failure. */
+/* How long the worker waits before it connects again after a failure; after runs that passed
+ * their deadline the wait doubles each time up to RETRY_MAX_NS (a service too slow for the
+ * deadline is not reconnected to in a loop). */
 #define RETRY_NS 1000000000LL
-/* The client's deadline for each call: a service that hangs costs the worker this long, never
- * OBS's threads. */
-#define CLIENT_TIMEOUT_NS 5000000000LL
+#define RETRY_MAX_NS 30000000000LL
+/* The client's deadline for connecting and setting up (runs have the filter's own, deadline_ms):
+ * a service that hangs costs the worker this long, never OBS's threads. */
 #define CONNECT_TIMEOUT_NS 2000000000LL
-/* The run's input fence is signalled before the run is sent: the service never waits long. */
-#define RUN_TIMEOUT_MS 1000u
+#define SETUP_TIMEOUT_NS 5000000000LL
+/* fallback "unfiltered": the filtered frames give way to the unfiltered ones after STALE_NS
+ * without a new result, and come back once results have come steadily (no gap over STALE_NS)
+ * for RECOVER_NS; a model merely slower than the frame rate keeps showing its results (no
+ * strobe). */
+#define STALE_NS 1000000000LL
+#define RECOVER_NS 1000000000LL
+/* The run's input fence is signalled before the run is sent: the service never waits for it.
+ * The client adds this to the run's deadline (deadline_ms). */
+#define RUN_TIMEOUT_MS 10u
 
 typedef enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_RUNNING, SLOT_READY, SLOT_HELD } slot_state;
 
@@ -77,7 +87,32 @@ struct fl_obs_runner {
   uint64_t recent_count;
   char status[512];
   int outage; /* a failure was logged and no connection has worked since */
+  int64_t retry_delay_ns;
+  int64_t run_started_ns; /* the run in flight started (0: none) */
+
+  /* What the frames show (the video thread's, under mu). */
+  int64_t last_result_ns, streak_start_ns;
+  int filtered_on; /* fallback "unfiltered": showing the filtered frames */
+  enum { SHOWN_NONE, SHOWN_NEW, SHOWN_AGAIN, SHOWN_UNFILTERED } shown;
+
+  int orphaned; /* destroyed while the worker was busy: the worker frees the runner */
 };
+
+/* Workers (and model-list refreshes) still running for destroyed runners. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cv = PTHREAD_COND_INITIALIZER;
+static int live;
+
+static void live_add(int n) {
+  pthread_mutex_lock(&live_mu);
+  live += n;
+  pthread_cond_broadcast(&live_cv);
+  pthread_mutex_unlock(&live_mu);
+}
+
+static int64_t deadline_ns(const fl_obs_config *c) {
+  return c->deadline_ms > 0 ? c->deadline_ms * 1000000LL : FL_WAIT_FOREVER;
+}
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -195,7 +230,7 @@ static int connect_client(fl_obs_runner *r, const fl_obs_config *cfg, char *why,
   FlStatus *st = api->CreateClientWithTimeout(sock, "obs", CONNECT_TIMEOUT_NS, &client);
   why[0] = 0;
   if (!st) {
-    api->SetClientTimeout(client, CLIENT_TIMEOUT_NS);
+    api->SetClientTimeout(client, SETUP_TIMEOUT_NS);
     FlModelMetadata *md = NULL;
     st = api->GetModelMetadata(client, cfg->model, NULL, &md);
     if (!st) {
@@ -235,16 +270,25 @@ static int connect_client(fl_obs_runner *r, const fl_obs_config *cfg, char *why,
   return 0;
 }
 
-static void fail(fl_obs_runner *r, const char *what) {
+static void fail(fl_obs_runner *r, const char *what, int timed_out) {
   /* Under mu. One log line per outage; the status line always has the latest reason. */
   r->c.failures++;
-  set_status(r, "not running: %s (retrying every second)", what);
+  if (timed_out) {
+    r->retry_delay_ns = r->retry_delay_ns * 2 > RETRY_MAX_NS ? RETRY_MAX_NS
+                                                             : r->retry_delay_ns * 2;
+    set_status(r, "not running: %s: the model or the service is slower than the deadline "
+               "(%lld ms; 0: no limit); trying again in %lld s", what,
+               (long long)r->config.deadline_ms, (long long)(r->retry_delay_ns / 1000000000LL));
+  } else {
+    r->retry_delay_ns = RETRY_NS;
+    set_status(r, "not running: %s (retrying every second)", what);
+  }
   if (!r->outage) {
     blog(LOG_WARNING, "[fenceline] %s; showing the %s frame until the service is back", what,
          r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD ? "last good" : "unfiltered");
     r->outage = 1;
   }
-  r->retry_at_ns = now_ns() + RETRY_NS;
+  r->retry_at_ns = now_ns() + r->retry_delay_ns;
 }
 
 /* ---- the worker ------------------------------------------------------------------------------ */
@@ -316,7 +360,7 @@ static void *worker(void *arg) {
       if (ok && need_client && connect_client(r, &cfg, why, sizeof why) != 0) {
         ok = 0;
         pthread_mutex_lock(&r->mu);
-        fail(r, why);
+        fail(r, why, 0);
         pthread_mutex_unlock(&r->mu);
       }
       pool *p = NULL;
@@ -334,6 +378,7 @@ static void *worker(void *arg) {
           pthread_mutex_unlock(&r->mu);
           ok = 0;
         } else {
+          api->SetClientTimeout(r->client, SETUP_TIMEOUT_NS);
           FlStatus *st = pool_create(r, w, h, cfg.frames_in_flight, cfg.bgr, &p);
           if (st || p == NULL) {
             char what[400];
@@ -344,7 +389,7 @@ static void *worker(void *arg) {
             api->ReleaseClient(r->client);
             r->client = NULL;
             pthread_mutex_lock(&r->mu);
-            fail(r, what);
+            fail(r, what, 0);
             pthread_mutex_unlock(&r->mu);
             ok = 0;
           }
@@ -353,12 +398,11 @@ static void *worker(void *arg) {
       pthread_mutex_lock(&r->mu);
       if (ok) {
         r->pool = p;
+        r->last_result_ns = now_ns(); /* the service has STALE_NS for its first result */
+        r->filtered_on = 1;
         r->c.imports += (uint64_t)p->count;
-        if (r->outage) {
-          r->c.reconnects++;
-          blog(LOG_INFO, "[fenceline] connected again: model '%s'", cfg.model);
-          r->outage = 0;
-        }
+        if (r->outage)
+          r->c.reconnects++; /* the outage ends with the first result (logged then) */
         set_status(r, "running '%s' on %ux%u frames, %d in flight", cfg.model, w, h,
                    cfg.frames_in_flight);
       }
@@ -369,25 +413,35 @@ static void *worker(void *arg) {
     s->state = SLOT_RUNNING;
     FlSession *session = s->session;
     uint64_t seq = s->seq;
+    /* The deadline as set now (a change applies from the next run, on the same connection). */
+    api->SetClientTimeout(r->client, deadline_ns(&r->config));
+    r->run_started_ns = now_ns();
     pthread_mutex_unlock(&r->mu);
     FlRunResult res = {sizeof res, 0, 0, 0, 0, 0};
     FlStatus *st = api->Run(session, seq, seq, RUN_TIMEOUT_MS, &res);
     pthread_mutex_lock(&r->mu);
+    r->run_started_ns = 0;
     if (st == NULL) {
       s->state = SLOT_READY;
       r->c.filtered++;
+      r->retry_delay_ns = RETRY_NS;
+      if (r->outage) {
+        blog(LOG_INFO, "[fenceline] connected again: model '%s'", r->config.model);
+        r->outage = 0;
+      }
     } else {
       s->state = SLOT_FREE;
       char what[400];
       snprintf(what, sizeof what, "a run failed: %s: %s", code_name(api, st),
                api->GetErrorMessage(st));
+      int timed_out = api->GetErrorCode(st) == FL_ERROR_TIMED_OUT;
       api->ReleaseStatus(st);
       /* Whatever failed, start again from a new connection: a killed or restarted service
        * lost every import, and the next attempt says what is wrong now. */
       pool *old = detach_pool(r);
       FlClient *client = r->client;
       r->client = NULL;
-      fail(r, what);
+      fail(r, what, timed_out);
       pthread_mutex_unlock(&r->mu);
       pool_release(api, old);
       api->ReleaseClient(client);
@@ -395,10 +449,18 @@ static void *worker(void *arg) {
     }
   }
   pool *old = detach_pool(r);
+  int orphaned = r->orphaned;
   pthread_mutex_unlock(&r->mu);
   pool_release(api, old);
   api->ReleaseClient(r->client);
   r->client = NULL;
+  if (orphaned) {
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r->last_good);
+    free(r);
+    live_add(-1);
+  }
   return NULL;
 }
 
@@ -414,6 +476,8 @@ fl_obs_runner *fl_obs_runner_create(void) {
   pthread_cond_init(&r->cv, &ca);
   pthread_condattr_destroy(&ca);
   r->config.frames_in_flight = 2;
+  r->config.deadline_ms = FL_OBS_DEADLINE_DEFAULT_MS;
+  r->retry_delay_ns = RETRY_NS;
   set_status(r, "no model chosen");
   if (r->api == NULL || pthread_create(&r->thread, NULL, worker, r) != 0) {
     pthread_cond_destroy(&r->cv);
@@ -427,15 +491,32 @@ fl_obs_runner *fl_obs_runner_create(void) {
 void fl_obs_runner_destroy(fl_obs_runner *r) {
   if (r == NULL)
     return;
+  /* The worker releases the pool and the connection itself: those calls reach the service, and
+   * OBS's destroy thread must not wait for it. */
+  live_add(1);
   pthread_mutex_lock(&r->mu);
   r->stop = 1;
+  r->orphaned = 1;
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
-  pthread_join(r->thread, NULL);
-  pthread_cond_destroy(&r->cv);
-  pthread_mutex_destroy(&r->mu);
-  free(r->last_good);
-  free(r);
+  pthread_detach(r->thread);
+}
+
+int fl_obs_runner_wait_all(int timeout_ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&live_mu);
+  while (live > 0 && pthread_cond_timedwait(&live_cv, &live_mu, &until) != ETIMEDOUT) {
+  }
+  int left = live;
+  pthread_mutex_unlock(&live_mu);
+  return left;
 }
 
 void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
@@ -445,6 +526,8 @@ void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
                   r->config.frames_in_flight != config->frames_in_flight ||
                   r->config.bgr != config->bgr;
   r->config = *config;
+  if (r->config.deadline_ms < 0)
+    r->config.deadline_ms = 0;
   if (r->config.frames_in_flight < 1)
     r->config.frames_in_flight = 1;
   if (r->config.frames_in_flight > FL_OBS_MAX_IN_FLIGHT)
@@ -462,7 +545,7 @@ void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
 
 int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
   uint32_t width = img->width, height = img->height;
-  int replaced = 0, wake = 0;
+  int replaced = FL_OBS_NOT_SHOWN, wake = 0;
   pthread_mutex_lock(&r->mu);
   r->c.frames++;
   if (!r->want_valid || r->want_w != width || r->want_h != height) {
@@ -518,14 +601,38 @@ int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
       r->c.submitted++;
       wake = 1;
     }
-    if (held && (best || r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD)) {
-      img->write(img, held->out, p->layout);
-      replaced = 1;
+    int64_t now = now_ns();
+    if (best) {
+      if (now - r->last_result_ns > STALE_NS)
+        r->streak_start_ns = now;
+      r->last_result_ns = now;
+    }
+    if (r->config.fallback == FL_OBS_FALLBACK_UNFILTERED) {
+      int on = r->filtered_on;
+      if (on && now - r->last_result_ns > STALE_NS)
+        on = 0;
+      else if (!on && best && now - r->streak_start_ns >= RECOVER_NS)
+        on = 1;
+      if (on != r->filtered_on)
+        r->c.switches++;
+      r->filtered_on = on;
+    }
+    int show = held && (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD || r->filtered_on);
+    r->shown = !show ? SHOWN_UNFILTERED : best ? SHOWN_NEW : SHOWN_AGAIN;
+    if (show) {
+      /* A held result without a newer one was written when it was the newest. */
+      if (best || !img->keeps_result) {
+        img->write(img, held->out, p->layout);
+        replaced = FL_OBS_WRITTEN;
+      } else {
+        replaced = FL_OBS_KEPT;
+      }
     } else if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid &&
                r->lg_w == width && r->lg_h == height) {
       /* A new pool (after a reconnection) before its first result. */
       img->write(img, r->last_good, r->lg_layout);
-      replaced = 1;
+      replaced = FL_OBS_WRITTEN;
+      r->shown = SHOWN_AGAIN;
     }
     if (best)
       r->c.shown++;
@@ -533,10 +640,12 @@ int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
       r->c.fallbacks++;
   } else {
     r->c.fallbacks++;
+    r->shown = SHOWN_UNFILTERED;
     if (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD && r->lg_valid && r->lg_w == width &&
         r->lg_h == height) {
       img->write(img, r->last_good, r->lg_layout);
-      replaced = 1;
+      replaced = FL_OBS_WRITTEN;
+      r->shown = SHOWN_AGAIN;
     }
   }
   pthread_mutex_unlock(&r->mu);
@@ -579,8 +688,28 @@ void fl_obs_runner_counters(fl_obs_runner *r, fl_obs_counters *out) {
 
 void fl_obs_runner_status(fl_obs_runner *r, char *buf, size_t size) {
   pthread_mutex_lock(&r->mu);
-  snprintf(buf, size, "%s; frames %llu, filtered %llu, dropped %llu", r->status,
-           (unsigned long long)r->c.frames, (unsigned long long)r->c.filtered,
+  int64_t now = now_ns();
+  char showing[200] = "";
+  double since = r->last_result_ns ? (double)(now - r->last_result_ns) / 1e9 : 0;
+  if (r->shown == SHOWN_NEW || (r->shown == SHOWN_AGAIN && since <= STALE_NS / 1e9))
+    snprintf(showing, sizeof showing, "; showing the filtered frames");
+  else if (r->shown == SHOWN_AGAIN)
+    snprintf(showing, sizeof showing, "; showing the last good frame (no new result for %.1f s)",
+             since);
+  else if (r->shown == SHOWN_UNFILTERED && r->pool && r->last_result_ns &&
+           r->config.fallback == FL_OBS_FALLBACK_UNFILTERED && r->c.filtered)
+    snprintf(showing, sizeof showing,
+             "; showing the unfiltered frames (%s)",
+             since > STALE_NS / 1e9 ? "no new result for over a second"
+                                    : "waiting for a second of steady results");
+  else if (r->shown == SHOWN_UNFILTERED)
+    snprintf(showing, sizeof showing, "; showing the unfiltered frames (no result yet)");
+  char waiting[80] = "";
+  if (r->run_started_ns && now - r->run_started_ns > STALE_NS)
+    snprintf(waiting, sizeof waiting, "; the current run has taken %.1f s",
+             (double)(now - r->run_started_ns) / 1e9);
+  snprintf(buf, size, "%s%s%s; frames %llu, filtered %llu, dropped %llu", r->status, showing,
+           waiting, (unsigned long long)r->c.frames, (unsigned long long)r->c.filtered,
            (unsigned long long)r->c.dropped);
   pthread_mutex_unlock(&r->mu);
 }
@@ -622,7 +751,7 @@ static char *parse_models(const char *json) {
   return list;
 }
 
-char *fl_obs_list_models(const char *socket, int timeout_ms) {
+static char *list_models(const char *socket, int timeout_ms) {
   const FlApi *api = FlGetApi(FL_API_VERSION);
   FlClient *client = NULL;
   FlStatus *st = api->CreateClientWithTimeout(socket && socket[0] ? socket : NULL, "obs-list",
@@ -636,4 +765,87 @@ char *fl_obs_list_models(const char *socket, int timeout_ms) {
   api->FreeString(json);
   api->ReleaseClient(client);
   return list;
+}
+
+/* The properties dialog's model list: the last answer of the service at each socket, refreshed
+ * by a thread of its own, so opening the dialog never waits for a service that hangs. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  char socket[1024]; /* the socket the list is for */
+  char *list;        /* NUL-separated, as list_models returns it; NULL: none yet */
+  int64_t at_ns;     /* when the list was asked for */
+  uint64_t done;     /* refreshes finished */
+  int refreshing;
+} models = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, "", NULL, 0, 0, 0};
+
+static void *refresh_models(void *arg) {
+  char *socket = arg;
+  char *list = list_models(socket, 2000);
+  pthread_mutex_lock(&models.mu);
+  if (strcmp(models.socket, socket) == 0 && list) {
+    free(models.list);
+    models.list = list;
+    list = NULL;
+  }
+  models.refreshing = 0;
+  models.done++;
+  pthread_cond_broadcast(&models.cv);
+  pthread_mutex_unlock(&models.mu);
+  free(list);
+  free(socket);
+  live_add(-1);
+  return NULL;
+}
+
+static char *copy_list(const char *list) {
+  size_t n = 0;
+  while (list[n])
+    n += strlen(list + n) + 1;
+  char *out = malloc(n + 1);
+  if (out)
+    memcpy(out, list, n + 1);
+  return out;
+}
+
+char *fl_obs_list_models(const char *socket, int wait_ms) {
+  const char *sock = socket ? socket : "";
+  pthread_mutex_lock(&models.mu);
+  if (strcmp(models.socket, sock) != 0) {
+    snprintf(models.socket, sizeof models.socket, "%s", sock);
+    free(models.list);
+    models.list = NULL;
+    models.at_ns = 0;
+  }
+  uint64_t done = models.done;
+  int64_t now = now_ns();
+  if (!models.refreshing && now - models.at_ns > RETRY_NS) {
+    char *arg = strdup(sock);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    live_add(1);
+    if (arg && pthread_create(&t, &attr, refresh_models, arg) == 0) {
+      models.refreshing = 1;
+      models.at_ns = now;
+    } else {
+      free(arg);
+      live_add(-1);
+    }
+    pthread_attr_destroy(&attr);
+  }
+  if (models.refreshing && wait_ms > 0) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)wait_ms * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    while (models.done == done &&
+           pthread_cond_timedwait(&models.cv, &models.mu, &until) != ETIMEDOUT) {
+    }
+  }
+  char *out = models.list ? copy_list(models.list) : NULL;
+  pthread_mutex_unlock(&models.mu);
+  return out;
 }

@@ -25,7 +25,12 @@ typedef struct fl_obs_config {
   int frames_in_flight;
   fl_obs_fallback fallback;
   int bgr; /* the model takes BGR(A) rather than RGB(A) */
+  /* The longest a run may take before the service counts as hung (ms); 0: no limit. */
+  int64_t deadline_ms;
 } fl_obs_config;
+
+/* The default run deadline: the client library's own default for a call (30 s). */
+#define FL_OBS_DEADLINE_DEFAULT_MS 30000
 
 typedef struct fl_obs_counters {
   uint64_t frames;     /* frames the filter saw */
@@ -39,6 +44,7 @@ typedef struct fl_obs_counters {
   uint64_t imports;    /* slots the service imported (pool size, per connection) */
   uint64_t video_ns;   /* time OBS's video thread spent in the filter, all frames together */
   uint64_t video_ns_p50; /* the median of that time over the last FL_OBS_RECENT frames */
+  uint64_t switches;   /* fallback "unfiltered": times the output switched between the two */
 } fl_obs_counters;
 
 #define FL_OBS_RECENT 256
@@ -48,15 +54,26 @@ typedef struct fl_obs_runner fl_obs_runner;
 /* Starts the worker, which connects on its own (and again after every failure). NULL only when
  * out of memory or threads. */
 fl_obs_runner *fl_obs_runner_create(void);
-/* Stops the worker (waiting for a run in flight, at most the client's deadline) and releases
- * everything. Accepts NULL. */
+/* Stops the worker and releases everything, never waiting for the service: a worker still in a
+ * call (a hung service) is left to release the runner when the call ends (at its deadline at the
+ * latest); fl_obs_runner_wait_all waits for those. Accepts NULL. */
 void fl_obs_runner_destroy(fl_obs_runner *r);
 /* New settings: a changed model or socket reconnects. */
 void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config);
+/* Waits at most timeout_ms for workers of destroyed runners still in a call (the module's
+ * unload: their code must stay loaded). Returns how many are left. */
+int fl_obs_runner_wait_all(int timeout_ms);
 
-/* One frame of OBS's video thread. Hands a copy of the frame to the service (img->read into the
- * model's packed layout) and writes the newest result (or the fallback) over the frame in place
- * (img->write). Returns 1 when the frame's bytes were replaced. Never waits for the service. */
+/* What fl_obs_runner_frame did to the image. */
+enum {
+  FL_OBS_NOT_SHOWN = 0, /* the image is unfiltered: no result (yet), or the unfiltered fallback */
+  FL_OBS_WRITTEN = 1,   /* a result was written over it */
+  FL_OBS_KEPT = 2       /* the result it keeps (img->keeps_result) is still the one to show */
+};
+
+/* One frame of OBS's graphics thread. Hands a copy of the frame to the service (img->read into
+ * the model's packed layout) and writes the newest result (or the fallback) over the frame in
+ * place (img->write). Returns an FL_OBS_* above. Never waits for the service. */
 int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img);
 /* Adds to the video thread's time in the filter (measured by the caller around the frame). */
 void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns);
@@ -70,8 +87,9 @@ void fl_obs_runner_status(fl_obs_runner *r, char *buf, size_t size);
 int fl_obs_runner_connected(fl_obs_runner *r);
 
 /* The models the service at `socket` ("" : the default) serves, as a NUL-separated list ending
- * with an empty string, malloc'd (the caller frees it); NULL when it cannot be reached within
- * timeout_ms. */
-char *fl_obs_list_models(const char *socket, int timeout_ms);
+ * with an empty string, malloc'd (the caller frees it); NULL when none is known yet. The list is
+ * the service's last answer, asked for again in the background (at most once a second); the
+ * call waits at most wait_ms for that answer, never for a service that does not reply. */
+char *fl_obs_list_models(const char *socket, int wait_ms);
 
 #endif
