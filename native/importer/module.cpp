@@ -7,17 +7,17 @@
 #include <pybind11/stl.h>
 #include <pybind11/typing.h>
 
-#include "../common/fenceline_wire.h"
-#include "../common/host_timeline.h"
-#include "cuda_backend.h"
-#include "cuda_d3d12.h"
-#include "errors.h"
-#include "fault_guard.h"
-#include "host_fence.h"
-#include "host_memory.h"
-#include "py_errors.h"
+#include "common/fenceline_wire.h"
+#include "common/host_timeline.h"
+#include "interop/cuda/cuda_backend.h"
+#include "interop/cuda/cuda_d3d12.h"
+#include "core/errors.h"
+#include "platform/fault_guard.h"
+#include "interop/host/host_fence.h"
+#include "interop/host/host_memory.h"
+#include "core/py_errors.h"
 #ifndef _WIN32
-#include "seqpacket.h"
+#include "transport/posix/seqpacket.h"
 #endif
 
 namespace py = pybind11;

@@ -7,10 +7,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "../../../common/errno_code.h"
-#include "../../errors.h"
-#include "../../fault_guard.h"
-#include "../../host_memory.h"
+#include "common/errno_code.h"
+#include "core/errors.h"
+#include "platform/fault_guard.h"
+#include "interop/host/host_memory.h"
 
 namespace fl {
 

@@ -1,6 +1,6 @@
 // Windows: a section cannot shrink while it is mapped, so there is no fault to absorb and the
 // Windows mappings do not register (platform/win32/host_memory.cpp).
-#include "../../fault_guard.h"
+#include "platform/fault_guard.h"
 
 namespace fl::fault_guard {
 

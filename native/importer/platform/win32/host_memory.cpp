@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "../../errors.h"
-#include "../../host_memory.h"
+#include "core/errors.h"
+#include "interop/host/host_memory.h"
 #include "win32_util.h"
 
 namespace fl {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "pipe.h"
+#include "transport/win32/pipe.h"
 #include "win32_util.h"
 
 namespace fl::win32 {

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "../../errors.h"
+#include "core/errors.h"
 
 namespace fl::win32 {
 

@@ -25,10 +25,10 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "../common/fenceline_wire.h"
-#include "../common/fenceline_wire_io.h"
-#include "../common/host_timeline.h"
-#include "adaptive_spin.h"
+#include "common/fenceline_wire.h"
+#include "common/fenceline_wire_io.h"
+#include "common/host_timeline.h"
+#include "engine/adaptive_spin.h"
 #include "run_page_map.h"
 #include "seqpacket.h"
 

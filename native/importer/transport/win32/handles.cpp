@@ -10,11 +10,11 @@
 #include <cstring>
 #include <vector>
 
-#include "../../d3d12_interop.h"
-#include "../../errors.h"
-#include "../../nt_handles.h"
+#include "interop/d3d12/d3d12_interop.h"
+#include "core/errors.h"
+#include "interop/d3d12/nt_handles.h"
 #include "pipe.h"
-#include "win32_util.h"
+#include "platform/win32/win32_util.h"
 
 namespace fl::win32 {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "../common/fenceline_wire.h"
+#include "common/fenceline_wire.h"
 
 namespace fl {
 

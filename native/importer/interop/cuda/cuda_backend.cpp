@@ -15,10 +15,10 @@
 #include <optional>
 #include <thread>
 
-#include "errors.h"
-#include "host_memory.h"
+#include "core/errors.h"
+#include "interop/host/host_memory.h"
 #include "platform/dynlib.h"
-#include "trace.h"
+#include "core/trace.h"
 
 namespace fl::cuda {
 

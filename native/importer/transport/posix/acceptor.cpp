@@ -49,9 +49,9 @@
 #include <utility>
 #include <vector>
 
-#include "../common/fenceline_wire_io.h"
-#include "../common/host_timeline.h"
-#include "errors.h"
+#include "common/fenceline_wire_io.h"
+#include "common/host_timeline.h"
+#include "core/errors.h"
 
 namespace py = pybind11;
 

@@ -21,20 +21,20 @@
 #include <string>
 #include <vector>
 
-#include "../common/fenceline_wire_io.h"
-#include "../common/host_timeline.h"
+#include "common/fenceline_wire_io.h"
+#include "common/host_timeline.h"
 #include "adaptive_spin.h"
 #include "cpu_runs.h"
-#include "errors.h"
-#include "py_errors.h"
-#include "host_fence.h"
-#include "host_memory.h"
+#include "core/errors.h"
+#include "core/py_errors.h"
+#include "interop/host/host_fence.h"
+#include "interop/host/host_memory.h"
 #include "run_metrics.h"
 #ifndef _WIN32
-#include "run_page_map.h"
-#include "seqpacket.h"
+#include "transport/posix/run_page_map.h"
+#include "transport/posix/seqpacket.h"
 #endif
-#include "trace.h"
+#include "core/trace.h"
 
 namespace py = pybind11;
 

@@ -12,7 +12,7 @@
 
 #include <vector>
 
-#include "errors.h"
+#include "core/errors.h"
 
 namespace fl::cuda {
 

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "../common/spin_rule.h"
+#include "common/spin_rule.h"
 
 namespace fl {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "../common/host_timeline.h"
+#include "common/host_timeline.h"
 #include "host_memory.h"
 
 namespace fl {

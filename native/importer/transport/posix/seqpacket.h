@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "adaptive_spin.h"
+#include "engine/adaptive_spin.h"
 
 namespace fl {
 

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <string>
 
-#include "errors.h"
+#include "core/errors.h"
 
 namespace fl {
 

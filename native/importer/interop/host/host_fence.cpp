@@ -1,6 +1,6 @@
 #include "host_fence.h"
 
-#include "errors.h"
+#include "core/errors.h"
 
 namespace fl {
 

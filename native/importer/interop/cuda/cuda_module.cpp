@@ -5,8 +5,8 @@
 
 #include "cuda_backend.h"
 #include "cuda_d3d12.h"
-#include "errors.h"
-#include "host_memory.h"
+#include "core/errors.h"
+#include "interop/host/host_memory.h"
 
 namespace py = pybind11;
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "../common/run_page.h"
+#include "common/run_page.h"
 
 namespace fl {
 

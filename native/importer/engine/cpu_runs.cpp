@@ -14,7 +14,7 @@
 #include <mutex>
 #include <string>
 
-#include "../common/host_timeline.h"
+#include "common/host_timeline.h"
 
 #ifdef __linux__
 #include <fcntl.h>

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "errors.h"
-#include "fault_guard.h"
+#include "core/errors.h"
+#include "platform/fault_guard.h"
 
 namespace fl {
 

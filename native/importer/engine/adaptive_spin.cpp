@@ -2,7 +2,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "../common/host_timeline.h"
+#include "common/host_timeline.h"
 
 namespace py = pybind11;
 

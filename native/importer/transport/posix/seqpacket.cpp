@@ -13,11 +13,11 @@
 #include <ctime>
 #include <limits>
 
-#include "../common/fenceline_wire.h"
-#include "../common/fenceline_wire_io.h"
-#include "../common/run_page.h"
-#include "../common/host_timeline.h"
-#include "errors.h"
+#include "common/fenceline_wire.h"
+#include "common/fenceline_wire_io.h"
+#include "common/run_page.h"
+#include "common/host_timeline.h"
+#include "core/errors.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5; older headers lack it, older kernels answer ENOPROTOOPT

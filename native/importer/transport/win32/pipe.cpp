@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "../../errors.h"
-#include "win32_util.h"
+#include "core/errors.h"
+#include "platform/win32/win32_util.h"
 
 namespace fl::win32 {
 

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "cuda_backend.h"
-#include "d3d12_interop.h"
+#include "interop/d3d12/d3d12_interop.h"
 
 namespace fl::cuda {
 

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #endif
 
-#include "../common/host_timeline.h"
+#include "common/host_timeline.h"
 
 namespace py = pybind11;
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda_d3d12.h"
+#include "interop/cuda/cuda_d3d12.h"
 #include "d3d12_interop.h"
 #include "nt_handles.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "errors.h"
+#include "core/errors.h"
 
 namespace fl::d3d12 {
 
