@@ -1,7 +1,7 @@
 /* run_page.h: the run page (docs/ipc.md, "The run page"), a RUN and its reply in shared memory
  * beside the Unix socket, so that a frame's handoff is a store the other side sees, not two
- * messages through the kernel. The service's connection loop (importer/host_runs.cpp), the
- * Python client (importer/client_runs.cpp) and the C client (client/src/client.c) use it.
+ * messages through the kernel. The service's connection loop (importer/engine/host_runs.cpp), the
+ * Python client (importer/transport/posix/client_runs.cpp) and the C client (client/src/client.c) use it.
  *
  * The client makes the page (a sealed memfd of FL_RUN_PAGE_SIZE bytes) and hands it to the
  * service with OPEN_RUN_PAGE. Then, for one RUN at a time:

@@ -1,6 +1,6 @@
 /* spin_rule.h: the one adaptive spin rule of fenceline (docs/streaming.md, "Waiting"), in C for
  * every waiter in C or C++: the service's native receive and the Python client's replies
- * (importer/adaptive_spin.h ReceiveSpin) and the C client's reply and fence waits
+ * (importer/engine/adaptive_spin.h ReceiveSpin) and the C client's reply and fence waits
  * (client/src/spin.c). fenceline.waiting.AdaptiveSpin is the same rule in Python; it reads these
  * constants from fenceline._native, and tests/unit/test_receive_spin.py feeds both the same
  * waits.
@@ -48,7 +48,7 @@ int fl_spin_rule_spinning(const fl_spin_rule *s);
 double fl_spin_rule_average(const fl_spin_rule *s);
 
 /* The rule's parts, for waiters with a way of their own (the Python client's nap,
- * importer/client_runs.cpp): the moving average after one more wait (avg < 0: none yet), and
+ * importer/transport/posix/client_runs.cpp): the moving average after one more wait (avg < 0: none yet), and
  * whether now_ns (CLOCK_MONOTONIC) falls in an exploration window. */
 double fl_spin_ema(double avg, double sample);
 int fl_spin_exploring(int64_t now_ns);

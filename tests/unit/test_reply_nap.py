@@ -1,4 +1,4 @@
-"""The Python client's nap rule (native/importer/client_runs.cpp, ReplyNap): where a nap ends
+"""The Python client's nap rule (native/importer/transport/posix/client_runs.cpp, ReplyNap): where a nap ends
 and how long the spin after it lasts, fed waits as a renderer's connection feeds it. Inside its
 exploration window a rule that does not nap yet plans the nap it would take."""
 

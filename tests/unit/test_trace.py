@@ -1,4 +1,4 @@
-"""The trace recorder (native/importer/trace.cpp) and its Chrome trace-event JSON
+"""The trace recorder (native/importer/core/trace.cpp) and its Chrome trace-event JSON
 (fenceline.trace), in this process."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one place that reaches past onnxruntime's public Python API.
 
-The native runner (native/importer/host_runs.cpp) calls the model as ``run(binding, None)``.
+The native runner (native/importer/engine/host_runs.cpp) calls the model as ``run(binding, None)``.
 Given the C++ session's ``run_with_iobinding`` and the C++ IOBinding, it skips the Python
 wrapper's work on every frame (0.35 us of 3.6 us per run of add_64x64 on the 2-core CI machine,
 with the GIL held). Those two are private attributes of onnxruntime's binding
