@@ -7,8 +7,9 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   what onnxruntime counts: a pool larger than the CPUs it may run on only makes its threads
   take turns.
 - Its threads never spin between runs: spinning threads take the cores that renderers and
-  fence waiters need, and with several renderers cost more than they save (docs/benchmarks.md,
-  "Scaling").
+  fence waiters need, and with several renderers cost more than they save (16 cores, 720p, 8
+  renderers: 0.39 of the floor's frames/s with spinning pools against 0.72 without; docs/
+  benchmarks.md, "Where the time goes").
 - In the service, while several renderer sessions run on the CPU of a machine of four CPUs or
   more (``pool_yields``), its threads run at idle priority (Linux's SCHED_IDLE): they take only
   the cores that nothing else wants, and a renderer or a connection thread that wakes up runs at
@@ -27,7 +28,7 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   that starts while the service's model runs on the CPU in flight, itself included, are as many
   as the usable CPUs takes that one: every core has a run already, and a pool's threads would
   only take turns with the other runs' (on 2 CPUs, 8 renderers at 720p: 1,867-1,912 us of CPU
-  a frame against 2,104-2,366 us with the pool, docs/benchmarks.md). Both run paths count the
+  a frame against 2,104-2,366 us with the pool). Both run paths count the
   runs in flight in one place (``_native.CpuRun``).
 - Large frames take turns: a run whose frame (its session's inputs and outputs) is at least a
   quarter of the last-level cache, and which starts while the runs in flight fill the CPUs,
