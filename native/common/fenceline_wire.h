@@ -98,7 +98,12 @@ typedef struct FlWireRunReply {
   uint32_t flags; /* FL_WIRE_REPLY_* bits; a client ignores those it does not know */
 } FlWireRunReply;
 
-/* A RUN reply's flags. CPUS_SHARED: the service's runs on the CPU share its cores with other
+/* A RUN reply's flags are set only on a connection whose HELLO named FL_WIRE_FEATURE_REPLY_FLAGS
+ * in its "features"; on any other the word stays 0, as it was before flags were defined
+ * (docs/ipc.md, "HELLO"). */
+#define FL_WIRE_FEATURE_REPLY_FLAGS "reply_flags"
+
+/* CPUS_SHARED: the service's runs on the CPU share its cores with other
  * renderers' runs, and its onnxruntime pools then take only the cores nothing else wants
  * (runtime/ort_options.py): a client that spins or stays runnable while it waits takes a core
  * from the model's run. The Python client then neither naps nor stays runnable (docs/fences.md,

@@ -80,6 +80,7 @@ void bind_wire(py::module_ &mod) {
   mod.attr("WIRE_RUN_SIZE") = sizeof(FlWireRun);
   mod.attr("WIRE_RUN_REPLY_SIZE") = sizeof(FlWireRunReply);
   mod.attr("WIRE_REPLY_CPUS_SHARED") = FL_WIRE_REPLY_CPUS_SHARED;
+  mod.attr("WIRE_FEATURE_REPLY_FLAGS") = FL_WIRE_FEATURE_REPLY_FLAGS;
   mod.def(
       "wire_offsets",
       [] {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CpuRun', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CpuRun', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SpinGate', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -417,13 +417,13 @@ class RunTable:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
         """
-    def serve_bytes(self, frame: bytes, owner: str) -> tuple[bytes | None, typing.Any]:
+    def serve_bytes(self, frame: bytes, owner: str, reply_flags: bool = False) -> tuple[bytes | None, typing.Any]:
         """
-        Serves one received frame: (reply, None) when served here (send the reply), (None, failure) when its run failed here, (None, None) when Python serves it.
+        Serves one received frame: (reply, None) when served here (send the reply), (None, failure) when its run failed here, (None, None) when Python serves it. reply_flags: the client reads the RUN reply's flags (else they are 0).
         """
-    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None) -> tuple[bytes | None, list[int], str | None, typing.Any]:
+    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None, reply_flags: bool = False) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
-        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails. With a run page, its RUNs are served too.
+        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails. With a run page, its RUNs are served too. reply_flags: the client reads the RUN reply's flags (else they are 0).
         """
 class Acceptor:
     """
@@ -657,6 +657,7 @@ WAIT_ABANDONED: int = 2
 WAIT_ERRORED: int = 3
 WAIT_REACHED: int = 0
 WAIT_TIMED_OUT: int = 1
+WIRE_FEATURE_REPLY_FLAGS: str = 'reply_flags'
 WIRE_HEADER_SIZE: int = 16
 WIRE_MAGIC: int = 1346980934
 WIRE_MAX_FDS: int = 4

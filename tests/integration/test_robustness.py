@@ -148,6 +148,21 @@ def test_hello_rejects_unknown_fields(service: Service) -> None:
         assert "colour" in err.message
 
 
+@pytest.mark.parametrize("features", ["reply_flags", [1], ["x"] * 33, {"reply_flags": True}])
+def test_hello_refuses_features_that_are_not_a_short_list_of_names(
+        service: Service, features: object) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.connect(str(service.socket))
+        s.settimeout(10)
+        s.send(codec.encode_json(codec.Kind.HELLO, 6, {"client": "x", "features": features}))
+        reply = codec.decode(s.recv(codec.MAX_FRAME))
+        err = codec.decode_error(reply.body)
+        assert reply.kind == codec.Kind.ERROR and err.code == "invalid_request"
+        assert "features is a list of at most 32 names" in err.message
+        s.send(codec.encode_json(codec.Kind.HELLO, 7, {"features": []}))  # still served
+        assert codec.decode_json(codec.decode(s.recv(codec.MAX_FRAME)).body)["features"] == []
+
+
 # -- renderers that die --------------------------------------------------------------------------
 
 

@@ -246,7 +246,8 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
     """Every RUN reply says whether the service's runs on the CPU share its cores now (the
     pools at idle priority: docs/ipc.md, "RUN reply"), on the socket and on the run page alike;
     while they do, the Python client waits for its replies without napping or staying runnable
-    (docs/fences.md), and once they no longer do it may again."""
+    (docs/fences.md), and once they no longer do it may again. Both clients asked for the
+    flags in HELLO."""
     (service, path), shared = pools_yield_here, codec.REPLY_CPUS_SHARED
     shape = [1, 3, 720, 1280]
 
@@ -258,10 +259,14 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
         return reply.flags
 
     with IpcClient(service.socket, name="shared-a") as a:
+        assert a.server["features"] == [codec.FEATURE_REPLY_FLAGS]
         one = open_session(a, "add_720p", shape)
         assert [run(a, one, v) for v in range(1, 6)] == [0] * 5  # one session: not shared
         raw = RawPageClient(service)
         try:
+            hello = {"client": "raw", "features": [codec.FEATURE_REPLY_FLAGS, "not-yet"]}
+            said = codec.decode_json(raw.call(codec.Kind.HELLO, hello).body)
+            assert said["features"] == [codec.FEATURE_REPLY_FLAGS]  # the names it knows
             raw.open_page()
             sid, x, y, wait = raw_session(raw, service)  # a second session on the CPU
             assert pool_priorities(service) == {"idle"}
@@ -298,4 +303,56 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
         wait_until(lambda: pool_priorities(service) == {"normal"},
                    what="the pools at normal priority again")
         assert run(a, one, 207) == 0
+        one.close()
+
+
+def test_a_client_written_before_the_reply_flags_reads_zero_there_while_the_cores_are_shared(
+        pools_yield_here: tuple[Service, str]) -> None:
+    """A renderer written to docs that called offset 20 of the RUN reply "reserved, 0" never
+    asked for the flags (docs/ipc.md, "HELLO"): with no HELLO, or a HELLO without "features",
+    every reply it gets has that word 0, on the socket and on the run page, on both run paths,
+    while the cores are shared and a client beside it that asked is told so."""
+    (service, path), shared = pools_yield_here, codec.REPLY_CPUS_SHARED
+    with IpcClient(service.socket, name="asks-for-flags") as a:
+        one = open_session(a, "add_720p", [1, 3, 720, 1280])
+        told = 0  # session one's frames
+        for hello in (None, {"client": "earlier-docs"}):
+            raw = RawPageClient(service)
+            try:
+                if hello is not None:
+                    said = codec.decode_json(raw.call(codec.Kind.HELLO, hello).body)
+                    assert said["features"] == [] and said["protocol"] == 1
+                raw.open_page()
+                sid, x, y, wait = raw_session(raw, service)  # a second session on the CPU
+                assert pool_priorities(service) == {"idle"}
+                told += 1
+                one.x[:] = told
+                one.wait.signal(told)
+                assert a.run(one.session_id, told).flags == shared  # they are shared
+                words: list[int] = []
+                for v in range(1, 41, 2):  # odd values on the page, even ones on the socket
+                    x[:] = v
+                    wait(v)
+                    raw.post(sid, v)
+                    status = raw.reply()[1]
+                    if path == "native":  # answered on the page, its flags there
+                        assert status == ANSWERED
+                        words.append(memoryview(raw.page).cast("I")[REPLY_FLAGS_AT // 4])  # type: ignore[arg-type]
+                    else:  # the Python path answers on the socket
+                        assert status == ON_SOCKET
+                        words.append(codec.decode_run_reply(raw.recv().body).flags)
+                    assert np.all(y == v + 1)
+                    x[:] = v + 1
+                    wait(v + 1)
+                    raw.rid += 1
+                    raw.sock.send(codec.encode_run(raw.rid, codec.Run(sid, v + 1, 0, 10_000)))
+                    frame = raw.recv()
+                    assert frame.kind == codec.Kind.RUN | codec.REPLY_BIT, frame
+                    words.append(codec.decode_run_reply(frame.body).flags)
+                    assert np.all(y == v + 2)
+                assert words == [0] * 40, words
+            finally:
+                raw.close()
+            wait_until(lambda: pool_priorities(service) == {"normal"},
+                       what="the pools at normal priority again")
         one.close()

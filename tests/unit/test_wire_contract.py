@@ -87,3 +87,14 @@ def test_the_python_codec_matches_the_c_layout() -> None:
     sync, async_ = codec.encode_run(1, run), codec.encode_run_async(1, run)
     assert sync[:6] == async_[:6] and sync[8:] == async_[8:]
     assert codec.decode(async_).kind == codec.Kind.RUN_ASYNC == 0x0011
+
+
+def test_the_reply_flags_feature_is_named_as_the_header_names_it() -> None:
+    """A RUN reply carries flags only for a client whose HELLO named this feature
+    (docs/ipc.md, "HELLO"): the header, the extension, the codec and the service's HELLO
+    agree on its name, and the flag bits stay as shipped."""
+    named = re.search(r'#define FL_WIRE_FEATURE_REPLY_FLAGS "(\w+)"', HEADER.read_text())
+    assert named is not None
+    assert named.group(1) == _native.WIRE_FEATURE_REPLY_FLAGS == codec.FEATURE_REPLY_FLAGS
+    assert codec.FEATURE_REPLY_FLAGS in codec.FEATURES
+    assert codec.REPLY_CPUS_SHARED == _native.WIRE_REPLY_CPUS_SHARED == 1

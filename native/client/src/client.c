@@ -416,6 +416,12 @@ FlStatus *fl_client_create_with_timeout(const char *path, const char *name, int6
     char label[200];
     snprintf(label, sizeof label, "%s", name != NULL ? name : "c");
     fl_jw_string(&w, label);
+    /* It reads the RUN reply's flags (docs/ipc.md, "HELLO"), and ignores them: it does not
+     * nap, and FlRunResult.reserved stays 0. */
+    fl_jw_key(&w, "features");
+    fl_jw_begin_array(&w);
+    fl_jw_string(&w, FL_WIRE_FEATURE_REPLY_FLAGS);
+    fl_jw_end_array(&w);
     fl_jw_end_object(&w);
     if (w.overflow)
       st = fl_status(FL_ERROR_INVALID_ARGUMENT, "client_name is too long");

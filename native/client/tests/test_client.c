@@ -221,6 +221,8 @@ static void check_hello(void) {
   const char *info = api->GetServerInfo(c);
   EXPECT(strstr(info, "\"server\":\"fenceline\"") != NULL);
   EXPECT(strstr(info, "\"host_timeline\":true") != NULL);
+  /* It asked for the RUN reply's flags, and the service has them (docs/ipc.md, "HELLO"). */
+  EXPECT(strstr(info, "\"features\":[\"reply_flags\"]") != NULL);
   snprintf(detail, sizeof detail, "%.200s", info);
   api->ReleaseClient(c);
 }

@@ -195,10 +195,11 @@ class RunTable {
   // reply), (None, failure) when its run failed here (the FencelineError to answer), (None,
   // None) when Python must serve it, untouched.
   py::typing::Tuple<py::typing::Optional<py::bytes>, py::object> serve_bytes(
-      const py::bytes &frame, const std::string &owner) {
+      const py::bytes &frame, const std::string &owner, bool reply_flags) {
     py::object failure = py::none();
     Answer answer;
-    if (serve(owner, frame.cast<std::string>(), fl_htl_now_ns(), failure, answer) != kAnswered)
+    if (serve(owner, reply_flags, frame.cast<std::string>(), fl_htl_now_ns(), failure,
+              answer) != kAnswered)
       return py::make_tuple(py::none(), failure);
     answer.record();
     const auto reply = answer.frame();
@@ -219,8 +220,11 @@ class RunTable {
   // With a run page (`page`, docs/ipc.md "The run page"), the page's RUNs are served too: a RUN
   // answered here is answered on the page; any other is marked "on the socket" there and
   // handed to Python as if it had come on the socket, and Python answers it there.
+  //
+  // `reply_flags` (as serve_bytes's): the connection's client said in HELLO that it reads the
+  // RUN reply's flags (docs/ipc.md, "HELLO"); a reply to any other has flags 0.
   Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
-                 std::int64_t send_timeout_ms, const py::object &page_arg) {
+                 std::int64_t send_timeout_ms, const py::object &page_arg, bool reply_flags) {
     RunPage *page = page_arg.is_none() ? nullptr : page_arg.cast<RunPage *>();
     const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
     const auto gone = [] { return py::make_tuple(py::none(), py::list(), py::none(), py::none()); };
@@ -258,8 +262,8 @@ class RunTable {
       if (on_page) {
         py::object failure = py::none();
         Answer answer;
-        if (serve(owner, posted.kind, posted.request_id, page_run(posted), received, failure,
-                  answer) == kAnswered) {
+        if (serve(owner, reply_flags, posted.kind, posted.request_id, page_run(posted),
+                  received, failure, answer) == kAnswered) {
           // A client asleep on the socket is nudged before the counters and metrics, as a
           // reply on the socket is sent before them.
           const FlRunPageReply r{posted.seq, FL_RUN_PAGE_ANSWERED, answer.request_id,
@@ -282,7 +286,7 @@ class RunTable {
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
-        if (serve(owner, m.data, received, failure, answer) == kAnswered) {
+        if (serve(owner, reply_flags, m.data, received, failure, answer) == kAnswered) {
           const auto reply = answer.frame();
           const bool sent = send_reply(fd, reply.data(), reply.size(), pidfd, send_timeout_ns);
           answer.sent();
@@ -340,23 +344,28 @@ class RunTable {
 #endif
 
   // One received frame: a RUN frame is served as serve_run says, any other is Python's.
-  int serve(const std::string &owner, const std::string &data, std::int64_t received,
-            py::object &failure, Answer &answer) {
+  int serve(const std::string &owner, bool reply_flags, const std::string &data,
+            std::int64_t received, py::object &failure, Answer &answer) {
     const auto *p = reinterpret_cast<const std::uint8_t *>(data.data());
     FlWireHeader h;
     if (data.size() != FL_WIRE_RUN_FRAME_SIZE || !fl_wire_header_ok(p, data.size(), &h))
       return kNotMine;
     FlWireRun run;
     fl_wire_get_run(p + FL_WIRE_HEADER_SIZE, &run);
-    return serve(owner, h.kind, h.request_id, run, received, failure, answer);
+    return serve(owner, reply_flags, h.kind, h.request_id, run, received, failure, answer);
   }
 
   // serve_run, with an unexpected failure answered as the Python path answers it.
-  // `received`: when the RUN came (fl_htl_now_ns), for the trace.
-  int serve(const std::string &owner, std::uint32_t kind, std::uint32_t request_id,
-            const FlWireRun &run, std::int64_t received, py::object &failure, Answer &answer) {
+  // `received`: when the RUN came (fl_htl_now_ns), for the trace. `reply_flags`: the client
+  // reads the reply's flags; for any other they are 0, as the reply's last word was before
+  // flags were defined.
+  int serve(const std::string &owner, bool reply_flags, std::uint32_t kind,
+            std::uint32_t request_id, const FlWireRun &run, std::int64_t received,
+            py::object &failure, Answer &answer) {
     try {
-      return serve_run(owner, kind, request_id, run, received, failure, answer);
+      const int served = serve_run(owner, kind, request_id, run, received, failure, answer);
+      if (!reply_flags) answer.body.flags = 0;
+      return served;
     } catch (const Error &e) {
       failure = python_error(e);
     } catch (const py::error_already_set &e) {
@@ -507,17 +516,20 @@ void bind_host_runs(py::module_ &mod) {
       .def("close", &RunTable::close, "From now on every frame goes back to Python.")
       .def("__len__", &RunTable::size)
       .def("serve_bytes", &RunTable::serve_bytes, py::arg("frame"), py::arg("owner"),
+           py::arg("reply_flags") = false,
            "Serves one received frame: (reply, None) when served here (send the reply), "
-           "(None, failure) when its run failed here, (None, None) when Python serves it.")
+           "(None, failure) when its run failed here, (None, None) when Python serves it. "
+           "reply_flags: the client reads the RUN reply's flags (else they are 0).")
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
            py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
-           py::arg("page") = py::none(),
+           py::arg("page") = py::none(), py::arg("reply_flags") = false,
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
            "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
            "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises "
-           "when the socket itself fails. With a run page, its RUNs are served too.")
+           "when the socket itself fails. With a run page, its RUNs are served too. "
+           "reply_flags: the client reads the RUN reply's flags (else they are 0).")
 #endif
       ;
 }

@@ -77,7 +77,10 @@ class IpcClient:
         self._in_flight = 0  # RUNs sent on the socket whose replies are still to be read
         self._closed = False
         try:
-            self.server = self._call(Kind.HELLO, {"client": name})
+            # It reads the RUN reply's flags: while they say the service's cores are shared,
+            # it neither naps nor stays runnable (docs/fences.md).
+            self.server = self._call(
+                Kind.HELLO, {"client": name, "features": [codec.FEATURE_REPLY_FLAGS]})
         except BaseException:
             self.close()
             raise

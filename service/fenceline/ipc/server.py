@@ -93,6 +93,9 @@ class Connection:
         self._send_timeout_ms = server.limits.send_timeout_ms
         # The client's run page, once it sent one (docs/ipc.md, "The run page").
         self._page: Any = None
+        # Its HELLO asked for the RUN reply's flags (docs/ipc.md, "HELLO"): a client that did
+        # not reads the reply's last word as reserved, 0.
+        self._reply_flags = False
         # A long fence wait ends early when the renderer dies: nobody reads the channel
         # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
         # of the channel, not a bound method: the connection must not reach itself, or it and
@@ -136,11 +139,12 @@ class Connection:
                     if loop:
                         data, fds, problem, failure = table.serve_loop(
                             fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
-                            self._send_timeout_ms, self._page)
+                            self._send_timeout_ms, self._page, self._reply_flags)
                     else:
                         data, fds, problem = self._receive()
                         if data and problem is None and not fds:
-                            answer, failure = table.serve_bytes(data, self.owner)
+                            answer, failure = table.serve_bytes(
+                                data, self.owner, self._reply_flags)
                             if answer is not None:
                                 if not self._send(answer):
                                     break
@@ -255,7 +259,8 @@ class Connection:
                 request_id,
                 codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000,
                                r.total_ns // 1000,
-                               codec.REPLY_CPUS_SHARED if _native.cpus_shared() else 0),
+                               codec.REPLY_CPUS_SHARED
+                               if self._reply_flags and _native.cpus_shared() else 0),
             ))
 
         self.runtime.run(
@@ -281,16 +286,25 @@ class Connection:
 
     def _hello(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         hello = codec.decode_json(body)
-        unknown = sorted(set(hello) - {"client"})
+        unknown = sorted(set(hello) - {"client", "features"})
         if unknown:
             raise InvalidRequest(f"invalid request: HELLO has no field {unknown[0]!r}")
         if not isinstance(hello.get("client", ""), str):
             raise InvalidRequest("invalid request: HELLO's client is a string")
+        asked = hello.get("features", [])
+        if (not isinstance(asked, list) or len(asked) > codec.MAX_FEATURES
+                or not all(isinstance(f, str) for f in asked)):
+            raise InvalidRequest(
+                "invalid request: HELLO's features is a list of at most "
+                f"{codec.MAX_FEATURES} names, e.g. [\"{codec.FEATURE_REPLY_FLAGS}\"]")
+        features = [f for f in codec.FEATURES if f in asked]  # the names it knows, in its order
+        self._reply_flags = codec.FEATURE_REPLY_FLAGS in features
         log.info("%s: hello from %s", self.owner, str(hello.get("client", "?"))[:64])
         return {
             "server": "fenceline",
             "version": __version__,
             "protocol": codec.VERSION,
+            "features": features,
             "capabilities": self.runtime.capabilities(),
         }
 

@@ -30,8 +30,13 @@ MAX_FRAME = _native.WIRE_MAX_FRAME
 MAX_FDS = _native.WIRE_MAX_FDS
 REPLY_BIT = _native.WIRE_REPLY_BIT
 # A RUN reply's flags: the service's runs on the CPU share its cores with other renderers'
-# (docs/ipc.md, "RUN reply").
+# (docs/ipc.md, "RUN reply"). Set only for a connection whose HELLO named FEATURE_REPLY_FLAGS.
 REPLY_CPUS_SHARED = _native.WIRE_REPLY_CPUS_SHARED
+# What a client may ask for in HELLO's "features" (docs/ipc.md, "HELLO"); names it does not
+# know are left out of the reply, so a client learns which ones this service has.
+FEATURE_REPLY_FLAGS: str = _native.WIRE_FEATURE_REPLY_FLAGS
+FEATURES = (FEATURE_REPLY_FLAGS,)
+MAX_FEATURES = 32
 
 # session id (16 raw bytes), wait_value, signal_value (0: same as wait), timeout_ms, flags
 RUN_BODY = struct.Struct("<16sQQII")
