@@ -139,6 +139,11 @@ class Metrics:
         self._gpu_run_series: dict[str, Any] = {}
         r.register(_NativeMappings())
         self.triton = TritonMetrics()
+        # Per model, the (run, infer) seconds that KServe requests added to the run histograms,
+        # which are labelled by model only: the statistics extension takes them out there and
+        # reads the requests from Triton's counters instead (triton/statistics.py).
+        self._kserve_seconds: dict[str, tuple[float, float]] = {}
+        self._kserve_lock = threading.Lock()
 
     def exposition(self, models: Iterable[tuple[str, str]] = ()) -> bytes:
         """The Prometheus text of every metric: the registry, then Triton's families (with a
@@ -160,6 +165,27 @@ class Metrics:
 
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
         self.run_series(model, transport).observe(run_s, wait_s, infer_s)
+
+    def observe_kserve(self, model: str, version: str, start_ns: int, bound_ns: int,
+                       inferred_ns: int, end_ns: int) -> None:
+        """One KServe request that succeeded, from its clock readings: bound its tensors,
+        ran the model, collected its outputs. The same numbers go to the run histograms (no
+        fence wait), to Triton's counters and so to the statistics extension."""
+        run_s, infer_s = (end_ns - start_ns) / 1e9, (inferred_ns - bound_ns) / 1e9
+        self.observe_run(model, "kserve", run_s, 0.0, infer_s)
+        with self._kserve_lock:
+            run, infer = self._kserve_seconds.get(model, (0.0, 0.0))
+            self._kserve_seconds[model] = (run + run_s, infer + infer_s)
+        self.triton.succeeded(
+            model, version, request_us=(end_ns - start_ns) / 1e3, queue_us=0.0,
+            input_us=(bound_ns - start_ns) / 1e3, infer_us=(inferred_ns - bound_ns) / 1e3,
+            output_us=(end_ns - inferred_ns) / 1e3,
+        )
+
+    def kserve_seconds(self, model: str) -> tuple[float, float]:
+        """The (run, infer) seconds KServe requests of ``model`` added to the run histograms."""
+        with self._kserve_lock:
+            return self._kserve_seconds.get(model, (0.0, 0.0))
 
     @property
     def last_run_ms(self) -> dict[str, int]:
@@ -289,12 +315,34 @@ class TritonMetrics:
         key = (model, version)
         self._pending[key] = max(0, self._pending.get(key, 0) - 1)
 
+    def drop(self, model: str) -> None:
+        """Forgets every series of ``model``: its unload, as Triton drops a model's metrics
+        with it; a later load starts them at 0."""
+        with self._lock:
+            self._counters = {k: v for k, v in self._counters.items() if k[1] != model}
+            self._failures = {k: v for k, v in self._failures.items() if k[0] != model}
+            self._pending = {k: v for k, v in self._pending.items() if k[0] != model}
+
+    def totals(self, model: str) -> dict[str, float]:
+        """``model``'s counters summed over its versions, by family, and its failures
+        (``failures``): what Triton's statistics extension reports from the same numbers."""
+        out = dict.fromkeys((family for family, _ in TRITON_COUNTERS), 0.0)
+        out["failures"] = 0.0
+        with self._lock:
+            for (family, m, _), v in self._counters.items():
+                if m == model:
+                    out[family] += v
+            for (m, _, _), v in self._failures.items():
+                if m == model:
+                    out["failures"] += v
+        return out
+
     def exposition(self, models: Iterable[tuple[str, str]] = ()) -> bytes:
+        """The families, a series for each loaded ``(model, version)`` of ``models``."""
         with self._lock:
             counters, failures = dict(self._counters), dict(self._failures)
             pending = dict(self._pending)
-        series = sorted({*models, *pending, *((m, v) for _, m, v in counters),
-                         *((m, v) for m, v, _ in failures)})
+        series = sorted(set(models))
         out: list[str] = []
         for family, doc in TRITON_COUNTERS:
             out += [f"# HELP {family} {doc}", f"# TYPE {family} counter"]

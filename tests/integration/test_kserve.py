@@ -333,6 +333,54 @@ def test_triton_metrics_count_kserve_requests_as_triton_names_them(
     assert types["nv_inference_count"] == "counter"  # a valid exposition, as Prometheus reads it
 
 
+def test_statistics_and_metrics_report_the_same_numbers_for_kserve_requests(
+    client: httpclient.InferenceServerClient, service: Service,
+) -> None:
+    """Triton's statistics extension and its nv_inference_* metrics are one set of numbers:
+    counts, the model run, the input binding and the output collection (compute_output in
+    both), and the requests that failed once their model was found. A request refused for its
+    shape or datatype is counted in neither, as Triton's core refuses it (its Normalize)
+    before the request is counted."""
+    def nv(text: str, name: str, **labels: str) -> float:
+        return metrics.sample(text, name, model="add_64x64", version="1", **labels)
+
+    def stats() -> dict[str, dict[str, int]]:
+        row = client.get_inference_statistics("add_64x64")["model_stats"][0]
+        return row["inference_stats"]  # type: ignore[no-any-return]
+
+    text0, stats0 = httpx.get(service.url + "/metrics", timeout=10).text, stats()
+    for _ in range(4):
+        client.infer("add_64x64", [infer_input("x", frame(SHAPE), "FP32", True)])
+    for wrong in ([infer_input("x", frame([1, 3, 32, 64]), "FP32", True)],
+                  [infer_input("x", frame(SHAPE).astype(np.float64), "FP64", True)]):
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("add_64x64", wrong)
+        assert e.value.status() == "400"
+    region = {"shared_memory_region": "never-registered", "shared_memory_byte_size": 4 * 64 * 64 * 3}
+    assert httpx.post(service.url + "/v2/models/add_64x64/infer", timeout=30, json={
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": SHAPE, "parameters": region}],
+    }).status_code == 404  # the model was found: a failure of that request
+    text1, stats1 = httpx.get(service.url + "/metrics", timeout=10).text, stats()
+
+    def grew(part: str, field: str = "ns") -> int:
+        return stats1[part][field] - stats0[part][field]
+
+    assert grew("success", "count") == nv(text1, "nv_inference_request_success") - nv(
+        text0, "nv_inference_request_success") == 4
+    assert grew("fail", "count") == 1
+    failures = sum(nv(text1, "nv_inference_request_failure", reason=r) - nv(
+        text0, "nv_inference_request_failure", reason=r) for r in ("REJECTED", "CANCELED",
+                                                                   "BACKEND", "OTHER"))
+    assert failures == 1
+    for part, family in (("success", "request"), ("compute_input", "compute_input"),
+                         ("compute_infer", "compute_infer"),
+                         ("compute_output", "compute_output"), ("queue", "queue")):
+        name = f"nv_inference_{family}_duration_us"
+        us = nv(text1, name) - nv(text0, name)
+        assert abs(grew(part) - us * 1000) <= 4_000, (part, grew(part), us)
+    assert grew("compute_output") > 0 and grew("compute_infer") > 0
+
+
 def test_root_redirects_to_the_status_page(service: Service) -> None:
     r = httpx.get(service.url + "/", timeout=5)
     assert r.status_code == 307 and r.headers["location"] == "/ui"

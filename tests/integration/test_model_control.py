@@ -1,10 +1,12 @@
 """Model control as Triton has it, driven by the unmodified tritonclient against a real service
-process: explicit load, reload and unload, the repository index with each model's state and
-reason, an unload refused while a renderer's session uses the model, the poll mode, and
-Triton's wording for a model that is not there."""
+process: explicit load (with a config override), reload and unload, the repository index in
+Triton's shapes, an unload refused while a renderer's session uses the model, a model's
+metrics dropped at unload, the poll mode, and Triton's wording for a model that is not
+there."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from fenceline.client import Fence, IpcClient, Layout, SharedFrame
 from fenceline.models import build_repository
+from tests.support.metrics import metrics_text
 from tests.support.service import Service, running
 from tests.support.waiting import wait_until
 
@@ -70,9 +73,14 @@ def test_explicit_mode_loads_only_what_it_is_told_and_indexes_the_rest(explicit:
     c = client(explicit)
     index = by_name(c.get_model_repository_index())
     assert index["a"] == {"name": "a", "version": "1", "state": "READY"}
-    assert index["b"] == {"name": "b", "state": "UNAVAILABLE", "reason": "not loaded"}
-    assert index["bad"]["state"] == "UNAVAILABLE"
+    assert index["b"] == {"name": "b"}  # never loaded: Triton lists its name alone
+    assert index["bad"] == {"name": "bad"}
     assert c.is_model_ready("a") and not c.is_model_ready("b")
+    # Never loaded: Triton has no state for it, and says so in its own words.
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'b' is "
+                       "not found") as e:
+        c.get_model_metadata("b")
+    assert e.value.status() == "404"
     ready = httpx.post(explicit.url + "/v2/repository/index", json={"ready": True}).json()
     assert ready == [{"name": "a", "version": "1", "state": "READY"}]
 
@@ -84,14 +92,27 @@ def test_load_serves_a_model_and_unload_stops_it(explicit: Service) -> None:
     assert float(infer(c, "b")[0, 0, 0, 0]) == 3.0
     assert by_name(c.get_model_repository_index())["b"]["state"] == "READY"
     c.load_model("b")  # a reload of a loaded model is no error
+    assert 'nv_inference_request_success{model="b",version="1"} 1' in metrics_text(explicit)
     c.unload_model("b")
     assert not c.is_model_ready("b")
     assert by_name(c.get_model_repository_index())["b"] == {
-        "name": "b", "state": "UNAVAILABLE", "reason": "unloaded"}
+        "name": "b", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
     with pytest.raises(InferenceServerException, match="Request for unknown model: 'b' has no "
                        "available versions"):
         infer(c, "b")
+    # Its Triton series went with it, as Triton drops a model's metrics at unload; its
+    # statistics are Triton's 400 for a model that is not served.
+    assert 'model="b"' not in metrics_text(explicit).split("# HELP nv_inference")[1]
+    with pytest.raises(InferenceServerException, match="requested model 'b' is not available"
+                       ) as e:
+        c.get_inference_statistics("b")
+    assert e.value.status() == "400"
     c.unload_model("b")  # unloading what is not loaded is no error
+    c.load_model("b")  # loaded again: its series start again at 0
+    text = metrics_text(explicit)
+    assert 'nv_inference_request_success{model="b",version="1"} 0' in text
+    assert c.get_inference_statistics("b")["model_stats"][0]["inference_stats"]["fail"] == {
+        "count": 0, "ns": 0}
 
 
 def test_a_model_whose_config_triton_would_refuse_does_not_load_and_the_index_says_why(
@@ -112,12 +133,56 @@ def test_loading_or_unloading_a_name_the_repository_lacks_is_not_found(explicit:
     c = client(explicit)
     with pytest.raises(InferenceServerException, match="failed to load 'nope'"):
         c.load_model("nope")
+    # The index lists the repository's directories only: the failed load left no entry.
+    assert sorted(by_name(c.get_model_repository_index())) == ["a", "b", "bad"]
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is "
+                       "not found"):
+        c.get_model_metadata("nope")
     r = httpx.post(explicit.url + "/v2/repository/models/nope/unload")
     assert r.status_code == 404
     assert r.json()["error"] == "Request for unknown model: 'nope' is not found"
     r = httpx.post(explicit.url + "/v2/repository/models/b/load",
-                   json={"parameters": {"config": "{}"}})
-    assert r.status_code == 501 and "loads a model from its repository only" in r.json()["error"]
+                   json={"parameters": {"file:1/model.onnx": "AAAA"}})
+    assert r.status_code == 501 and "model files from its repository only" in r.json()["error"]
+
+
+def test_a_config_override_loads_the_model_with_it_and_the_next_load_reads_the_directory(
+    explicit: Service,
+) -> None:
+    """tritonclient's load_model(name, config=JSON) as Triton applies it: the JSON ModelConfig
+    replaces the directory's config.pbtxt for that load (field names as in the file or in
+    lowerCamelCase, 64-bit integers as strings, enum names in any case), and one that does
+    not parse is refused in Triton's words (400: docs/triton.md, "What differs")."""
+    c = client(explicit)
+    # "bad" has a config.pbtxt Triton refuses: the override replaces it.
+    c.load_model("bad", config=json.dumps({
+        "name": "bad", "maxBatchSize": 0, "versionPolicy": {"latest": {"numVersions": 1}},
+        "input": [{"name": "x", "dataType": "TYPE_FP32", "dims": ["1", "3", "64", "64"]}]}))
+    assert c.is_model_ready("bad") and float(infer(c, "bad")[0, 0, 0, 0]) == 3.0
+    # Without the override the directory's config is read again: refused, the loaded version
+    # stays served (as a failed reload in Triton).
+    with pytest.raises(InferenceServerException, match="bad/config.pbtxt:3: unknown field"):
+        c.load_model("bad")
+    assert c.is_model_ready("bad")
+    for config, why in (("{not json", "not JSON"),
+                        ('["name"]', "the config is a JSON object"),
+                        ('{"name": "b", "foo_bar": 3}', "unknown field 'foo_bar'"),
+                        ('{"input": [{"name": "x", "data_type": "TYPE_FLOAT32"}]}',
+                         "'TYPE_FLOAT32', not one of Triton's")):
+        with pytest.raises(InferenceServerException) as e:
+            c.load_model("b", config=config)
+        assert e.value.status() == "400", config
+        assert e.value.message().startswith("failed to load 'b': Invalid config override: "), (
+            e.value.message())
+        assert why in e.value.message()
+    assert not c.is_model_ready("b")
+    # A config whose tensors the model does not have is refused when the model loads.
+    with pytest.raises(InferenceServerException, match="config.pbtxt names input 'z'"):
+        c.load_model("b", config=json.dumps({"input": [{"name": "z", "data_type": "type_fp32"}]}))
+    r = httpx.post(explicit.url + "/v2/repository/models/b/load",
+                   json={"parameters": {"config": {"name": "b"}}})
+    assert r.status_code == 400 and "'config' parameter is the model config as a JSON string" \
+        in r.json()["error"]
 
 
 def test_unload_is_refused_while_a_session_uses_the_model(explicit: Service) -> None:

@@ -4,6 +4,11 @@ tritonclient's get_inference_statistics reads real counts."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -12,6 +17,9 @@ from tests.support.metrics import metric
 from tests.support.service import Service
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
+
+# Prometheus's own linter: on PATH, or where .ci/run puts it (beside the venv's python).
+PROMTOOL = shutil.which("promtool") or shutil.which("promtool", path=str(Path(sys.executable).parent))
 
 
 def test_metrics_have_the_process_collector_and_no_created_series(service: Service) -> None:
@@ -56,6 +64,36 @@ def test_tritonclient_reads_inference_statistics(service: Service) -> None:
         client.close()
 
 
-def test_statistics_of_an_unknown_model_is_not_found(service: Service) -> None:
+def test_statistics_of_a_model_that_is_not_served_are_triton_s_400(service: Service) -> None:
+    """Triton answers statistics of a model without a ready version with INVALID_ARG (400),
+    where its other routes answer an unknown model with NOT_FOUND (404)."""
     r = httpx.get(service.url + "/v2/models/no_such_model/stats")
-    assert r.status_code in (400, 404) and r.json()["code"] == "not_found"
+    assert r.status_code == 400 and r.json()["code"] == "invalid_argument"
+    assert r.json()["error"] == "requested model 'no_such_model' is not available"
+    r = httpx.get(service.url + "/v2/models/add_64x64/versions/7/stats")
+    assert r.status_code == 400
+    assert r.json()["error"] == "requested model version is not available for model 'add_64x64'"
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian's prometheus "
+                    "package has it; .ci/run takes it from there)")
+def test_promtool_finds_nothing_in_fenceline_s_own_families(service: Service) -> None:
+    """`promtool check metrics` on a real scrape: fenceline's families are clean; what it
+    says is only of Triton's own nv_* names, which fenceline keeps as Triton spells them
+    (docs/triton.md, "Metrics"), each explained there."""
+    assert PROMTOOL is not None
+    text = httpx.get(service.url + "/metrics").text
+    assert "fenceline_session_runs_total" in text and "nv_inference_count{" in text
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=120, check=False)
+    findings = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert [f for f in findings if not f.startswith("nv_")] == [], findings
+    # Exit 3 is "lint findings only"; 1 would be a scrape it cannot parse.
+    assert done.returncode == (3 if findings else 0), (done.returncode, findings)
+    explained = {
+        'counter metrics should have "_total" suffix',
+        'non-histogram and non-summary metrics should not have "_count" suffix',
+        "metric names should not contain abbreviated units",
+    }
+    for f in findings:
+        assert f.split(" ", 1)[1] in explained, f

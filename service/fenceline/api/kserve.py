@@ -24,9 +24,10 @@ from fenceline import __version__
 from fenceline.api import bodies, json_tensors
 from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
-from fenceline.errors import InvalidArgument, Unsupported
+from fenceline.errors import InvalidArgument, NotFound, Unsupported
 from fenceline.interop.datatypes import datatype
 from fenceline.runtime.model_control import ModelControl
+from fenceline.runtime.models import Model
 from fenceline.runtime.service import Runtime
 from fenceline.triton.inference import (
     InferRequest,
@@ -100,13 +101,25 @@ def all_model_stats(request: Request) -> dict[str, Any]:
 @router.get("/models/{name}/stats")
 def model_stats(name: str, request: Request) -> dict[str, Any]:
     rt = runtime(request)
-    return model_statistics(rt.metrics, [rt.models.get(name)])
+    return model_statistics(rt.metrics, [_served(rt, name, None)])
 
 
 @router.get("/models/{name}/versions/{version}/stats")
 def model_version_stats(name: str, version: str, request: Request) -> dict[str, Any]:
     rt = runtime(request)
-    return model_statistics(rt.metrics, [rt.models.get(name, version)])
+    return model_statistics(rt.metrics, [_served(rt, name, version)])
+
+
+def _served(rt: Runtime, name: str, version: str | None) -> Model:
+    """The model the statistics are asked of, or Triton's answer when it is not served: 400
+    (its INVALID_ARG), where the other routes answer an unknown model with 404."""
+    try:
+        return rt.models.get(name, version)
+    except NotFound:
+        if version is not None and name in rt.models.names():
+            raise InvalidArgument(
+                f"requested model version is not available for model '{name}'") from None
+        raise InvalidArgument(f"requested model '{name}' is not available") from None
 
 
 @router.get("/models/{name}")
@@ -183,13 +196,17 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
 @router.post("/repository/models/{name}/load")
 async def repository_load(name: str, request: Request) -> Response:
     params = _params(await _optional_body(request), "the load request")
-    overrides = sorted(k for k in params if k == "config" or k.startswith("file:"))
-    if overrides:
+    files = sorted(k for k in params if k.startswith("file:"))
+    if files:
         raise Unsupported(
-            f"load parameter {overrides[0]!r}: fenceline loads a model from its repository only; "
-            "change the files there and load again"
+            f"load parameter {files[0]!r}: fenceline loads model files from its repository "
+            "only; put them there and load again (a 'config' override is applied)"
         )
-    await run_in_threadpool(control(request).load, name)
+    config = params.get("config")
+    if config is not None and not isinstance(config, str):
+        raise InvalidArgument(f"failed to load '{name}': Invalid config override: the "
+                              "'config' parameter is the model config as a JSON string")
+    await run_in_threadpool(control(request).load, name, config)
     return Response(status_code=200)
 
 

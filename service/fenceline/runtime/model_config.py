@@ -12,11 +12,15 @@ kind refuses the model, as Triton refuses it, with one line naming the file, the
 field: a typo must not silently do nothing.
 
 The file is protobuf text format; a small reader here avoids needing Triton's generated
-classes, which come only with tritonclient's gRPC extra.
+classes, which come only with tritonclient's gRPC extra. A load request may instead send the
+whole config as JSON (``load_model(name, config=...)``): protobuf's JSON form of the same
+message, read by :meth:`ModelConfig.from_json` into the same checks; Triton refuses one that
+does not parse (``Invalid config override: ...``), and so does fenceline (400).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -208,6 +212,26 @@ class ModelConfig:
         return cls.from_message(parse(text, str(path)), model_dir.name, str(path))
 
     @classmethod
+    def from_json(cls, text: str, dir_name: str) -> ModelConfig:
+        """A load request's config override: the JSON form of Triton's ModelConfig (protobuf's:
+        field names as in config.pbtxt or in lowerCamelCase, 64-bit integers as numbers or
+        strings, enum names in any case). It replaces the directory's config.pbtxt for this
+        load; the model files and config.json still come from the directory. Anything that
+        does not parse, or that config.pbtxt would be refused for, is refused with Triton's
+        words for both: ``failed to load 'm': Invalid config override: ...``."""
+        refused = f"failed to load '{dir_name}': Invalid config override:"
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise InvalidArgument(f"{refused} not JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise InvalidArgument(f"{refused} the config is a JSON object")
+        try:
+            return cls.from_message(_from_json(obj), dir_name, "the config override")
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{refused} {e.message}") from None
+
+    @classmethod
     def from_message(cls, msg: Message, dir_name: str, where: str) -> ModelConfig:
         _check_fields(msg, TRITON_FIELDS, "", where)
         ignored: list[str] = []
@@ -280,8 +304,40 @@ class ModelConfig:
 
 
 def _at(msg: Message, key: str, where: str) -> str:
-    """``FILE:LINE`` of ``key`` in ``msg`` (its first line), for an error naming it."""
-    return f"{where}:{msg.lines.get(key, 1)}" if isinstance(msg, Message) else where
+    """``FILE:LINE`` of ``key`` in ``msg`` (its first line), for an error naming it; ``where``
+    alone for a message without lines (a JSON config override)."""
+    if not isinstance(msg, Message) or not msg.lines:
+        return where
+    return f"{where}:{msg.lines.get(key, 1)}"
+
+
+# The 64-bit integer fields fenceline reads, which protobuf's JSON may give as strings.
+_INTEGERS = frozenset({"dims", "max_batch_size", "num_versions", "versions"})
+
+
+def _snake(key: str) -> str:
+    """A protobuf JSON field name as the field's own name: ``maxBatchSize`` -> ``max_batch_size``."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+
+
+def _from_json(obj: dict[str, Any]) -> Message:
+    """A JSON object as the Message that the same config in text format reads as."""
+    out = Message()
+    for key, value in obj.items():
+        name = _snake(key)
+        values = value if isinstance(value, list) else [value]
+        out.setdefault(name, []).extend(_json_value(name, v) for v in values)
+    return out
+
+
+def _json_value(name: str, value: Any) -> Any:
+    if isinstance(value, dict):
+        return _from_json(value)
+    if isinstance(value, str) and name in _INTEGERS and re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if isinstance(value, str) and name == "data_type":
+        return value.upper()  # protobuf's JSON reads enum names in any case, as Triton parses
+    return value
 
 
 def _check_fields(msg: Message, known: frozenset[str], prefix: str, where: str) -> None:

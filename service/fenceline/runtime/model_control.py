@@ -51,12 +51,14 @@ class ModelControl:
                 f"'{self.mode}'; start the service with --model-control-mode explicit"
             )
 
-    def load(self, name: str) -> None:
+    def load(self, name: str, config: str | None = None) -> None:
         """(Re)loads ``name`` from the repository; a failure keeps what was served and is the
-        model's reason in the index."""
+        model's reason in the index. ``config``: Triton's config override, JSON, in place of
+        the directory's config.pbtxt for this load (a later load without it reads the
+        directory's again)."""
         self._check_explicit()
         with self._lock:
-            self.models.load(name)
+            self.models.load(name, config=config)
             self._stamps[name] = self._stamp(name)
 
     def unload(self, name: str) -> None:

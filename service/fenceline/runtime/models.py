@@ -201,7 +201,10 @@ class ModelRepository:
         self.sources = dict(sources or {})
         self.mode: ControlMode = mode
         self._models: dict[str, dict[str, Model]] = {}
-        self._reasons: dict[str, str] = {}  # why a name that is not loaded is not
+        # Of the sources' models not served now: why the last load failed, and the versions
+        # an unload stopped serving (Triton's index keeps both, as its model states do).
+        self._reasons: dict[str, str] = {}
+        self._unloaded: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._pool_idle = False  # whether the loaded models' pools run at idle priority
 
@@ -253,16 +256,17 @@ class ModelRepository:
             names |= {p.name for p in self.root.iterdir() if p.is_dir()}
         return sorted(names)
 
-    def load(self, name: str, *, skip_empty: bool = False) -> bool:
+    def load(self, name: str, *, skip_empty: bool = False, config: str | None = None) -> bool:
         """(Re)loads ``name`` from its source and serves it; on failure the versions already
-        loaded stay served (as Triton does) and the reason is kept for the index.
-        ``skip_empty``: a model directory with no version inside returns False instead of
-        raising."""
+        loaded stay served (as Triton does) and the reason is kept for the index (a name the
+        sources lack leaves nothing behind). ``skip_empty``: a model directory with no version
+        inside returns False instead of raising. ``config``: a load request's config override,
+        JSON (runtime.model_config.ModelConfig.from_json), in place of config.pbtxt."""
         try:
-            models = self._build(name)
+            models = self._build(name, config)
         except FencelineError as e:
             with self._lock:
-                if name not in self._models:
+                if name not in self._models and name in self.available():
                     self._reasons[name] = e.message
             if skip_empty and isinstance(e, _NoVersions):
                 return False
@@ -270,6 +274,7 @@ class ModelRepository:
         with self._lock:
             self._models[name] = {m.version: m for m in models}
             self._reasons.pop(name, None)
+            self._unloaded.pop(name, None)
             if self._pool_idle:
                 for m in models:
                     set_idle(m.pool, True)
@@ -277,8 +282,13 @@ class ModelRepository:
             log.info("loaded model %s version %s from %s", m.name, m.version, m.path)
         return True
 
-    def _build(self, name: str) -> list[Model]:
+    def _build(self, name: str, config: str | None = None) -> list[Model]:
         if name in self.sources:
+            if config is not None:
+                raise Unsupported(
+                    f"model {name!r} is a file given with --model, which has no config to "
+                    "override; put it in a model repository to load it with a config"
+                )
             model = Model(name, "1", Path(self.sources[name]))
             if not model.path.is_file():
                 raise InvalidArgument(f"model {name!r}: no file at {model.path}")
@@ -288,11 +298,12 @@ class ModelRepository:
         if model_dir is None or name in (".", "..") or not model_dir.is_dir():
             raise NotFound(f"failed to load '{name}': no model directory named {name!r} in "
                            f"the repository {self.root}")
-        return self._scan_dir(model_dir)
+        if config is None:
+            return self._scan_dir(model_dir, ModelConfig.load(model_dir))
+        return self._scan_dir(model_dir, ModelConfig.from_json(config, name))
 
     @staticmethod
-    def _scan_dir(model_dir: Path) -> list[Model]:
-        config = ModelConfig.load(model_dir)
+    def _scan_dir(model_dir: Path, config: ModelConfig) -> list[Model]:
         filename = config.default_model_filename
         available = [int(v.name) for v in model_dir.iterdir()
                      if v.name.isdigit() and (v / filename).is_file()]  # fmt: skip
@@ -320,6 +331,7 @@ class ModelRepository:
         with self._lock:
             self._models.setdefault(model.name, {})[model.version] = model
             self._reasons.pop(model.name, None)
+            self._unloaded.pop(model.name, None)
             if self._pool_idle:
                 set_idle(model.pool, True)
         log.info("loaded model %s version %s from %s", model.name, model.version, model.path)
@@ -330,7 +342,8 @@ class ModelRepository:
             gone = self._models.pop(name, None)
             if gone is None:
                 return False
-            self._reasons[name] = "unloaded"
+            self._unloaded[name] = sorted(gone, key=_version_order)
+            self._reasons.pop(name, None)
         log.info("unloaded model %s", name)
         return True
 
@@ -342,10 +355,12 @@ class ModelRepository:
     def get(self, name: str, version: str | None = None) -> Model:
         with self._lock:
             versions = dict(self._models.get(name, {}))
-            known = name in self._reasons
+            known = name in self._reasons or name in self._unloaded
         model = versions.get(version) if version else self._newest(versions)
         if model is None:
-            # Triton's wording, which clients and their log searches know.
+            # Triton's wording, which clients and their log searches know: a model it has
+            # tried to load (unloaded, or failed) "has no available versions", one it never
+            # tried "is not found".
             if version:
                 raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
             if known:
@@ -369,25 +384,36 @@ class ModelRepository:
         return [m for v in groups if (m := self._newest(v)) is not None]
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        """Triton's repository index: every loaded version ``READY``; every other model of the
-        sources ``UNAVAILABLE`` with the reason (not loaded, unloaded, or why it failed)."""
+        """Triton's repository index, in its shapes: every loaded version ``READY``; the
+        versions an unload stopped serving ``UNAVAILABLE``, reason ``unloaded``; a model whose
+        last load failed ``UNAVAILABLE`` with why; a model never loaded its name alone. Only
+        the sources' models are listed (and one still served after its directory went)."""
         with self._lock:
-            loaded = {n: sorted(v, key=lambda s: int(s) if s.isdigit() else -1)
-                      for n, v in self._models.items()}
-            reasons = dict(self._reasons)
+            loaded = {n: sorted(v, key=_version_order) for n, v in self._models.items()}
+            reasons, unloaded = dict(self._reasons), dict(self._unloaded)
         out: list[dict[str, Any]] = []
-        for name in sorted(set(self.available()) | set(loaded) | set(reasons)):
+        for name in sorted(set(self.available()) | set(loaded)):
             if name in loaded:
                 out += [{"name": name, "version": v, "state": "READY"} for v in loaded[name]]
-            elif not ready_only:
-                out.append({"name": name, "state": "UNAVAILABLE",
-                            "reason": reasons.get(name, "not loaded")})
+            elif ready_only:
+                continue
+            elif name in reasons:
+                out.append({"name": name, "state": "UNAVAILABLE", "reason": reasons[name]})
+            elif name in unloaded:
+                out += [{"name": name, "version": v, "state": "UNAVAILABLE",
+                         "reason": "unloaded"} for v in unloaded[name]]
+            else:
+                out.append({"name": name})
         return out
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         """Every loaded version of every model."""
         with self._lock:
             return iter([m for v in self._models.values() for m in v.values()])
+
+
+def _version_order(version: str) -> int:
+    return int(version) if version.isdigit() else -1
 
 
 class _NoVersions(NotFound):

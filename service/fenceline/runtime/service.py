@@ -595,7 +595,10 @@ class Runtime:
                     f"model {name!r} has {n} session(s); release them (or stop their "
                     "renderers) before unloading it"
                 )
-            return self.models.unload(name)
+            if not self.models.unload(name):
+                return False
+        self.metrics.triton.drop(name)  # Triton's nv_inference_* series go with the model
+        return True
 
     # -- owners ---------------------------------------------------------------------------
 

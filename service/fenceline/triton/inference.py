@@ -140,15 +140,8 @@ class KServeInference:
                 metrics.kserve_failures.labels(model.name).inc()
                 metrics.triton.failed(model.name, model.version, failure)
         path = _path_of(req, plan.outputs)
-        # No fence to wait for on this path: the wait histogram gets zero.
-        metrics.observe_run(model.name, "kserve", (end - start) / 1e9, 0.0,
-                            (inferred - bound) / 1e9)
+        metrics.observe_kserve(model.name, model.version, start, bound, inferred, end)
         metrics.kserve_requests.labels(model.name, path).inc()
-        metrics.triton.succeeded(
-            model.name, model.version, request_us=(end - start) / 1e3, queue_us=0.0,
-            input_us=(bound - start) / 1e3, infer_us=(inferred - bound) / 1e3,
-            output_us=(end - inferred) / 1e3,
-        )
         return InferResult(model.name, model.version, req.id, plan.outputs, path)
 
     def _check_inputs(self, model: Model, req: InferRequest) -> None:
