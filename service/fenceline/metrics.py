@@ -299,7 +299,8 @@ class TritonMetrics:
         fenceline does not batch)."""
         values = (1, 1, 1, request_us, queue_us, input_us, infer_us, output_us)
         with self._lock:
-            self._done(model, version)
+            if not self._done(model, version):
+                return
             for (family, _), v in zip(TRITON_COUNTERS, values, strict=True):
                 key = (family, model, version)
                 self._counters[key] = self._counters.get(key, 0.0) + v
@@ -307,13 +308,19 @@ class TritonMetrics:
     def failed(self, model: str, version: str, reason: str) -> None:
         """``reason``: Triton's, ``BACKEND`` (the model failed) or ``OTHER``."""
         with self._lock:
-            self._done(model, version)
+            if not self._done(model, version):
+                return
             key = (model, version, reason)
             self._failures[key] = self._failures.get(key, 0.0) + 1
 
-    def _done(self, model: str, version: str) -> None:
+    def _done(self, model: str, version: str) -> bool:
+        """One request of ``(model, version)`` ended; False when its series were dropped
+        meanwhile (its model unloaded while it ran): it is then not counted."""
         key = (model, version)
-        self._pending[key] = max(0, self._pending.get(key, 0) - 1)
+        if key not in self._pending:
+            return False
+        self._pending[key] = max(0, self._pending[key] - 1)
+        return True
 
     def drop(self, model: str) -> None:
         """Forgets every series of ``model``: its unload, as Triton drops a model's metrics
