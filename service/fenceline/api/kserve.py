@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -184,6 +185,19 @@ async def _optional_body(request: Request) -> dict[str, Any]:
     return json_tensors.loads_object(raw, "the repository request")
 
 
+def _url_name(request: Request, name: str) -> str:
+    """A model name from the URL, as UTF-8 text: the server's decoder turns percent-escaped
+    bytes that are not UTF-8 into U+FFFD, which would name another model; such a name is
+    refused."""
+    raw = request.scope.get("raw_path")
+    if "\ufffd" in name and isinstance(raw, bytes):
+        try:
+            unquote_to_bytes(raw.decode("ascii", "replace")).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument("the model name in the URL is not UTF-8 text") from None
+    return name
+
+
 @router.post("/repository/index")
 async def repository_index(request: Request) -> list[dict[str, Any]]:
     body = await _optional_body(request)
@@ -206,14 +220,14 @@ async def repository_load(name: str, request: Request) -> Response:
     if config is not None and not isinstance(config, str):
         raise InvalidArgument(f"failed to load '{name}': Invalid config override: the "
                               "'config' parameter is the model config as a JSON string")
-    await run_in_threadpool(control(request).load, name, config)
+    await run_in_threadpool(control(request).load, _url_name(request, name), config)
     return Response(status_code=200)
 
 
 @router.post("/repository/models/{name}/unload")
 async def repository_unload(name: str, request: Request) -> Response:
     _params(await _optional_body(request), "the unload request")  # unload_dependents: no ensembles
-    await run_in_threadpool(control(request).unload, name)
+    await run_in_threadpool(control(request).unload, _url_name(request, name))
     return Response(status_code=200)
 
 

@@ -11,8 +11,10 @@ is not Triton's (a typo such as ``foo_bar: 3`` or ``max_batch: 8``) or a value o
 kind refuses the model, as Triton refuses it, with one line naming the file, the line and the
 field: a typo must not silently do nothing.
 
-The file is protobuf text format; a small reader here avoids needing Triton's generated
-classes, which come only with tritonclient's gRPC extra. A load request may instead send the
+The file is protobuf text format, read by runtime/pbtxt.py (bounded: size, depth, numbers,
+strings, escapes; every mistake one line naming the file and line) in a child process, which
+avoids needing Triton's generated classes (they come only with tritonclient's gRPC extra) and
+keeps a hostile file's cost off the service's GIL. A load request may instead send the
 whole config as JSON (``load_model(name, config=...)``): protobuf's JSON form of the same
 message, read by :meth:`ModelConfig.from_json` into the same checks; Triton refuses one that
 does not parse (``Invalid config override: ...``), and so does fenceline (400).
@@ -23,26 +25,23 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 from fenceline.errors import InvalidArgument
+from fenceline.runtime import pbtxt
+from fenceline.runtime.pbtxt import Message
 
 log = logging.getLogger("fenceline.runtime")
 
 # Triton's --model-control-mode (runtime/model_control.py).
 ControlMode = Literal["none", "explicit", "poll"]
 CONTROL_MODES: tuple[ControlMode, ...] = ("none", "explicit", "poll")
-
-
-class Message(dict[str, list[Any]]):
-    """A message: every field maps to the list of its values; ``lines`` has the line where each
-    field first appears."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: dict[str, int] = {}
+# A config's reader (a child process) ends past this: a few KB take ~30 ms with its start.
+READ_TIMEOUT_S = 10.0
 
 
 # The fields of Triton's ModelConfig, ModelInput and ModelOutput messages (model_config.proto);
@@ -65,98 +64,48 @@ DATA_TYPES = frozenset({
     "FP32", "FP64", "STRING", "BF16",
 })
 
-_TOKEN = re.compile(
-    r"""(?P<space>\s+|\#[^\n]*)
-      | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-      | (?P<number>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)[fF]?)
-      | (?P<word>[A-Za-z_][A-Za-z0-9_.]*)
-      | (?P<symbol>[{}\[\]:,;<>])""",
-    re.X,
-)
-_CLOSE = {"{": "}", "<": ">"}
-
-
-class _Reader:
-    def __init__(self, text: str, where: str) -> None:
-        self.where = where
-        self.tokens: list[tuple[str, str, int]] = []  # kind, text, line
-        pos, line = 0, 1
-        while pos < len(text):
-            m = _TOKEN.match(text, pos)
-            if m is None:
-                self.fail(f"unexpected {text[pos]!r}", line)
-            kind = m.lastgroup or ""
-            if kind != "space":
-                self.tokens.append((kind, m.group(), line))
-            line += m.group().count("\n")
-            pos = m.end()
-        self.i = 0
-
-    def fail(self, what: str, line: int | None = None) -> NoReturn:
-        if line is None:
-            line = self.tokens[min(self.i, len(self.tokens) - 1)][2] if self.tokens else 1
-        raise InvalidArgument(f"{self.where}:{line}: {what} (protobuf text format)")
-
-    def peek(self) -> str | None:
-        return self.tokens[self.i][1] if self.i < len(self.tokens) else None
-
-    def take(self) -> tuple[str, str]:
-        if self.i >= len(self.tokens):
-            self.fail("unexpected end of file")
-        kind, text, _ = self.tokens[self.i]
-        self.i += 1
-        return kind, text
-
-    def message(self, close: str | None) -> Message:
-        out = Message()
-        while self.peek() != close:
-            if self.peek() is None:
-                self.fail(f"missing {close!r}")
-            line = self.tokens[self.i][2]
-            kind, name = self.take()
-            if kind != "word":
-                self.fail(f"expected a field name, not {name!r}")
-            out.lines.setdefault(name, line)
-            colon = self.peek() == ":"
-            if colon:
-                self.take()
-            if self.peek() == "[":
-                self.take()
-                values = []
-                while self.peek() != "]":
-                    values.append(self.value(colon))
-                    if self.peek() == ",":
-                        self.take()
-                self.take()
-                out.setdefault(name, []).extend(values)
-            else:
-                out.setdefault(name, []).append(self.value(colon))
-            if self.peek() in (",", ";"):
-                self.take()
-        if close is not None:
-            self.take()
-        return out
-
-    def value(self, colon: bool) -> Any:
-        if self.peek() in _CLOSE:
-            return self.message(_CLOSE[self.take()[1]])
-        if not colon:
-            self.fail(f"expected ':' or '{{' before {self.peek()!r}")
-        kind, text = self.take()
-        if kind == "string":
-            return text[1:-1].encode().decode("unicode_escape")
-        if kind == "number":
-            number = text.rstrip("fF")
-            return float(number) if any(c in number for c in ".eE") else int(number)
-        if kind == "word":
-            return {"true": True, "false": False}.get(text, text)
-        self.fail(f"expected a value, not {text!r}")
-
-
 def parse(text: str, where: str = "config.pbtxt") -> Message:
-    """Protobuf text format as nested dicts: every field maps to the list of its values."""
-    reader = _Reader(text, where)
-    return reader.message(None)
+    """Protobuf text format as nested dicts (runtime/pbtxt.py), in this process; a mistake is
+    InvalidArgument naming ``where`` and the line."""
+    try:
+        return pbtxt.parse(text)
+    except pbtxt.ParseError as e:
+        raise _refusal(where, e.line, e.what) from None
+
+
+def read(path: Path) -> Message:
+    """``path`` read by :mod:`fenceline.runtime.pbtxt` in a child process at low priority, with
+    at most READ_TIMEOUT_S and the child's own memory limit: a hostile or huge config costs the
+    service neither its GIL nor its memory. A file over pbtxt.MAX_BYTES is refused unread."""
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {path}: {e.strerror}") from None
+    if size > pbtxt.MAX_BYTES:
+        raise _refusal(str(path), 1, f"the file is {size} bytes; a config is at most "
+                       f"{pbtxt.MAX_BYTES}")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", pbtxt.__file__, str(path)], stdin=subprocess.DEVNULL,
+            capture_output=True, timeout=READ_TIMEOUT_S, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise InvalidArgument(f"{path}: reading it took more than {READ_TIMEOUT_S:g} s; "
+                              "a config is a few KB of text") from None
+    except OSError as e:
+        raise InvalidArgument(f"{path}: cannot start its reader: {e.strerror}") from None
+    try:
+        doc = json.loads(done.stdout)
+    except ValueError:
+        doc = {"line": 0, "error": f"its reader ended with status {done.returncode} (over its "
+               "time or memory limit)"}
+    if "error" in doc:
+        raise _refusal(str(path), int(doc["line"]) or 1, str(doc["error"]))
+    return pbtxt.from_json(doc["message"])
+
+
+def _refusal(where: str, line: int, what: str) -> InvalidArgument:
+    return InvalidArgument(f"{where}:{line}: {what} (protobuf text format)")
 
 
 @dataclass(frozen=True)
@@ -205,11 +154,7 @@ class ModelConfig:
         path = model_dir / "config.pbtxt"
         if not path.is_file():
             return cls()
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise InvalidArgument(f"cannot read {path}: {e}") from None
-        return cls.from_message(parse(text, str(path)), model_dir.name, str(path))
+        return cls.from_message(read(path), model_dir.name, str(path))
 
     @classmethod
     def from_json(cls, text: str, dir_name: str) -> ModelConfig:
@@ -238,7 +183,7 @@ class ModelConfig:
         name = _one(msg, "name", where, str)
         if name is not None and name != dir_name:
             raise InvalidArgument(
-                f"{_at(msg, 'name', where)}: name is {name!r} but the directory is "
+                f"{_at(msg, 'name', where)}: name is {_show(name)} but the directory is "
                 f"{dir_name!r}; Triton and fenceline name a model by its directory"
             )
         platform, backend = _one(msg, "platform", where, str), _one(msg, "backend", where, str)
@@ -333,7 +278,8 @@ def _from_json(obj: dict[str, Any]) -> Message:
 def _json_value(name: str, value: Any) -> Any:
     if isinstance(value, dict):
         return _from_json(value)
-    if isinstance(value, str) and name in _INTEGERS and re.fullmatch(r"-?\d+", value):
+    # At most 20 digits, as 64 bits hold (pbtxt.MAX_NUMBER_CHARS bounds the text form).
+    if isinstance(value, str) and name in _INTEGERS and re.fullmatch(r"-?\d{1,20}", value):
         return int(value)
     if isinstance(value, str) and name == "data_type":
         return value.upper()  # protobuf's JSON reads enum names in any case, as Triton parses
@@ -355,6 +301,12 @@ def _check_fields(msg: Message, known: frozenset[str], prefix: str, where: str) 
 _KINDS: dict[type, str] = {str: "a string", int: "an integer", dict: "a message { ... }"}
 
 
+def _show(value: Any) -> str:
+    """A value for an error line: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
 def _one(msg: Message, key: str, where: str, kind: type | None = None) -> Any:
     values = msg.get(key, [])
     if len(values) > 1:
@@ -364,7 +316,7 @@ def _one(msg: Message, key: str, where: str, kind: type | None = None) -> Any:
         not isinstance(value, kind) or (kind is int and isinstance(value, bool))
     ):
         raise InvalidArgument(
-            f"{_at(msg, key, where)}: field {key!r} is {_KINDS[kind]}, not {value!r}"
+            f"{_at(msg, key, where)}: field {key!r} is {_KINDS[kind]}, not {_show(value)}"
         )
     return value
 
@@ -384,8 +336,8 @@ def _tensor(msg: Any, role: str, where: str, ignored: list[str], parent: Message
         dt = str(data_type).removeprefix("TYPE_")
         if not isinstance(data_type, str) or not data_type.startswith("TYPE_") or dt not in DATA_TYPES:
             raise InvalidArgument(
-                f"{_at(msg, 'data_type', where)}: field '{role}.data_type' of {name!r} is "
-                f"{data_type!r}, not one of Triton's TYPE_FP32, TYPE_UINT8, ..."
+                f"{_at(msg, 'data_type', where)}: field '{role}.data_type' of {_show(name)} is "
+                f"{_show(data_type)}, not one of Triton's TYPE_FP32, TYPE_UINT8, ..."
             )
     dims = msg.get("dims")
     if dims is not None and not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):

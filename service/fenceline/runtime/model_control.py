@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from fenceline.errors import Conflict, FencelineError, NotFound, Unsupported
+from fenceline.runtime.models import check_name
 from fenceline.runtime.service import Runtime
 
 log = logging.getLogger("fenceline.runtime")
@@ -65,6 +66,7 @@ class ModelControl:
         """Stops serving ``name``: ``conflict`` while it has sessions; a model of the repository
         that is not loaded is no error, a name the repository lacks is ``not_found``."""
         self._check_explicit()
+        check_name(name)
         with self._lock:
             if not self.runtime.unload_model(name) and name not in self.models.available():
                 raise NotFound(f"Request for unknown model: '{name}' is not found")

@@ -33,6 +33,8 @@ from fenceline.runtime.ort_options import (
 log = logging.getLogger("fenceline.runtime")
 
 ExecutionProvider = Literal["cpu", "cuda"]
+SETTINGS_MAX_BYTES = 64 << 10  # config.json: two settings
+MAX_NAME_BYTES = 255  # a directory name's limit (NAME_MAX) on Linux, macOS and Windows
 PROVIDERS: dict[str, str] = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
@@ -68,16 +70,41 @@ class ModelSettings:
     @classmethod
     def load(cls, path: Path) -> ModelSettings:
         try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+            with path.open("rb") as f:
+                data = f.read(SETTINGS_MAX_BYTES + 1)
+            if len(data) > SETTINGS_MAX_BYTES:
+                raise ValueError(f"more than {SETTINGS_MAX_BYTES} bytes")
+            raw = json.loads(data)
+        except (OSError, ValueError, RecursionError) as e:
             raise InvalidArgument(f"cannot read model settings {path}: {e}") from None
+        if not isinstance(raw, dict):
+            raise InvalidArgument(f"{path}: model settings are a JSON object")
         unknown = set(raw) - {"execution_provider", "intra_op_threads"}
         if unknown:
             raise InvalidArgument(f"{path}: unknown settings {sorted(unknown)}")
         ep = raw.get("execution_provider", "cpu")
         if ep not in PROVIDERS:
             raise InvalidArgument(f"{path}: execution_provider is one of {sorted(PROVIDERS)}")
-        return cls(ep, int(raw.get("intra_op_threads", 0)))
+        threads = raw.get("intra_op_threads", 0)
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 1024:
+            raise InvalidArgument(f"{path}: intra_op_threads is a count of threads, 0 to 1024")
+        return cls(ep, threads)
+
+
+def check_name(name: str) -> None:
+    """A model name as a repository may hold one: 1 to MAX_NAME_BYTES bytes of UTF-8 text, one
+    directory name (no ``/``, ``\\``, control character, ``.`` or ``..``); InvalidArgument
+    otherwise."""
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"model name {name!r} is not UTF-8 text") from None
+    if not 0 < size <= MAX_NAME_BYTES:
+        raise InvalidArgument(f"a model name is 1 to {MAX_NAME_BYTES} bytes of UTF-8 text, not "
+                              f"{size} bytes")
+    if name in (".", "..") or any(c in "/\\" or ord(c) < 32 or c == "\x7f" for c in name):
+        raise InvalidArgument(f"model name {name!r} is not one directory name (no '/', '\\', "
+                              "control character, '.' or '..')")
 
 
 def _spec(arg: Any) -> TensorSpec:
@@ -207,6 +234,7 @@ class ModelRepository:
         self._unloaded: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._pool_idle = False  # whether the loaded models' pools run at idle priority
+        self._misnamed: set[str] = set()  # directories skipped for their names (logged once)
 
     @property
     def pool_idle(self) -> bool:
@@ -253,7 +281,17 @@ class ModelRepository:
         """Every model name the sources hold, loaded or not."""
         names = set(self.sources)
         if self.root is not None and self.root.is_dir():
-            names |= {p.name for p in self.root.iterdir() if p.is_dir()}
+            for p in self.root.iterdir():
+                try:
+                    check_name(p.name)
+                except InvalidArgument as e:
+                    if p.name not in self._misnamed:
+                        self._misnamed.add(p.name)
+                        log.warning("model repository %s: skipping a directory: %s", self.root,
+                                    e.message)
+                    continue
+                if p.is_dir():
+                    names.add(p.name)
         return sorted(names)
 
     def load(self, name: str, *, skip_empty: bool = False, config: str | None = None) -> bool:
@@ -261,9 +299,14 @@ class ModelRepository:
         loaded stay served (as Triton does) and the reason is kept for the index (a name the
         sources lack leaves nothing behind). ``skip_empty``: a model directory with no version
         inside returns False instead of raising. ``config``: a load request's config override,
-        JSON (runtime.model_config.ModelConfig.from_json), in place of config.pbtxt."""
+        JSON (runtime.model_config.ModelConfig.from_json), in place of config.pbtxt. A name that
+        no repository may hold (models.check_name) is refused unrecorded."""
+        check_name(name)
         try:
-            models = self._build(name, config)
+            try:
+                models = self._build(name, config)
+            except OSError as e:  # a model directory or file the service may not read
+                raise InvalidArgument(f"failed to load {name!r}: {e.strerror}: {e.filename}") from None
         except FencelineError as e:
             with self._lock:
                 if name not in self._models and name in self.available():
