@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fenceline import trace
 from fenceline.errors import InvalidArgument
 from fenceline.ipc import limits
 from fenceline.logs import LOG_FORMATS, LogFormat
@@ -69,6 +70,11 @@ class ServeSettings(BaseSettings):
     client_shared_memory: bool = True  # Triton's system shared-memory registration
     allow_uids: frozenset[int] | None = None  # users besides the service's own (--allow-uid)
     token_file: Path | None = None
+    # Traces show every user's sessions (fenceline.trace, docs/tracing.md "Who may trace"):
+    # without --token-file, HTTP traces need the control token beside the socket unless this
+    # is on.
+    http_trace: bool = False
+    trace_max_frames: int = trace.DEFAULT_MAX_FRAMES  # the most frames one trace may ask for
     max_body_mb: int = 256
     max_json_mb: int = 16  # the JSON part of a request: parsing costs many times its size
     http_header_timeout_s: float = 10.0  # a request's line and headers must arrive within this
@@ -132,6 +138,8 @@ class ServeSettings(BaseSettings):
             raise InvalidArgument("--repository-poll-secs is a number of seconds in (0, 86400]")
         if self.ipc_spin_us < 0 or self.fence_spin_us < 0:
             raise InvalidArgument("spin budgets are microseconds, 0 or more")
+        if not 0 < self.trace_max_frames <= trace.MAX_FRAMES:
+            raise InvalidArgument(f"--trace-max-frames is 1 to {trace.MAX_FRAMES}")
         if self.max_spinners is not None and self.max_spinners < 0:
             raise InvalidArgument("--max-spinners is 0 or more (0: the service never spins)")
         if self.token_file is not None:

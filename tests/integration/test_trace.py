@@ -22,6 +22,7 @@ import pytest
 
 from fenceline import trace
 from fenceline.client import Fence, IpcClient, SharedFrame, View
+from fenceline.ipc.control_token import read_token, token_path
 from tests.integration.test_status import renderer
 from tests.support.service import free_port
 from tests.support.waiting import wait_until
@@ -30,6 +31,14 @@ SHAPE = [1, 3, 64, 64]
 NBYTES = int(np.prod(SHAPE)) * 4
 HOST_ORDER = ("received", "input_reached", "model_start", "model_end", "signalled", "reply_sent")
 TRACE = "/v2/interop/trace"
+
+
+def auth(service: Any) -> dict[str, str]:
+    """The header that lets a client trace the service: its control token, which the service
+    keeps beside its socket for its own user (fenceline.ipc.control_token)."""
+    token = read_token(token_path(service.socket))
+    assert token, f"no control token beside {service.socket}"
+    return {"Authorization": f"Bearer {token}"}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,19 +61,21 @@ def trace_on(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def trace_in_background(url: str, seconds: float, **limits: int) -> Iterator[Future[httpx.Response]]:
+def trace_in_background(service: Any, seconds: float,
+                        **limits: int) -> Iterator[Future[httpx.Response]]:
     """POST /v2/interop/trace from another thread (it answers when its recording ends), once
     the service says it records; the future holds the answer (:func:`answer`)."""
+    url = service.url
     with ThreadPoolExecutor(1) as pool:
         tracer = pool.submit(httpx.post, url + TRACE, json={"seconds": seconds, **limits},
-                             timeout=seconds + 60)
+                             timeout=seconds + 60, headers=auth(service))
         try:
             wait_until(lambda: tracer.done() or trace_on(url), 60, what="the trace to start recording")
             assert not tracer.done(), f"the trace answered before it was seen recording: {tracer.result()}"
             yield tracer
         finally:
             if not tracer.done():  # a failed test ends its trace, not the next test's
-                httpx.delete(url + TRACE, timeout=10)
+                httpx.delete(url + TRACE, timeout=10, headers=auth(service))
 
 
 def answer(tracer: Future[httpx.Response], timeout_s: float = 120) -> httpx.Response:
@@ -77,7 +88,8 @@ def answer(tracer: Future[httpx.Response], timeout_s: float = 120) -> httpx.Resp
 def test_trace_records_each_frame_of_a_renderer_in_order(service: Any, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
     with renderer(service.socket, "--fps", "400", "--seconds", "30") as (_, ids):
-        done = cli("--url", service.url, "--seconds", "20", "--frames", "40", "--out", str(out))
+        done = cli("--url", service.url, "--socket", str(service.socket), "--seconds", "20",
+                   "--frames", "40", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "40 frames" in done.stderr
     doc = json.loads(out.read_text())
@@ -133,7 +145,7 @@ def test_a_run_that_waits_for_its_input_fence_is_traced_by_the_python_path(
             signalled.append(time.perf_counter_ns())  # no earlier than the fence's value
             ready.signal(1)
 
-        with trace_in_background(service.url, seconds=20, frames=1) as tracer:
+        with trace_in_background(service, seconds=20, frames=1) as tracer:
             signal = threading.Timer(0.05, signal_input)
             signal.start()
             sent = time.perf_counter_ns()
@@ -154,9 +166,11 @@ def test_a_run_that_waits_for_its_input_fence_is_traced_by_the_python_path(
 
 
 def test_one_trace_at_a_time(service: Any) -> None:
-    with trace_in_background(service.url, seconds=30) as first:
-        refused = httpx.post(service.url + TRACE, json={"seconds": 0.001}, timeout=10)
-        assert httpx.delete(service.url + TRACE, timeout=10).status_code == 204
+    with trace_in_background(service, seconds=30) as first:
+        refused = httpx.post(service.url + TRACE, json={"seconds": 0.001}, timeout=10,
+                             headers=auth(service))
+        assert httpx.delete(service.url + TRACE, timeout=10,
+                            headers=auth(service)).status_code == 204
         got = answer(first)
     assert refused.status_code == 409 and refused.json()["code"] == "conflict"
     assert "already recording" in refused.json()["error"]
@@ -171,9 +185,10 @@ def test_trace_limits_are_checked(service: Any) -> None:
         ({"seconds": 61}, 400, "invalid_argument"),
         ({"frames": 0}, 400, "invalid_argument"),
         ({"frames": 1_000_001}, 400, "invalid_argument"),
+        ({"frames": 300_000}, 400, "invalid_argument"),  # over the default --trace-max-frames
         ({"seconds": 1, "extra": 1}, 422, "invalid_request"),
     ):
-        r = httpx.post(service.url + TRACE, json=body, timeout=10)
+        r = httpx.post(service.url + TRACE, json=body, timeout=10, headers=auth(service))
         assert (r.status_code, r.json()["code"]) == (status, code), r.text
 
 
@@ -197,10 +212,12 @@ def test_tracing_is_off_by_default() -> None:
 
 
 def test_a_trace_ended_early_answers_what_it_recorded(service: Any) -> None:
-    with trace_in_background(service.url, seconds=60) as tracer:
-        assert httpx.delete(service.url + TRACE, timeout=10).status_code == 204
+    with trace_in_background(service, seconds=60) as tracer:
+        assert httpx.delete(service.url + TRACE, timeout=10,
+                            headers=auth(service)).status_code == 204
         got = answer(tracer)
     assert got.status_code == 200
     assert got.json()["otherData"]["duration_us"] < 60e6
     assert httpx.get(service.url + TRACE, timeout=10).json() == {"recording": False}
-    assert httpx.delete(service.url + TRACE, timeout=10).status_code == 204
+    assert httpx.delete(service.url + TRACE, timeout=10,
+                        headers=auth(service)).status_code == 204

@@ -4,7 +4,8 @@ JSON line each. Imports happen first because the checkout may not be readable by
 
 Commands: ``hold`` (create a named frame with a marker and a named fence, keep them until
 exit), ``ipc`` (connect and HELLO), ``ipc_import`` (memory or fence by name, or a memfd by fd),
-``http`` (one request: method, url, json, headers), ``runs`` (a renderer running add_64x64 for
+``http`` (one request: method, url, json, headers), ``trace`` (``fenceline trace``'s credential
+and request: whether it found a token, what the service answered), ``runs`` (a renderer running add_64x64 for
 ``seconds``: its runs, wrong outputs and latency percentiles)."""
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
 import fenceline.ipc.server  # noqa: F401  (IpcClient imports it lazily)
+from fenceline.cli.trace import credential, fetch_trace
 from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame
+from fenceline.errors import FencelineError
+from fenceline.trace import Limits
 from tests.support.helpers import open_session
 
 MARKER = 0x5EC12E7
@@ -89,6 +94,13 @@ def run(cmd: dict[str, Any], held: list[Any], http: httpx.Client) -> dict[str, A
         took.sort()
         return {"runs": len(took), "wrong": wrong, "p50_us": took[len(took) // 2] / 1e3,
                 "p99_us": took[len(took) * 99 // 100] / 1e3}
+    if op == "trace":  # as `fenceline trace` does: the credential it finds, then the request
+        token = credential(None, Path(cmd["socket"]))
+        try:
+            doc = fetch_trace(cmd["url"], Limits(cmd.get("seconds", 0.1), 10), token)
+        except FencelineError as e:
+            return {"token": token is not None, "code": e.code, "message": e.message}
+        return {"token": token is not None, "frames": doc["otherData"]["frames"]}
     if op == "http":
         r = http.request(cmd["method"], cmd["url"], json=cmd.get("json"), headers=cmd.get("headers"))
         body = r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else None

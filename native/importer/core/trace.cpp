@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #ifdef _WIN32
 #include <windows.h>
@@ -27,16 +28,17 @@ std::atomic<bool> g_on{false};
 
 namespace {
 
-// A buffer and its size, swapped as one. Buffers are never freed while the process lives: a
-// writer that read `on` just before a stop may still write into the one it loaded.
+// The buffer of the recording in progress, freed when it stops: stop() first waits until no
+// writer is inside record() (g_writers), and a writer that enters later sees `on` false.
 struct Buffer {
   std::unique_ptr<Event[]> events;
   std::size_t capacity;
 };
 std::mutex g_control;  // start and stop
-std::vector<std::unique_ptr<Buffer>> g_buffers;  // every buffer made; the last is in use
+std::unique_ptr<Buffer> g_owned;  // under g_control
 std::atomic<Buffer *> g_buffer{nullptr};
-std::atomic<std::size_t> g_next{0}, g_limit{0};  // the next slot; the slots this recording may use
+std::atomic<int> g_writers{0};  // threads inside record()
+std::atomic<std::size_t> g_next{0};  // the next slot
 std::atomic<std::uint64_t> g_frames{0}, g_dropped{0};
 std::atomic<std::uint64_t> g_max_frames{0};
 std::atomic<bool> g_filled{false};
@@ -62,6 +64,13 @@ void full() {
 std::int64_t now_ns() { return fl_htl_now_ns(); }
 
 void record(Moment m, std::uint64_t session, std::uint64_t frame, std::int64_t t_ns) {
+  // Counted in before `on` is read again (both sequentially consistent): stop() clears `on`,
+  // then waits for the count to be 0, so no writer still holds the buffer it frees.
+  g_writers.fetch_add(1);
+  struct Out {
+    ~Out() { g_writers.fetch_sub(1); }
+  } out;
+  if (!g_on.load()) return;
   if (m == kReceived &&
       g_frames.fetch_add(1, std::memory_order_relaxed) >=
           g_max_frames.load(std::memory_order_relaxed)) {
@@ -70,7 +79,7 @@ void record(Moment m, std::uint64_t session, std::uint64_t frame, std::int64_t t
   }
   Buffer *b = g_buffer.load(std::memory_order_acquire);
   const std::size_t i = g_next.fetch_add(1, std::memory_order_relaxed);
-  if (b == nullptr || i >= g_limit.load(std::memory_order_relaxed) || i >= b->capacity) {
+  if (b == nullptr || i >= b->capacity) {
     g_dropped.fetch_add(1, std::memory_order_relaxed);
     full();
     return;
@@ -86,25 +95,15 @@ void record(Moment m, std::uint64_t session, std::uint64_t frame, std::int64_t t
 
 bool start(std::size_t capacity, std::uint64_t max_frames) {
   std::lock_guard<std::mutex> lock(g_control);
-  if (g_on.load()) return false;
-  Buffer *b = g_buffer.load();
-  if (b == nullptr || b->capacity < capacity) {
-    // Sizes grow by powers of two, so the kept buffers add up to at most twice the largest.
-    std::size_t size = 1024;
-    while (size < capacity) size *= 2;
-    g_buffers.push_back(std::unique_ptr<Buffer>(new Buffer{
-        std::unique_ptr<Event[]>(new Event[size]), size}));
-    b = g_buffers.back().get();
-  }
-  // Only the slots this recording may use: stop() reads no further than its limit.
-  for (std::size_t i = 0; i < capacity; ++i) b->events[i].ready.store(0);
-  g_limit.store(capacity);
+  if (g_on.load() || g_owned) return false;
+  // Zeroed: every slot's `ready` is 0 until a writer publishes it.
+  g_owned.reset(new Buffer{std::unique_ptr<Event[]>(new Event[capacity]()), capacity});
   g_next.store(0);
   g_frames.store(0);
   g_dropped.store(0);
   g_max_frames.store(max_frames);
   g_filled.store(false);
-  g_buffer.store(b);
+  g_buffer.store(g_owned.get());
   g_on.store(true);
   return true;
 }
@@ -112,17 +111,19 @@ bool start(std::size_t capacity, std::uint64_t max_frames) {
 std::vector<Taken> stop(std::uint64_t *dropped) {
   std::lock_guard<std::mutex> lock(g_control);
   g_on.store(false);
+  while (g_writers.load() != 0) std::this_thread::yield();
   std::vector<Taken> out;
-  Buffer *b = g_buffer.load();
+  Buffer *b = g_buffer.exchange(nullptr);
+  if (dropped) *dropped = g_dropped.load();
   if (b == nullptr) return out;
-  const std::size_t n = std::min({g_next.load(), g_limit.load(), b->capacity});
+  const std::size_t n = std::min(g_next.load(), b->capacity);
   out.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const Event &e = b->events[i];
-    if (!e.ready.load(std::memory_order_acquire)) continue;  // a writer still at it: dropped
-    out.push_back(Taken{e.t_ns, e.session, e.frame, e.thread, e.moment});
+    if (!e.ready.load(std::memory_order_acquire)) continue;  // never published: dropped
+    out.push_back(Taken{e.t_ns, e.session, e.frame, e.thread, e.moment, {}});
   }
-  if (dropped) *dropped = g_dropped.load();
+  g_owned.reset();
   return out;
 }
 
@@ -138,22 +139,24 @@ void bind_trace(py::module_ &mod) {
           py::call_guard<py::gil_scoped_release>(),
           "Starts recording moments (at most capacity, and those of at most max_frames frames); "
           "False when a recording is already on.");
+  mod.attr("TRACE_EVENT_FORMAT") = trace::kTakenFormat;
   mod.def(
       "trace_stop",
-      []() -> py::typing::Tuple<py::typing::List<py::typing::Tuple<py::int_, py::int_, py::int_,
-                                                                py::int_, py::int_>>,
-                                 py::int_> {
+      []() -> py::typing::Tuple<py::bytes, py::int_> {
         std::uint64_t dropped = 0;
-        std::vector<trace::Taken> got = trace::stop(&dropped);
-        py::list events(got.size());
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          const trace::Taken &e = got[i];
-          events[i] = py::make_tuple(e.t_ns, static_cast<int>(e.moment), e.session, e.frame,
-                                     e.thread);
+        std::vector<trace::Taken> got;
+        {
+          py::gil_scoped_release unlocked;
+          got = trace::stop(&dropped);
         }
-        return py::make_tuple(events, dropped);
+        // One copy into a bytes object (a memcpy, whatever the size): fenceline.trace reads
+        // the records one at a time, never building a list of every moment at once.
+        py::bytes data(reinterpret_cast<const char *>(got.data()),
+                       got.size() * sizeof(trace::Taken));
+        return py::make_tuple(data, dropped);
       },
-      "Stops the recording: ([(t_ns, moment, session, frame, thread), ...], dropped).");
+      "Stops the recording and frees its buffer: (records, dropped); records are "
+      "TRACE_EVENT_FORMAT structs (t_ns, session, frame, thread, moment).");
   mod.def("trace_on", &trace::on, "Whether a trace is recording now.");
   mod.def("trace_filled", &trace::filled,
           "Whether the recording stopped by itself (its frames or its room reached).");

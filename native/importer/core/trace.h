@@ -44,18 +44,22 @@ inline void mark(Moment m, std::uint64_t session, std::uint64_t frame, std::int6
 }
 std::int64_t now_ns();
 
+// A moment as stop() hands it over; Python reads an array of them with kTakenFormat.
 struct Taken {
   std::int64_t t_ns;
   std::uint64_t session, frame;
   std::uint32_t thread;
   std::uint8_t moment;
+  std::uint8_t pad[3];
 };
+static_assert(sizeof(Taken) == 32, "kTakenFormat describes 32 bytes");
+inline constexpr const char *kTakenFormat = "=qQQIB3x";
 
 // Starts a recording of at most `capacity` moments and `max_frames` frames (frames counted by
-// their kReceived); false when one is already recording. Stops by itself when either is full.
+// their kReceived) in a buffer of its own; false when one is already recording. Stops by itself when either is full.
 bool start(std::size_t capacity, std::uint64_t max_frames);
-// Stops the recording and returns its moments (unordered) and how many were dropped for lack of
-// room.
+// Stops the recording, frees its buffer and returns its moments (unordered) and how many were
+// dropped for lack of room.
 std::vector<Taken> stop(std::uint64_t *dropped);
 // Whether the recording has stopped by itself (full or frames reached) since start().
 bool filled();

@@ -27,11 +27,13 @@ def create_app(
     max_json_bytes: int = 16 << 20,
     ready_checks: Sequence[Callable[[], bool]] = (),
     model_control: ModelControl | None = None,
+    trace_rights: trace.TraceRights | None = None,
 ) -> FastAPI:
     """``token``: when set, every route but the health probes and the pages that describe the
     service (/ui, /docs, /redoc, /openapi.json) needs ``Authorization: Bearer``.
     ``ready_checks``: the readiness probe answers 503 while any of them is false (the IPC
-    socket cannot accept)."""
+    socket cannot accept). ``trace_rights``: who may record a trace (api/trace.py; None: every
+    client when ``token`` is set, else none)."""
     app = FastAPI(
         title="fenceline",
         version=__version__,
@@ -43,6 +45,7 @@ def create_app(
     app.state.ready = True
     app.state.ready_checks = tuple(ready_checks)
     app.state.token_required = bool(token)
+    app.state.trace_rights = trace_rights or trace.TraceRights(open=bool(token))
     errors.install(app, runtime.metrics)
     kserve.install(app, runtime, inference, model_control)
     app.include_router(kserve.router)

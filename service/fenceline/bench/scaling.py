@@ -24,9 +24,9 @@ from fenceline.bench import engine, report
 from fenceline.bench.buffers import builtin_frame
 from fenceline.bench.scenarios import MODELS, SIZES
 from fenceline.cli.process import start_service, stop_service
-from fenceline.cli.trace import fetch_trace
+from fenceline.cli.trace import credential, fetch_trace
 from fenceline.errors import FencelineError, InvalidArgument, Unsupported
-from fenceline.trace import MAX_FRAMES, Limits, summary_line
+from fenceline.trace import DEFAULT_MAX_FRAMES, Limits, summary_line
 
 _T = "fenceline.bench.transports"
 DEFAULT_SIZE = "720p"
@@ -151,7 +151,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
             if not any(f.startswith(f"{n} ipc:") for f in failures):
                 print(f"  {n:>3} renderer(s), ipc, traced for {TRACE_S:g} s (not timed)",
                       flush=True)
-                traced[n] = _traced(url, lanes["ipc"], sig, n)
+                traced[n] = _traced(url, sock, lanes["ipc"], sig, n)
             turns_after = _turns(url)
             if turns_before is not None and turns_after is not None:
                 delta = {k: turns_after[k] - turns_before.get(k, 0) for k in turns_after}
@@ -174,7 +174,7 @@ def run_scaling(counts: list[int], *, size: str = DEFAULT_SIZE, seconds: float =
     return 1 if failures or differs else 0
 
 
-def _traced(url: str, lane: tuple[str, dict[str, Any], bool, list[int]], sig: Any,
+def _traced(url: str, sock: Path, lane: tuple[str, dict[str, Any], bool, list[int]], sig: Any,
             n: int) -> dict[str, Any] | None:
     """N renderers through IPC once more, the service traced for TRACE_S from the moment they
     start (fenceline.trace.summary: the model, the service's part of a frame, the time between
@@ -184,7 +184,8 @@ def _traced(url: str, lane: tuple[str, dict[str, Any], bool, list[int]], sig: An
 
     def record() -> None:
         try:
-            box["doc"] = fetch_trace(url, Limits(seconds=TRACE_S, frames=MAX_FRAMES))
+            box["doc"] = fetch_trace(url, Limits(seconds=TRACE_S, frames=DEFAULT_MAX_FRAMES),
+                                     credential(None, sock))
         except FencelineError as e:
             box["error"] = str(e)
 

@@ -61,6 +61,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "docs/http.md"))
     p.add_argument("--token-file", type=Path, default=S, help=h(
         "token_file", "require Authorization: Bearer <the file's contents> on HTTP"))
+    p.add_argument("--http-trace", action=argparse.BooleanOptionalAction, default=S, help=h(
+        "http_trace", "without --token-file, let any HTTP client record and stop traces, which "
+        "show every user's sessions (off: only a client with the control token beside the "
+        "socket, which `fenceline trace` reads; docs/tracing.md)"))
+    p.add_argument("--trace-max-frames", type=int, default=S, metavar="N", help=h(
+        "trace_max_frames", "the most frames one trace may record (~1 KB of answer and 256 "
+        "bytes of buffer each)"))
     p.add_argument("--max-body-mb", type=int, default=S, help=h("max_body_mb", "largest HTTP request body"))
     p.add_argument("--max-json-mb", type=int, default=S, help=h(
         "max_json_mb", "largest JSON in a request (a KServe JSON header, any other body); larger "
@@ -190,12 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seconds", type=float, default=2.0,
                     help="longest recording, at most 60 (default %(default)s)")
     tr.add_argument("--frames", type=int, default=10_000,
-                    help="stop after this many frames, at most 1,000,000 (default %(default)s)")
+                    help="stop after this many frames, at most the service's --trace-max-frames "
+                    "(default %(default)s)")
     tr.add_argument("--out", type=Path, default=Path("fenceline-trace.json"),
                     help="where the JSON goes (default %(default)s)")
     tr.add_argument("--png", type=Path,
                     help="also draw a few frames of it as a PNG timeline here")
     tr.add_argument("--token-file", type=Path, help="the service's --token-file, when it has one")
+    tr.add_argument("--socket", type=Path, help="the service's IPC socket, beside which it keeps "
+                    "the control token that `fenceline trace` reads when no --token-file is "
+                    "given (default: the default socket, $FENCELINE_SOCKET)")
 
     sub.add_parser("doctor", help="what this install has and lacks (the C client, the GStreamer "
                    "element, the OBS plugin, CUDA, Vulkan, onnxruntime's providers, the bench's "

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import sys
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -15,8 +16,10 @@ import uvicorn
 from fenceline import logs
 from fenceline.api import create_app
 from fenceline.api.http_protocol import deadline_protocol
+from fenceline.api.trace import TraceRights
 from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.errors import InvalidArgument
+from fenceline.ipc import control_token
 from fenceline.ipc.access import check_socket_path
 from fenceline.ipc.limits import raise_fd_limit
 from fenceline.ipc.pipe_server import PipeServer
@@ -182,6 +185,9 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
             run_path=settings.run_path,
         )
     ipc.start()
+    token = settings.token()
+    control_path = None if sys.platform == "win32" else control_token.token_path(Path(ipc.path))
+    control = control_token.write_token(control_path) if control_path is not None else None
     model_control = ModelControl(runtime, settings.repository_poll_secs)
     if settings.model_control_mode == "poll":
         model_control.start_polling()
@@ -192,11 +198,13 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
             max_request_bytes=settings.max_body_mb << 20,
             max_json_bytes=settings.max_json_mb << 20,
         ),
-        token=settings.token(),
+        token=token,
         max_body_bytes=settings.max_body_mb << 20,
         max_json_bytes=settings.max_json_mb << 20,
         ready_checks=[ipc.accepting],
         model_control=model_control,
+        trace_rights=TraceRights(open=bool(token) or settings.http_trace, control_token=control,
+                                 token_path=control_path, max_frames=settings.trace_max_frames),
     )
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
@@ -219,5 +227,7 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         model_control.close()
         ipc.stop()
         runtime.close()
+        if control is not None and control_path is not None:
+            control_token.remove_token(control_path, control)
         log.info("fenceline stopped")
     return 0

@@ -1,5 +1,7 @@
 """``fenceline trace``: asks a running service for its per-frame trace over HTTP
-(``POST /v2/interop/trace``) and writes the Chrome trace-event JSON (docs/tracing.md)."""
+(``POST /v2/interop/trace``) and writes the Chrome trace-event JSON (docs/tracing.md). It sends
+the service's ``--token-file`` when given one, else the control token the service keeps beside
+its IPC socket (fenceline.ipc.control_token), which only the service's user can read."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fenceline.errors import InvalidArgument, Unavailable
+from fenceline.ipc.control_token import read_token, token_path
 from fenceline.trace import Limits, summary_line
 
 
@@ -38,15 +41,24 @@ def fetch_trace(url: str, limits: Limits, token: str | None = None) -> dict[str,
                           "`fenceline serve`, or give its address with --url") from None
 
 
+def credential(token_file: Path | None, socket: Path | None) -> str | None:
+    """The bearer token to send: ``token_file``'s, else the control token beside ``socket``
+    (None: the default socket), else None (the service then says what it takes)."""
+    if token_file is not None:
+        try:
+            return Path(token_file).read_text().strip()
+        except OSError as e:
+            raise InvalidArgument(f"cannot read --token-file {token_file}: {e}") from None
+    if sys.platform == "win32":
+        return None
+    from fenceline.ipc.server import default_socket_path
+
+    return read_token(token_path(socket or default_socket_path()))
+
+
 def trace_from_args(args: Any) -> int:
     limits = Limits(args.seconds, args.frames)
-    token = None
-    if args.token_file is not None:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as e:
-            raise InvalidArgument(f"cannot read --token-file {args.token_file}: {e}") from None
-    doc = fetch_trace(args.url, limits, token)
+    doc = fetch_trace(args.url, limits, credential(args.token_file, args.socket))
     args.out.write_text(json.dumps(doc))
     if args.png is not None:
         from fenceline.trace_picture import draw
