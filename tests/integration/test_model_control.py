@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import numpy as np
 import pytest
 
 from fenceline.client import Fence, IpcClient, Layout, SharedFrame
+from fenceline.errors import NotFound
 from fenceline.models import build_repository
+from fenceline.runtime.model_control import ModelControl
+from fenceline.runtime.models import ModelRepository
+from fenceline.runtime.service import Runtime
 from tests.support.metrics import metrics_text
 from tests.support.service import Service, running
 from tests.support.waiting import wait_until
@@ -240,3 +246,40 @@ def test_poll_mode_loads_new_models_and_unloads_removed_ones(tmp_path: Path, add
         wait_for("a", False)
         with pytest.raises(InferenceServerException, match="not allowed in model control mode 'poll'"):
             c.load_model("a")
+
+
+def test_loads_of_one_model_share_the_waiting_load_and_a_flood_makes_two(
+    tmp_path: Path, add_model: Path
+) -> None:
+    """80 requests to reload a model while it loads: one load under way, one more for all the
+    requests that came meanwhile (they may have changed the files), never 80."""
+    root = tmp_path / "repo"
+    model_dir(root, "a", add_model)
+    repo = ModelRepository(root, mode="explicit")
+    control = ModelControl(cast(Runtime, SimpleNamespace(models=repo)))
+    real_load = repo.load
+    loads: list[str] = []
+    release = threading.Event()
+
+    def slow_load(name: str, *, skip_empty: bool = False, config: str | None = None) -> bool:
+        loads.append(name)
+        assert release.wait(60)
+        return real_load(name, skip_empty=skip_empty, config=config)
+
+    repo.load = slow_load  # type: ignore[method-assign]
+    try:
+        first = control.submit_load("a")
+        wait_until(lambda: loads == ["a"], 30, what="the first load to start")
+        flood = [control.submit_load("a") for _ in range(79)]
+        assert all(f is flood[0] for f in flood) and flood[0] is not first
+        release.set()
+        first.result(60)
+        flood[0].result(60)
+        assert loads == ["a", "a"]
+        assert repo.index() == [{"name": "a", "version": "1", "state": "READY"}]
+        with pytest.raises(NotFound):
+            control.submit_load("nope")
+        assert loads == ["a", "a"]
+    finally:
+        release.set()
+        control.close()

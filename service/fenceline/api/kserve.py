@@ -9,6 +9,7 @@ the threadpool, so a large frame never blocks the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -220,7 +221,9 @@ async def repository_load(name: str, request: Request) -> Response:
     if config is not None and not isinstance(config, str):
         raise InvalidArgument(f"failed to load '{name}': Invalid config override: the "
                               "'config' parameter is the model config as a JSON string")
-    await run_in_threadpool(control(request).load, _url_name(request, name), config)
+    # Awaited, not run in a worker thread: a flood of loads waits in the queue without holding
+    # the threads that other requests need (runtime/model_control.py paces the loads).
+    await asyncio.wrap_future(control(request).submit_load(_url_name(request, name), config))
     return Response(status_code=200)
 
 

@@ -166,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="combined frames/s of N renderers through IPC against the in-process "
                        "floor with N threads, for each N (e.g. 1,4,8,16); --sizes picks the "
                        "frame (default 720p), --seconds each point's time")
+    bench.add_argument("--control-plane", action="store_true", help=(
+        "one renderer's latency quiet and beside an 80-client reload flood, 256 KiB and 5 MB "
+        "configs loading and full-size traces (--seconds: each phase, default 5); "
+        "docs/reliability.md"))
     bench.add_argument("--flood", type=int, metavar="N",
                        help="one renderer's p50/p99 quiet, beside a CPU burner and during N "
                        "connection attempts from one user past its limit (e.g. 5000); --seconds "
@@ -267,6 +271,10 @@ def _main(argv: list[str] | None) -> int:
             print(f"fenceline bench: confined to CPUs {confine(args.cpus)}", flush=True)
         if args.intra_op_threads is not None and not (args.scaling or args.gst or args.obs):
             raise InvalidArgument("--intra-op-threads goes with --scaling, --gst or --obs")
+        if args.control_plane:
+            from fenceline.bench.control_plane import run_control_plane
+
+            return run_control_plane(seconds=args.seconds or 5.0, json_path=args.json)
         if args.flood is not None:
             from fenceline.bench.flood import run_flood
 

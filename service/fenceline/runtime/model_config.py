@@ -40,8 +40,9 @@ log = logging.getLogger("fenceline.runtime")
 # Triton's --model-control-mode (runtime/model_control.py).
 ControlMode = Literal["none", "explicit", "poll"]
 CONTROL_MODES: tuple[ControlMode, ...] = ("none", "explicit", "poll")
-# A config's reader (a child process) ends past this: a few KB take ~30 ms with its start.
-READ_TIMEOUT_S = 10.0
+# A config's reader (a child process at nice 10) ends past this: a few KB take ~30 ms with its
+# start; 1 MiB took 4.6 s on a 2-core machine at load 17, the largest allowed is a quarter.
+READ_TIMEOUT_S = 30.0
 
 
 # The fields of Triton's ModelConfig, ModelInput and ModelOutput messages (model_config.proto);
