@@ -1,8 +1,8 @@
-"""Hostile renderers in the soak (``fenceline soak --hostile N``): N slots, each running the
-modes of :mod:`fenceline.soak.hostile` in turn, one process after another. For every process
-that ends (exits, kills itself, or is killed by the pool while the service waits on its fence)
-the pool measures how long the service still holds anything it shared, by its tag in the
-service's ``/proc/PID/fd`` and ``/proc/PID/maps``."""
+"""Hostile clients in the soak (``fenceline soak --hostile N``): N slots, each running the
+modes of :mod:`fenceline.soak.hostile` and of :mod:`fenceline.soak.control_attack` in turn, one
+process after another. For every process that ends (exits, kills itself, or is killed by the
+pool while the service waits on its fence) the pool measures how long the service still holds
+anything it shared, by its tag in the service's ``/proc/PID/fd`` and ``/proc/PID/maps``."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fenceline.soak import control_attack
+
 MODES = ("shrink-memfd", "bad-headers", "die-waiting", "shrink-fence", "die-before-reply",
-         "shrink-shm", "own-end-send-blocked", "own-end-fence-wait")
+         "shrink-shm", "own-end-send-blocked", "own-end-fence-wait", *control_attack.MODES)
 # Modes that sleep once set up until the pool kills them (after linger_s).
 KILLED = frozenset({"die-waiting", "own-end-send-blocked", "own-end-fence-wait"})
 TICK_S = 0.05
@@ -41,12 +43,13 @@ def _held_tags(pid: int) -> str:
 
 
 class _Client:
-    def __init__(self, sock: Path, mode: str, rng: random.Random) -> None:
+    def __init__(self, sock: Path, url: str, mode: str, rng: random.Random) -> None:
         self.mode = mode
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fenceline.soak.hostile", mode, str(sock)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
+        args = ([sys.executable, "-m", "fenceline.soak.control_attack", mode, url, str(sock)]
+                if mode in control_attack.MODES
+                else [sys.executable, "-m", "fenceline.soak.hostile", mode, str(sock)])
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
         self.tag = f"fenceline-hostile-{self.proc.pid}"
         self.lines: list[str] = []
         self.ready_at: float | None = None
@@ -83,7 +86,9 @@ class _Client:
             result: dict[str, Any] = json.loads(self.lines[-1])
         except (IndexError, ValueError):
             return f"{self.mode} exited {self.proc.returncode} without a result"
-        if self.mode.startswith("shrink-") and self.mode != "shrink-fence":
+        if self.mode in control_attack.ANSWERS:
+            ok = set(result["codes"]) <= control_attack.ANSWERS[self.mode]
+        elif self.mode.startswith("shrink-") and self.mode != "shrink-fence":
             ok = set(result["codes"]) <= {"ok", "device_lost"}
         elif self.mode == "shrink-fence":
             ok = result == {"wait": "device_lost", "signal": "device_lost"}
@@ -102,8 +107,9 @@ class HostileReport:
 
 
 class HostilePool:
-    def __init__(self, sock: Path, service_pid: int, slots: int, seed: int = 0) -> None:
+    def __init__(self, sock: Path, url: str, service_pid: int, slots: int, seed: int = 0) -> None:
         self.sock = sock
+        self.url = url
         self.service_pid = service_pid
         self.slots = slots
         self.rng = random.Random(seed)
@@ -121,7 +127,7 @@ class HostilePool:
         self._thread.start()
 
     def _new(self) -> _Client:
-        c = _Client(self.sock, next(self._modes), self.rng)
+        c = _Client(self.sock, self.url, next(self._modes), self.rng)
         self.pids.add(c.proc.pid)
         return c
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +19,17 @@ from pathlib import Path
 import httpx
 
 from fenceline.cli.process import start_service, stop_service
+from fenceline.models.builtin import build_repository, cache_dir
+from fenceline.soak import control_attack
 from fenceline.soak.hostile_pool import HostilePool, HostileReport
 
-# What hostile renderers are answered by design (docs/reliability.md); any other error code in
-# the service's counters fails the soak.
-HOSTILE_ERRORS = frozenset({"device_lost", "invalid_request", "unavailable"})
+# What hostile clients are answered by design (docs/reliability.md); any other error code in
+# the service's counters fails the soak. The renderers (soak/hostile.py) device_lost,
+# invalid_request and unavailable; the control plane's (soak/control_attack.py)
+# invalid_argument (bad configs and names), permission_denied (traces without the control
+# token) and conflict (a trace while another records).
+HOSTILE_ERRORS = frozenset({"device_lost", "invalid_request", "unavailable", "invalid_argument",
+                            "permission_denied", "conflict"})
 
 
 @dataclass
@@ -150,6 +157,22 @@ def _settle(pid: int, quiet_s: float = 1.0, timeout_s: float = 20.0) -> Resource
     return last
 
 
+def _hostile_service(tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A service in explicit model-control mode over a repository of the renderers' models and
+    the control-plane attackers' (soak/control_attack.py): hostile configs, a model to reload."""
+    models = ["add_64x64", "add_720p"]
+    build_repository(cache_dir(), models)
+    root = tmp / "repo"
+    for m in models:
+        (root / m / "1").mkdir(parents=True)
+        shutil.copyfile(cache_dir() / m / "1" / "model.onnx", root / m / "1" / "model.onnx")
+    load = models + control_attack.write_repository(
+        root, cache_dir() / "add_64x64" / "1" / "model.onnx")
+    return start_service([], tmp, extra=(
+        "--model-repository", str(root), "--model-control-mode", "explicit",
+        *(a for m in load for a in ("--load-model", m))))
+
+
 def run_soak(
     renderers: int = 4, seconds: float = 60.0, kill_every: float = 5.0, warmup: float = 10.0,
     seed: int = 0, hostile: int = 0, min_kills: int = 0,
@@ -160,9 +183,11 @@ def run_soak(
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="fenceline-soak-") as tmp:
         shm_before = set(os.listdir("/dev/shm"))
-        models = ["add_64x64", "add_720p"] if hostile else ["add_64x64"]
-        proc, url, sock = start_service(models, Path(tmp))
-        hostiles = HostilePool(sock, proc.pid, hostile, seed) if hostile else None
+        if hostile:
+            proc, url, sock = _hostile_service(Path(tmp))
+        else:
+            proc, url, sock = start_service(["add_64x64"], Path(tmp))
+        hostiles = HostilePool(sock, url, proc.pid, hostile, seed) if hostile else None
         hostile_report: HostileReport | None = None
         pool: list[Renderer] = []
         finished: list[Renderer] = []
