@@ -34,7 +34,7 @@ from typing import Any
 
 from fenceline.bench import engine, report
 from fenceline.bench.buffers import builtin_frame
-from fenceline.bench.flood import MODEL, _burner, _phase, _renderer
+from fenceline.bench.flood import MODEL, _burner, _phase, start_renderer
 from fenceline.cli.process import start_service, stop_service
 from fenceline.errors import InvalidArgument
 from fenceline.ipc.control_token import read_token, token_path
@@ -143,15 +143,7 @@ def run_control_plane(*, seconds: float = 5.0, json_path: Path | None = None) ->
         stack.callback(stop_service, proc)
         pid = proc.pid
         token = read_token(token_path(sock))
-        r_conn, r_child = ctx.Pipe()
-        renderer = ctx.Process(target=_renderer, args=(r_child, str(sock), sig), daemon=True)
-        renderer.start()
-        stack.callback(renderer.join, 10)
-        if not r_conn.poll(engine.SETUP_TIMEOUT_S):
-            raise engine.LaneError("the renderer did not start")
-        first = r_conn.recv()
-        if first != "ready":
-            raise engine.LaneError(f"the renderer failed: {first[3]}")
+        r_conn = start_renderer(ctx, stack, sock, sig)
         windows: list[tuple[str, tuple[float, float], float]] = []
         cpu0 = engine.tree_cpu_s([pid])
         t0 = time.monotonic()

@@ -79,6 +79,21 @@ def _renderer(conn: Any, socket_path: str, sig: Any) -> None:
         conn.send((b"", b"", "", f"{type(e).__name__}: {e}"))
 
 
+def start_renderer(ctx: Any, stack: contextlib.ExitStack[Any], sock: Path, sig: Any) -> Any:
+    """The renderer process (:func:`_renderer`), once it said it runs; its end of the pipe.
+    The stack joins it at the end."""
+    r_conn, r_child = ctx.Pipe()
+    renderer = ctx.Process(target=_renderer, args=(r_child, str(sock), sig), daemon=True)
+    renderer.start()
+    stack.callback(renderer.join, 10)
+    if not r_conn.poll(engine.SETUP_TIMEOUT_S):
+        raise engine.LaneError("the renderer did not start")
+    first = r_conn.recv()
+    if first != "ready":
+        raise engine.LaneError(f"the renderer failed: {first[3]}")
+    return r_conn
+
+
 def attempt(path: str) -> tuple[str, str]:
     """One connection and HELLO: ("ok", "") or the answer's (code, message), or ("closed", why)
     when the connection ended without an answer."""
@@ -221,15 +236,7 @@ def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = N
             [MODEL], Path(tmp), extra=("--max-connections-per-user", str(PER_USER)))
         stack.callback(stop_service, proc)
         pid = proc.pid
-        r_conn, r_child = ctx.Pipe()
-        renderer = ctx.Process(target=_renderer, args=(r_child, str(sock), sig), daemon=True)
-        renderer.start()
-        stack.callback(renderer.join, 10)
-        if not r_conn.poll(engine.SETUP_TIMEOUT_S):
-            raise engine.LaneError("the renderer did not start")
-        first = r_conn.recv()
-        if first != "ready":
-            raise engine.LaneError(f"the renderer failed: {first[3]}")
+        r_conn = start_renderer(ctx, stack, sock, sig)
         held: list[IpcClient] = []  # the rest of this user's share
         with contextlib.suppress(ServiceError):
             while len(held) < PER_USER:
