@@ -28,6 +28,8 @@
  * Frame k of the source is pixel (x, y, channel c) = (x * 3 + y * 7 + (k % 16) * 13 + c * 50)
  * mod 256, alpha 255 (tests/integration/test_obs.py makes the same frames). */
 #include <X11/Xlib.h>
+#include <execinfo.h>
+#include <unistd.h>
 #include <obs-nix-platform.h>
 #include <obs.h>
 #include <pthread.h>
@@ -648,7 +650,22 @@ static void log_to_stderr(int level, const char *format, va_list args, void *par
   fputc('\n', stderr);
 }
 
+/* A crash (an abort in libobs, Mesa, the plugin or an embedded Python) prints the crashing
+ * thread's stack to stderr, where the tests' logs keep it. */
+static void on_crash(int sig) {
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  static const char msg[] = "fenceline-obs-driver: crashed; the crashing thread's stack:\n";
+  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)w;
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv) {
+  signal(SIGABRT, on_crash);
+  signal(SIGSEGV, on_crash);
   base_set_log_handler(log_to_stderr, NULL);
   if (argc >= 3 && strcmp(argv[1], "list") == 0)
     return cmd_list(argv[2], argc >= 4 ? atoi(argv[3]) : 10000);

@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fenceline.bench import obs, obs_fps
+from fenceline.bench import obs, obs_formats, obs_fps
 from fenceline.models import build_repository
 from fenceline.models.builtin import packed_image_filter_model
 from tests.support.docs_block import run_docs_block
@@ -317,6 +317,8 @@ def test_every_source_shows_onnxruntimes_output_on_obs_own_output(
         if len(inputs) >= obs.PERIOD:
             break
     assert len(inputs) >= obs.PERIOD, len(inputs)
+    # Before the source's first frame OBS outputs a blank (all-zero) one.
+    inputs = distinct([np.zeros((H, W, 4), np.uint8), *inputs])
     got = obs_output(display, tmp_path, "filtered", source=source, format=fmt,
                      model="image_filter_rgba8", socket=obs_service.socket, seconds=DEADLINE_S,
                      until_filtered=RESULTS)
@@ -429,3 +431,15 @@ def test_properties_and_teardown_never_wait_for_a_hung_service(
         stop_service(svc)
     assert last["done"], last
     assert "calls to the service still waiting at unload" in run.log_text(), run.log_text()[-2000:]
+
+
+def test_the_bench_formats_rows_measure_both_sides(obs_service: Service, display: str,
+                                                   tmp_path: Path) -> None:
+    """`fenceline bench --obs`'s formats rows (fenceline.bench.obs_formats), on small frames:
+    the filter ran on the sync source and its own time was counted, the source's drawing not."""
+    row = {side: obs_formats.run_case(display, tmp_path, obs_service.socket, "sync", "rgba",
+                                      (W, H), side, seconds=3.5, warmup_s=1.0)
+           for side in ("none", "fenceline")}
+    assert row["none"]["filter_ms_per_frame"] == 0 and row["none"]["results_per_s"] == 0, row
+    assert row["fenceline"]["filter_ms_per_frame"] > 0, row
+    assert row["fenceline"]["results_per_s"] > 0, row

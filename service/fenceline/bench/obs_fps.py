@@ -15,6 +15,8 @@ frame interval (``image_filter_rgba8_slow``). Each run's first seconds are warmu
 it reports the frames OBS rendered per second (its own count, less the frames it lagged), OBS's
 own average of its video thread's time per frame, the time the filter took inside
 filter_video per frame, and the model's results per second. The sides take turns, in rounds.
+Then the formats rows (``fenceline.bench.obs_formats``): the graphics thread's time per frame
+with and without the filter per source kind, format and size.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 import httpx
 
 from fenceline.bench import obs
+from fenceline.bench.obs_formats import HEADER, print_row, run_formats
 
 FAST, SLOW = "image_filter_rgba8", "image_filter_rgba8_slow"
 SIDES = ("none", "fenceline", "in-process")
@@ -173,6 +176,7 @@ def run_obs_bench(*, quick: bool, json_path: Path | None, seconds: float | None,
                     results["models"][model] = {
                         side: {k: statistics.median(m[k] for m in ms) for k in ms[0]} | {
                             "rounds": ms} for side, ms in runs.items()}
+                results["formats"] = run_formats(display, tmp, sock, seconds, warmup_s)
         finally:
             stop_service(proc)
     results["loadavg_after"] = os.getloadavg()[0]
@@ -185,6 +189,9 @@ def run_obs_bench(*, quick: bool, json_path: Path | None, seconds: float | None,
                   f"{m['filter_ms_per_frame']:>16.2f} {m['filter_ms_median']:>9.2f} "
                   f"{m['model_ms_per_run']:>13.1f} {m['results_per_s']:>10.1f} "
                   f"{m['dropped_per_s']:>10.1f}")
+    print(HEADER)
+    for row in results["formats"]:
+        print_row(row)
     fast = results["models"][FAST]
     print(f"fast model: the fenceline filter adds "
           f"{fast['fenceline']['filter_ms_per_frame']:.2f} ms per frame inside filter_video "
