@@ -317,11 +317,13 @@ def test_every_source_shows_onnxruntimes_output_on_obs_own_output(
         if len(inputs) >= obs.PERIOD:
             break
     assert len(inputs) >= obs.PERIOD, len(inputs)
-    # Before the source's first frame OBS outputs a blank (all-zero) one.
-    inputs = distinct([np.zeros((H, W, 4), np.uint8), *inputs])
     got = obs_output(display, tmp_path, "filtered", source=source, format=fmt,
                      model="image_filter_rgba8", socket=obs_service.socket, seconds=DEADLINE_S,
                      until_filtered=RESULTS)
+    # Before the source's first frame OBS outputs blank (all-zero) ones, which the model keeps
+    # blank: neither filtered nor unfiltered, they are left out.
+    while len(got) and not got[0].any():
+        got = got[1:]
     sess = ort.InferenceSession(str(obs_repo / "image_filter_rgba8" / "1" / "model.onnx"),
                                 providers=["CPUExecutionProvider"])
     outs = []
@@ -410,7 +412,8 @@ def test_properties_and_teardown_never_wait_for_a_hung_service(
     """The service stopped (SIGSTOP: it accepts connections and never answers). The properties
     dialog opens with the models the service last listed (none yet here), and OBS removes a
     filter whose run waits with no deadline (deadline_ms 0) without waiting for it: the driver
-    exits, the module's unload saying what it left."""
+    exits (with a filter that waited for its worker, it would wait as long as the service is
+    stopped)."""
     (tmp_path / "svc").mkdir()
     svc = start_service(obs_repo, tmp_path / "svc")
     env = dict(os.environ, DISPLAY=display, FENCELINE_SOCKET=str(svc.socket))
@@ -429,8 +432,7 @@ def test_properties_and_teardown_never_wait_for_a_hung_service(
     finally:
         svc.proc.send_signal(signal.SIGCONT)
         stop_service(svc)
-    assert last["done"], last
-    assert "calls to the service still waiting at unload" in run.log_text(), run.log_text()[-2000:]
+    assert last["done"] and run.proc.returncode == 0, last
 
 
 def test_the_bench_formats_rows_measure_both_sides(obs_service: Service, display: str,
