@@ -41,11 +41,15 @@ OUTLIER = float(_native.SPIN_OUTLIER)  # a wait counts for at most this many tim
 class Cancel:
     """Ends a long wait early: when the service shuts down (``closing``) or, for a wait done
     for one client, when ``gone()`` says that client is no longer there. Duck-types the
-    ``is_set()`` of the ``threading.Event`` that waits accept."""
+    ``is_set()`` of the ``threading.Event`` that waits accept. ``run_options``: onnxruntime's
+    RunOptions for that client's model runs (None: none), whose terminate flag ends a run in
+    flight once the client is gone (fenceline.ipc.abandon)."""
 
-    def __init__(self, closing: threading.Event, gone: Callable[[], bool]) -> None:
+    def __init__(self, closing: threading.Event, gone: Callable[[], bool],
+                 run_options: object = None) -> None:
         self.closing = closing
         self._gone = gone
+        self.run_options = run_options
 
     def is_set(self) -> bool:
         return self.closing.is_set() or self._gone()

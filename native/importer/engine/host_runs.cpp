@@ -31,6 +31,8 @@
 #include "interop/host/host_memory.h"
 #include "run_metrics.h"
 #ifndef _WIN32
+#include <unistd.h>
+
 #include "transport/posix/run_page_map.h"
 #include "transport/posix/seqpacket.h"
 #endif
@@ -195,11 +197,12 @@ class RunTable {
   // reply), (None, failure) when its run failed here (the FencelineError to answer), (None,
   // None) when Python must serve it, untouched.
   py::typing::Tuple<py::typing::Optional<py::bytes>, py::object> serve_bytes(
-      const py::bytes &frame, const std::string &owner, bool reply_flags) {
+      const py::bytes &frame, const std::string &owner, bool reply_flags,
+      const py::object &run_options) {
     py::object failure = py::none();
     Answer answer;
-    if (serve(owner, reply_flags, frame.cast<std::string>(), fl_htl_now_ns(), failure,
-              answer) != kAnswered)
+    if (serve(owner, reply_flags, frame.cast<std::string>(), fl_htl_now_ns(), run_options,
+              failure, answer) != kAnswered)
       return py::make_tuple(py::none(), failure);
     answer.record();
     const auto reply = answer.frame();
@@ -222,9 +225,12 @@ class RunTable {
   // handed to Python as if it had come on the socket, and Python answers it there.
   //
   // `reply_flags` (as serve_bytes's): the connection's client said in HELLO that it reads the
-  // RUN reply's flags (docs/ipc.md, "HELLO"); a reply to any other has flags 0.
+  // RUN reply's flags (docs/ipc.md, "HELLO"); a reply to any other has flags 0. `run_options`:
+  // onnxruntime's RunOptions for every model run of the connection (None: none), whose
+  // terminate flag abandons the run in flight once the peer is gone (fenceline.ipc.abandon).
   Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
-                 std::int64_t send_timeout_ms, const py::object &page_arg, bool reply_flags) {
+                 std::int64_t send_timeout_ms, const py::object &page_arg, bool reply_flags,
+                 const py::object &run_options) {
     RunPage *page = page_arg.is_none() ? nullptr : page_arg.cast<RunPage *>();
     const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
     const auto gone = [] { return py::make_tuple(py::none(), py::list(), py::none(), py::none()); };
@@ -236,9 +242,11 @@ class RunTable {
       std::int64_t budget = spin.budget_ns(t0);
       const std::int64_t kept = take_turn_kept_until() - t0;
       // What is there already is taken with the GIL held (as recv_message does).
+      bool queued = true;
       if (page != nullptr && page->take(posted)) {
         on_page = true;
       } else if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
+        queued = false;
         py::gil_scoped_release nogil;
         if (page == nullptr) {
           m = wait_frame(fd, gate, spin, budget, pidfd);
@@ -257,13 +265,21 @@ class RunTable {
                                          &page->page()->service_sleeping, news, &w, m);
         }
       }
+      // A frame that was queued already may be one of many that a renderer left before it
+      // died (its own end among them, so the socket never hangs up): the process is looked at
+      // before each such frame is served, one poll, and what a dead renderer queued is
+      // dropped, not run. The waits above watch the process themselves.
+      if (queued && process_exited(pidfd)) {
+        for (int f : m.fds) ::close(f);
+        return gone();
+      }
       const std::int64_t received = fl_htl_now_ns();
       spin.observe(received - t0, budget);
       if (on_page) {
         py::object failure = py::none();
         Answer answer;
         if (serve(owner, reply_flags, posted.kind, posted.request_id, page_run(posted),
-                  received, failure, answer) == kAnswered) {
+                  received, run_options, failure, answer) == kAnswered) {
           // A client asleep on the socket is nudged before the counters and metrics, as a
           // reply on the socket is sent before them.
           const FlRunPageReply r{posted.seq, FL_RUN_PAGE_ANSWERED, answer.request_id,
@@ -286,7 +302,8 @@ class RunTable {
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
-        if (serve(owner, reply_flags, m.data, received, failure, answer) == kAnswered) {
+        if (serve(owner, reply_flags, m.data, received, run_options, failure, answer) ==
+            kAnswered) {
           const auto reply = answer.frame();
           const bool sent = send_reply(fd, reply.data(), reply.size(), pidfd, send_timeout_ns);
           answer.sent();
@@ -345,14 +362,16 @@ class RunTable {
 
   // One received frame: a RUN frame is served as serve_run says, any other is Python's.
   int serve(const std::string &owner, bool reply_flags, const std::string &data,
-            std::int64_t received, py::object &failure, Answer &answer) {
+            std::int64_t received, const py::object &run_options, py::object &failure,
+            Answer &answer) {
     const auto *p = reinterpret_cast<const std::uint8_t *>(data.data());
     FlWireHeader h;
     if (data.size() != FL_WIRE_RUN_FRAME_SIZE || !fl_wire_header_ok(p, data.size(), &h))
       return kNotMine;
     FlWireRun run;
     fl_wire_get_run(p + FL_WIRE_HEADER_SIZE, &run);
-    return serve(owner, reply_flags, h.kind, h.request_id, run, received, failure, answer);
+    return serve(owner, reply_flags, h.kind, h.request_id, run, received, run_options, failure,
+                 answer);
   }
 
   // serve_run, with an unexpected failure answered as the Python path answers it.
@@ -361,9 +380,10 @@ class RunTable {
   // flags were defined.
   int serve(const std::string &owner, bool reply_flags, std::uint32_t kind,
             std::uint32_t request_id, const FlWireRun &run, std::int64_t received,
-            py::object &failure, Answer &answer) {
+            const py::object &run_options, py::object &failure, Answer &answer) {
     try {
-      const int served = serve_run(owner, kind, request_id, run, received, failure, answer);
+      const int served =
+          serve_run(owner, kind, request_id, run, received, run_options, failure, answer);
       if (!reply_flags) answer.body.flags = 0;
       return served;
     } catch (const Error &e) {
@@ -381,8 +401,8 @@ class RunTable {
   // kFailed (`failure` is the FencelineError to answer), or kNotMine (Python serves it,
   // untouched).
   int serve_run(const std::string &owner, std::uint32_t kind, std::uint32_t request_id,
-                const FlWireRun &run, std::int64_t received, py::object &failure,
-                Answer &answer) {
+                const FlWireRun &run, std::int64_t received, const py::object &run_options,
+                py::object &failure, Answer &answer) {
     if (closing_.load(std::memory_order_relaxed) ||
         (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC))
       return kNotMine;
@@ -429,7 +449,8 @@ class RunTable {
       single = counted.single;
       const py::object &run_model = single ? r->single_run : r->run;
       const py::object &binding = single ? r->single_binding : r->binding;
-      ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), Py_None, nullptr);
+      ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), run_options.ptr(),
+                                        nullptr);
     }
     if (ok == nullptr) {
       py::error_already_set e;
@@ -516,20 +537,24 @@ void bind_host_runs(py::module_ &mod) {
       .def("close", &RunTable::close, "From now on every frame goes back to Python.")
       .def("__len__", &RunTable::size)
       .def("serve_bytes", &RunTable::serve_bytes, py::arg("frame"), py::arg("owner"),
-           py::arg("reply_flags") = false,
+           py::arg("reply_flags") = false, py::arg("run_options") = py::none(),
            "Serves one received frame: (reply, None) when served here (send the reply), "
            "(None, failure) when its run failed here, (None, None) when Python serves it. "
-           "reply_flags: the client reads the RUN reply's flags (else they are 0).")
+           "reply_flags: the client reads the RUN reply's flags (else they are 0). "
+           "run_options: onnxruntime's RunOptions for the model's run (None: none).")
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
            py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
            py::arg("page") = py::none(), py::arg("reply_flags") = false,
+           py::arg("run_options") = py::none(),
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
            "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
-           "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises "
-           "when the socket itself fails. With a run page, its RUNs are served too. "
-           "reply_flags: the client reads the RUN reply's flags (else they are 0).")
+           "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame "
+           "queued already is served only while that process lives. Raises when the socket "
+           "itself fails. With a run page, its RUNs are served too. reply_flags: the client "
+           "reads the RUN reply's flags (else they are 0). run_options: onnxruntime's "
+           "RunOptions for every model run (None: none).")
 #endif
       ;
 }

@@ -11,7 +11,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fenceline import _native
 from fenceline.config import RunPath
@@ -19,6 +19,9 @@ from fenceline.errors import FencelineError, PermissionDenied, ResourceExhausted
 from fenceline.interop.owners import Caller
 from fenceline.ipc.limits import ConnectionLimits
 from fenceline.runtime.service import Runtime
+
+if TYPE_CHECKING:
+    from fenceline.ipc.abandon import Abandoner
 
 log = logging.getLogger("fenceline.ipc")
 
@@ -53,6 +56,9 @@ class ServerBase:
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._thread: threading.Thread | None = None
+        # Ends the model run of a connection whose peer is gone (fenceline.ipc.abandon): the
+        # Unix socket's; None where a transport has none.
+        self.abandoner: Abandoner | None = None
 
     # -- what a transport provides ----------------------------------------------------------
 

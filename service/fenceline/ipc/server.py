@@ -27,10 +27,11 @@ from fenceline.errors import (
     InvalidRequest,
     PermissionDenied,
     ResourceExhausted,
+    Unavailable,
     Unsupported,
 )
 from fenceline.interop.owners import Caller
-from fenceline.ipc import access
+from fenceline.ipc import abandon, access
 from fenceline.ipc.access import socket_error
 from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
@@ -100,8 +101,12 @@ class Connection:
         # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
         # of the channel, not a bound method: the connection must not reach itself, or it and
         # its channel's handles would wait for the cycle collector.)
+        # The model runs of this connection, abandoned once the renderer is gone
+        # (fenceline.ipc.abandon; the Unix socket only).
+        self._run_options = None if self._process is None else abandon.run_options()
         self._cancel = Cancel(
-            server.runtime.closing, functools.partial(self.peer_gone, sock, self._process))
+            server.runtime.closing, functools.partial(self.peer_gone, sock, self._process),
+            self._run_options)
         self.thread = threading.Thread(target=self._serve, name=f"fenceline-{self.owner}", daemon=True)
         self._handlers: dict[int, Callable[[bytes, list[int]], Any]] = {
             Kind.HELLO: self._hello,
@@ -133,15 +138,22 @@ class Connection:
         try:
             if self._process is not None and self._process.exited():
                 return  # gone before it was served: what it queued is purged at close
+            if self.server.abandoner is not None and self._run_options is not None:
+                self.server.abandoner.watch(self._run_options, fd, self._pidfd)
             while True:
                 failure: object = None
                 try:
                     if loop:
                         data, fds, problem, failure = table.serve_loop(
                             fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
-                            self._send_timeout_ms, self._page, self._reply_flags)
+                            self._send_timeout_ms, self._page, self._reply_flags,
+                            self._run_options)
                     else:
                         data, fds, problem = self._receive()
+                        if data is not None and self._gone():
+                            # As serve_loop on the socket: what a renderer left queued when it
+                            # died is dropped, not run.
+                            break
                         if data and problem is None and not fds:
                             answer, failure = table.serve_bytes(
                                 data, self.owner, self._reply_flags)
@@ -158,6 +170,7 @@ class Connection:
                         self._log_send_timeout()
                     break
                 if isinstance(failure, FencelineError):  # a run that failed in native code
+                    failure = self._abandoned(failure)
                     metrics.errors.labels("ipc", failure.code).inc()
                     if not self._send(codec.encode_error(codec.peek_request_id(data), failure)):
                         break
@@ -184,8 +197,9 @@ class Connection:
                     else:
                         reply = self._control(frame, fds)
                 except FencelineError as e:
-                    metrics.errors.labels("ipc", e.code).inc()
-                    reply = codec.encode_error(request_id, e)
+                    err = self._abandoned(e)
+                    metrics.errors.labels("ipc", err.code).inc()
+                    reply = codec.encode_error(request_id, err)
                 except Exception:
                     log.exception(
                         "unexpected error on %s", self.owner, extra={"request_id": request_id}
@@ -224,6 +238,13 @@ class Connection:
             return False
         except OSError:
             return False
+
+    def _abandoned(self, e: FencelineError) -> FencelineError:
+        """A run ended because its renderer is gone (fenceline.ipc.abandon) is answered as a
+        fence wait cut short for that reason is: ``unavailable``, not a model error."""
+        if self._run_options is not None and self._run_options.terminate:
+            return Unavailable("the client went away while its run ran; the run was abandoned")
+        return e
 
     def _log_send_timeout(self) -> None:
         log.warning("%s: a reply was not taken within %d ms (--ipc-send-timeout-s); closing the "
@@ -413,6 +434,9 @@ class Connection:
         if self.server.forget(self):
             self._handlers.clear()  # they refer back to this connection
             self._page = None  # unmapped: no serve_loop runs any more
+            if self.server.abandoner is not None and isinstance(self.sock, socket.socket):
+                with contextlib.suppress(OSError, ValueError):  # before its fds close
+                    self.server.abandoner.forget(self.sock.fileno())
             try:
                 self.runtime.release_owner(self.owner)
             finally:
@@ -467,6 +491,7 @@ class IpcServer(ServerBase):
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})
         self._sock: socket.socket | None = None
         self._acceptor: Any = None  # _native.Acceptor, made by start()
+        self.abandoner = abandon.Abandoner()
         self._reasons: dict[int, str] = {}  # why the table refuses a uid (-1: everyone)
 
     def start(self) -> None:
@@ -483,6 +508,8 @@ class IpcServer(ServerBase):
             burst=REFUSAL_BURST)
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
         self._thread.start()
+        if self.abandoner is not None:
+            self.abandoner.start()
         log.info("IPC socket listening on %s", self.path)
 
     def _listen(self) -> None:
@@ -610,3 +637,5 @@ class IpcServer(ServerBase):
             with contextlib.suppress(OSError):
                 self.path.unlink()
         self._stop_connections(timeout)
+        if self.abandoner is not None:
+            self.abandoner.close()

@@ -21,6 +21,11 @@ Modes:
   service's receive queue, so only the process's exit (or the send timeout) ends the connection.
 - ``own-end-fence-wait``: the same frame while the service waits on a fence that is never
   signalled (600 s timeout), then sleep until killed.
+- ``own-end-queued`` / ``own-end-queued-page``: 20 RUNs of ``slow_add_64x64`` (about half a
+  second each) sent at once, then the same frame, then sleep until killed: the runs not yet
+  served wait in the service's receive queue (``-page``: with the connection's run page open).
+  Its ready line names its output fence's fd (``done_fd``), so that a test can read through
+  ``/proc/PID/fd`` how many runs the service executed.
 
 Each prints one JSON line when it is set up (``{"ready": ...}``) and one with what it saw at the
 end; ``die-*`` never reach the end. Everything it shares is named ``fenceline-hostile-<pid>``, so
@@ -300,20 +305,31 @@ def die_before_reply(sock: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+QUEUED_RUNS = 20  # own-end-queued: RUNs queued behind the one in progress
+
+
 def own_end(sock: str, state: str) -> None:
     c = IpcClient(sock, name="hostile-own-end")
+    queued = state.startswith("queued")
+    if state == "queued-page" and not c._open_page():
+        raise SystemExit("the service took no run page")
     nbytes = _nbytes(SMALL)
     frame, ready, done = TaggedFrame(2 * nbytes), TaggedFence(), TaggedFence()
     mem = _import(c, frame)
     sid = c.create_session(
-        "add_64x64", {"x": View(mem, "FP32", SMALL)}, {"y": View(mem, "FP32", SMALL, nbytes)},
-        _fence(c, ready), _fence(c, done),
+        "slow_add_64x64" if queued else "add_64x64", {"x": View(mem, "FP32", SMALL)},
+        {"y": View(mem, "FP32", SMALL, nbytes)}, _fence(c, ready), _fence(c, done),
     )["id"]
     raw = c._sock  # the client's own end: RUNs go raw, without waiting for replies
+    key = codec.session_id_bytes(sid)
     served = 0
-    if state == "send-blocked":
+    if queued:
         ready.handle.signal(1)
-        key, sent, batch = codec.session_id_bytes(sid), 0, 32
+        for n in range(1, QUEUED_RUNS + 1):
+            raw.send(codec.encode_run(n, codec.Run(key, 1, n, 10_000)))
+    elif state == "send-blocked":
+        ready.handle.signal(1)
+        sent, batch = 0, 32
         while True:
             for _ in range(batch):
                 sent += 1
@@ -333,7 +349,7 @@ def own_end(sock: str, state: str) -> None:
         c.send_run(sid, 1, timeout_ms=600_000)  # the longest wait the service allows
     hello = codec.encode_json(codec.Kind.HELLO, 0xFFFF, {"client": "own end"})
     socket.send_fds(raw, [hello], [raw.fileno()])
-    print(json.dumps({"ready": sid, "served": served}), flush=True)
+    print(json.dumps({"ready": sid, "served": served, "done_fd": done.fd}), flush=True)
     while True:
         time.sleep(60)
 
@@ -342,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fenceline.soak.hostile")
     p.add_argument("mode", choices=["shrink-memfd", "shrink-shm", "shrink-fence", "bad-headers",
                                     "die-waiting", "die-before-reply", "own-end-send-blocked",
-                                    "own-end-fence-wait"])
+                                    "own-end-fence-wait", "own-end-queued",
+                                    "own-end-queued-page"])
     p.add_argument("socket")
     p.add_argument("--runs", type=int, default=300, help="shrink: most runs; bad-headers: rounds")
     a = p.parse_args(argv)

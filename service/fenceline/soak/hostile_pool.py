@@ -23,9 +23,11 @@ from typing import Any
 from fenceline.soak import control_attack
 
 MODES = ("shrink-memfd", "bad-headers", "die-waiting", "shrink-fence", "die-before-reply",
-         "shrink-shm", "own-end-send-blocked", "own-end-fence-wait", *control_attack.MODES)
+         "shrink-shm", "own-end-send-blocked", "own-end-fence-wait", "own-end-queued",
+         "own-end-queued-page", *control_attack.MODES)
 # Modes that sleep once set up until the pool kills them (after linger_s).
-KILLED = frozenset({"die-waiting", "own-end-send-blocked", "own-end-fence-wait"})
+KILLED = frozenset({"die-waiting", "own-end-send-blocked", "own-end-fence-wait",
+                    "own-end-queued", "own-end-queued-page"})
 TICK_S = 0.05
 GIVE_UP_S = 30.0  # a client still held this long after its death counts as never released
 

@@ -160,7 +160,7 @@ def _settle(pid: int, quiet_s: float = 1.0, timeout_s: float = 20.0) -> Resource
 def _hostile_service(tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     """A service in explicit model-control mode over a repository of the renderers' models and
     the control-plane attackers' (soak/control_attack.py): hostile configs, a model to reload."""
-    models = ["add_64x64", "add_720p"]
+    models = ["add_64x64", "add_720p", "slow_add_64x64"]
     build_repository(cache_dir(), models)
     root = tmp / "repo"
     for m in models:

@@ -383,14 +383,15 @@ PeerProcess::PeerProcess(int sock) {
 
 PeerProcess::~PeerProcess() { close(); }
 
-bool PeerProcess::exited() const {
-  if (gone_) return true;
-  if (pidfd_ < 0) return false;
+bool process_exited(int pidfd) {
+  if (pidfd < 0) return false;
   struct pollfd p {
-    pidfd_, POLLIN, 0
+    pidfd, POLLIN, 0
   };
   return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
 }
+
+bool PeerProcess::exited() const { return gone_ || process_exited(pidfd_); }
 
 void PeerProcess::close() {
   if (pidfd_ >= 0) ::close(pidfd_);

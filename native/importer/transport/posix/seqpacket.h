@@ -91,6 +91,9 @@ struct Purged {
 };
 Purged purge_messages(int fd);
 
+// True once the process behind `pidfd` has exited (a poll that does not wait); false for -1.
+bool process_exited(int pidfd);
+
 // The process at the other end of a connection (the one that connected: SO_PEERCRED's), watched
 // through a pidfd, so that its exit ends every wait on the connection even where the socket
 // never hangs up: a renderer can queue its own end in a message to the service and die, and the
