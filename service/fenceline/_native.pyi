@@ -417,23 +417,35 @@ class RunTable:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
         """
-    def serve_bytes(self, frame: bytes, owner: str, reply_flags: bool = False) -> tuple[bytes | None, typing.Any]:
+    def serve_bytes(self, frame: bytes, owner: str, reply_flags: bool = False, run_options: typing.Any = None) -> tuple[bytes | None, typing.Any]:
         """
-        Serves one received frame: (reply, None) when served here (send the reply), (None, failure) when its run failed here, (None, None) when Python serves it. reply_flags: the client reads the RUN reply's flags (else they are 0).
+        Serves one received frame: (reply, None) when served here (send the reply), (None, failure) when its run failed here, (None, None) when Python serves it. reply_flags: the client reads the RUN reply's flags (else they are 0). run_options: onnxruntime's RunOptions for the model's run (None: none).
         """
-    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None, reply_flags: bool = False) -> tuple[bytes | None, list[int], str | None, typing.Any]:
+    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None, reply_flags: bool = False, run_options: typing.Any = None) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
-        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). Raises when the socket itself fails. With a run page, its RUNs are served too. reply_flags: the client reads the RUN reply's flags (else they are 0).
+        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame queued already is served only while that process lives. Raises when the socket itself fails. With a run page, its RUNs are served too. reply_flags: the client reads the RUN reply's flags (else they are 0). run_options: onnxruntime's RunOptions for every model run (None: none).
         """
 class Acceptor:
     """
     The Unix socket's accept loop: accepts, identifies each peer (SO_PEERCRED) and refuses here, without the GIL, the connections that the refusal table names (limit(), full()); the others go to Python (next_event). Refuses a connection by answering its first request with the table's ERROR frame (the request id set), shutting it down for writing and reading until the peer closes, for at most grace_s. The table's answers to one uid come at most per_s a second after a burst of burst; the others wait, unanswered, for their turn, at most burst of them. Past that, or past max_pending held at once (answering and waiting), one more is closed unanswered. listen_fd stays the caller's (made non-blocking here).
     """
-    def __init__(self, listen_fd: typing.SupportsInt | typing.SupportsIndex, out_of_fds: bytes, grace_s: typing.SupportsFloat | typing.SupportsIndex, max_pending: typing.SupportsInt | typing.SupportsIndex, per_s: typing.SupportsFloat | typing.SupportsIndex, burst: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, listen_fd: typing.SupportsInt | typing.SupportsIndex, out_of_fds: bytes, grace_s: typing.SupportsFloat | typing.SupportsIndex, max_pending: typing.SupportsInt | typing.SupportsIndex, per_s: typing.SupportsFloat | typing.SupportsIndex, burst: typing.SupportsInt | typing.SupportsIndex, greet_s: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def admitted(self, uid: typing.SupportsInt | typing.SupportsIndex, connections: typing.SupportsInt | typing.SupportsIndex, total: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Python's count of uid's connections and of all, after each admission or close.
+        """
     def full(self, frame: typing.Any) -> None:
         """
         Refuses every connection with this ERROR frame from now on (None: no more).
+        """
+    def greet(self, reply: typing.Any, uids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_per_uid: typing.SupportsInt | typing.SupportsIndex, max_total: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Greets these uids' connections here from now on, while a uid's connections (admitted() and greeted here) are below max_per_uid and all below max_total: a plain HELLO ({} or {"client":"NAME"}, NAME printable ASCII) is answered with this encoded HELLO reply (its request id set), paced as refusals are; the connection goes to Python with its next frame (left queued), or after greet_s, and is closed here when the peer closes first. None: no more greetings.
+        """
+    def greeting(self, uid: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int]:
+        """
+        (uid's, all) connections greeted here or waiting to be: count them as admitted.
         """
     def limit(self, uid: typing.SupportsInt | typing.SupportsIndex, frame: typing.Any) -> None:
         """
@@ -459,7 +471,12 @@ class Acceptor:
     @property
     def dropped(self) -> int:
         """
-        refused connections closed unanswered, past max_pending
+        connections closed unanswered: refusals past max_pending, and refusals or greetings past a uid's waiting room
+        """
+    @property
+    def greeted(self) -> int:
+        """
+        HELLOs answered here, since the loop began
         """
     @property
     def held(self) -> int:

@@ -81,6 +81,7 @@ class ServeSettings(BaseSettings):
     http_body_idle_s: float = 30.0  # the longest pause inside a request body
     max_sessions: int = 256
     max_imports: int = 1024
+    max_imports_per_user: int = 4096
     max_mapped_mb: int = 16384
     max_inflight: int = 64
     max_sessions_per_device: int = 1024
@@ -149,7 +150,9 @@ class ServeSettings(BaseSettings):
                 raise InvalidArgument(f"--token-file {self.token_file} is empty")
         for flag, value in (("--max-body-mb", self.max_body_mb), ("--max-json-mb", self.max_json_mb),
                             ("--max-sessions", self.max_sessions),
-                            ("--max-imports", self.max_imports), ("--max-mapped-mb", self.max_mapped_mb),
+                            ("--max-imports", self.max_imports),
+                            ("--max-imports-per-user", self.max_imports_per_user),
+                            ("--max-mapped-mb", self.max_mapped_mb),
                             ("--max-inflight", self.max_inflight),
                             ("--max-sessions-per-device", self.max_sessions_per_device),
                             ("--max-connections", self.max_connections),

@@ -4,23 +4,24 @@ closed, while the connections served keep running and the service's threads stay
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fenceline.client import IpcClient, ServiceError
 from fenceline.protocol import codec
-from tests.integration.test_multi_user import User
-from tests.support.helpers import open_session, shared_dir
+from tests.support.helpers import open_session
 from tests.support.metrics import metrics_text, sample
 from tests.support.service import Service, running
+from tests.support.users import User
 
 ATTEMPTS = 5000
 PER_USER = 16
@@ -89,21 +90,6 @@ def test_a_connection_past_the_total_limit_is_refused_and_the_others_keep_runnin
         finally:
             for c in held:
                 c.close()
-
-
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[User]:
-    if os.geteuid() != 0 or shutil.which("useradd") is None:
-        pytest.skip("a second Unix user needs root and useradd")
-    u = User("fenceline-test-a")
-    yield u
-    u.close()
-
-
-@pytest.fixture(scope="module")
-def shared() -> Iterator[Path]:
-    with shared_dir() as d:
-        yield d
 
 
 def test_a_flood_of_connections_from_one_user_is_refused_while_another_user_runs(
@@ -197,3 +183,32 @@ def test_the_service_raises_its_soft_fd_limit_for_the_connections_it_admits(
             line = next(x for x in f if x.startswith("Max open files"))
         assert int(line.split()[3]) == want, line
         assert f"open fds: soft limit raised from 1024 to {want}" in svc.log_text()
+
+
+def test_a_connection_that_says_hello_and_closes_never_reaches_python(service: Service) -> None:
+    # docs/reliability.md, "Cheap churn": the accept loop answers the HELLO, and a connection
+    # that closes next is closed there, with no thread and no interpreter time of the service.
+    text = metrics_text(service)
+    admitted = sample(text, "fenceline_ipc_connections_total", 0.0)
+    log_before = service.log_text().count("hello from churn")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fenceline.soak.hostile", "churn", str(service.socket),
+         "--runs", "300"], capture_output=True, text=True, timeout=300, check=True)
+    result = json.loads(proc.stdout.splitlines()[-1])
+    print(f"\nchurn: {result}")
+    assert result["answers"] == {"ok": 300}, result
+    assert sample(metrics_text(service), "fenceline_ipc_connections_total", 0.0) == admitted
+    assert service.log_text().count("hello from churn") == log_before
+    # Paced as refusals are: 64 at once, then 250 a second (a lower bound: load only adds).
+    assert result["seconds"] >= (300 - 64) / 250 * 0.9, result
+    # A HELLO the loop does not read as plain goes to Python, which answers it as before.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(10)
+        s.connect(str(service.socket))
+        s.send(codec.encode_json(codec.Kind.HELLO, 5, {"client": "x", "extra": 1}))
+        reply = codec.decode(s.recv(codec.MAX_FRAME))
+        assert reply.kind == codec.Kind.ERROR and reply.request_id == 5
+        assert codec.decode_error(reply.body).code == "invalid_request"
+    # A greeted connection that goes on is served by Python from its next frame.
+    with IpcClient(service.socket) as c:
+        run_once(c, 3)

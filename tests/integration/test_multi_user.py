@@ -7,7 +7,6 @@ these tests need root; the client side runs in ``tests/support/as_user.py`` afte
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -21,8 +20,9 @@ import httpx
 import pytest
 
 from fenceline.client import IpcClient
-from tests.support.helpers import ensure_user, shared_dir
+from tests.support.helpers import shared_dir
 from tests.support.service import Service, running, start_service, stop_service
+from tests.support.users import User
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -31,37 +31,6 @@ pytestmark = pytest.mark.skipif(
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_BYTES = 2 * 3 * 64 * 64 * 4  # add_64x64's input, then room for its output
-
-
-class User:
-    """A process running as another user, driven one JSON command at a time."""
-
-    def __init__(self, name: str) -> None:
-        pw = ensure_user(name)
-        self.uid = pw.pw_uid
-        self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.as_user", str(pw.pw_uid), str(pw.pw_gid)],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )
-        self.frame = f"/fenceline-mu-{name}-{os.getpid()}-frame"
-        self.fence = f"/fenceline-mu-{name}-{os.getpid()}-fence"
-
-    def __call__(self, op: str, **args: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, f"{self.name}'s process died"
-        out: dict[str, Any] = json.loads(line)
-        assert out.get("code") != "client_error", out
-        return out
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        self.proc.wait(30)
-        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,8 @@ def start(tmp_path: Path, **kwargs: Any) -> Iterator[Loop]:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(tmp_path / "s.sock"))
     listener.listen(64)
-    settings = {"grace_s": 10.0, "max_pending": 1024, "per_s": 1000.0, "burst": 64, **kwargs}
+    settings = {"grace_s": 10.0, "max_pending": 1024, "per_s": 1000.0, "burst": 64, "greet_s": 1.0,
+                **kwargs}
     loop = Loop(tmp_path / "s.sock", _native.Acceptor(listener.fileno(), TOO_MANY, **settings))
     thread = threading.Thread(target=loop.run)
     thread.start()

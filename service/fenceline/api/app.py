@@ -25,15 +25,16 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = 256 << 20,
     max_json_bytes: int = 16 << 20,
-    ready_checks: Sequence[Callable[[], bool]] = (),
+    ready_checks: Sequence[Callable[[], str | None]] = (),
     model_control: ModelControl | None = None,
     trace_rights: trace.TraceRights | None = None,
 ) -> FastAPI:
     """``token``: when set, every route but the health probes and the pages that describe the
     service (/ui, /docs, /redoc, /openapi.json) needs ``Authorization: Bearer``.
-    ``ready_checks``: the readiness probe answers 503 while any of them is false (the IPC
-    socket cannot accept). ``trace_rights``: who may record a trace (api/trace.py; None: every
-    client when ``token`` is set, else none)."""
+    ``ready_checks``: the readiness probe answers 503 while any of them names a reason (the
+    IPC socket cannot accept, the service takes no more imports), with that reason.
+    ``trace_rights``: who may record a trace (api/trace.py; None: every client when ``token``
+    is set, else none)."""
     app = FastAPI(
         title="fenceline",
         version=__version__,

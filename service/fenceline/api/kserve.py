@@ -24,9 +24,10 @@ from starlette.types import Receive, Scope, Send
 
 from fenceline import __version__
 from fenceline.api import bodies, json_tensors
+from fenceline.api.errors import error_response
 from fenceline.api.peers import http_caller
 from fenceline.api.triton_shm import cuda_shared_memory_available
-from fenceline.errors import InvalidArgument, NotFound, Unsupported
+from fenceline.errors import InvalidArgument, NotFound, Unavailable, Unsupported
 from fenceline.interop.datatypes import datatype
 from fenceline.runtime.model_control import ModelControl
 from fenceline.runtime.models import Model
@@ -85,9 +86,13 @@ def live() -> Response:
 
 @router.get("/health/ready")
 def ready(request: Request) -> Response:
+    """200 with no body, or 503 naming why not (the first check that says so)."""
     state = request.app.state
-    ready = state.ready and all(check() for check in getattr(state, "ready_checks", ()))
-    return Response(status_code=200 if ready else 503)
+    reasons = [why for check in getattr(state, "ready_checks", ()) if (why := check())]
+    if state.ready and not reasons:
+        return Response(status_code=200)
+    return error_response(503, reasons[0] if reasons else "the service is not ready",
+                          Unavailable.code)
 
 
 # -- statistics (Triton's extension); before /models/{name}, which would take "stats" as a name

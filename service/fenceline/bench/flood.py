@@ -1,5 +1,7 @@
 """``fenceline bench --flood 5000``: what a flood of refused connections costs another renderer
-(docs/reliability.md, "Connections"; docs/benchmarks.md, "Flood").
+(docs/reliability.md, "Connections"; docs/benchmarks.md, "Flood"); ``fenceline bench --churn
+5000``: the same for connections below the limit, each greeted and closed (connect, HELLO,
+read the answer, close: docs/reliability.md, "Cheap churn").
 
 One renderer (add_64x64, one frame in flight) runs at full rate through three phases measured
 in one run, against one service:
@@ -10,7 +12,8 @@ in one run, against one service:
 - ``flood``: beside a process making N connection attempts (connect, HELLO, read the answer,
   close) one after another, as fast as the service answers. Its user holds
   ``--max-connections-per-user`` connections already (the renderer's and the bench's), so
-  every attempt is refused.
+  every attempt is refused; with ``--churn`` it holds only the renderer's, so every attempt is
+  answered as a HELLO is.
 
 Printed: each phase's runs, p50, p99 and max and its p99 over the quiet one, and the service's
 CPU time; the flood's attempts, answers and rate, and the CPU its accept thread spent on them;
@@ -215,19 +218,23 @@ def _per(seconds: float | None, attempts: int) -> float | None:
     return None if seconds is None or not attempts else round(seconds / attempts * 1e6, 1)
 
 
-def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = None) -> int:
+def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = None,
+              churn: bool = False) -> int:
     """Measures and prints the table; returns 1 when an attempt was not refused with
-    ``resource_exhausted``, an output differs, or the service's fds did not come back after
-    the flood. Threads are a figure: onnxruntime starts a few short-lived threads of its own
-    now and then, in quiet phases too."""
+    ``resource_exhausted`` (``churn``: not answered as a HELLO), an output differs, or the
+    service's fds did not come back after the flood. Threads are a figure: onnxruntime starts
+    a few short-lived threads of its own now and then, in quiet phases too."""
     parse_attempts(attempts)
+    flag = "--churn" if churn else "--flood"
     if not 0.2 <= seconds <= 60:
-        raise InvalidArgument("--seconds with --flood: each quiet phase's length, 0.2..60")
+        raise InvalidArgument(f"--seconds with {flag}: each quiet phase's length, 0.2..60")
     _, sig, want = builtin_frame(MODEL)
     loadavg = [round(v, 2) for v in os.getloadavg()]
-    print(f"fenceline bench --flood: {attempts} connection attempts from one user holding its "
-          f"{PER_USER} connections (--max-connections-per-user {PER_USER}), beside one renderer "
-          f"({MODEL}); {len(os.sched_getaffinity(0))} CPUs, load {loadavg[0]}", flush=True)
+    held_by_user = "only its renderer's connection, below" if churn else f"its {PER_USER}"
+    print(f"fenceline bench {flag}: {attempts} connection attempts from one user holding "
+          f"{held_by_user} connections (--max-connections-per-user {PER_USER}), beside one "
+          f"renderer ({MODEL}); {len(os.sched_getaffinity(0))} CPUs, load {loadavg[0]}",
+          flush=True)
     ctx = mp.get_context("forkserver")
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fenceline-flood-") as tmp, \
@@ -239,7 +246,7 @@ def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = N
         r_conn = start_renderer(ctx, stack, sock, sig)
         held: list[IpcClient] = []  # the rest of this user's share
         with contextlib.suppress(ServiceError):
-            while len(held) < PER_USER:
+            while len(held) < PER_USER and not churn:
                 held.append(IpcClient(sock))
         for c in held:
             stack.callback(c.close)
@@ -305,14 +312,17 @@ def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = N
         _phase("cpu burner", starts, took, burned, cpu[3] - cpu[2]),
         _phase("flood", starts, took, (f_start, f_end), cpu[6] - cpu[5]),
     ]
-    base = phases[0]["p99_us"] or 1.0
+    base, base50 = phases[0]["p99_us"] or 1.0, phases[0]["p50_us"] or 1.0
     for p in phases:
         p["p99_over_quiet"] = round(p["p99_us"] / base, 2)
-    refused = codes.get("resource_exhausted", 0)
+        p["p50_over_quiet"] = round(p["p50_us"] / base50, 2)
+    expected = "ok" if churn else "resource_exhausted"
+    answered = codes.get(expected, 0)
     flood_s = f_end - f_start
     doc = {
         "schema": 1, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": report.machine(), "model": MODEL, "per_user_limit": PER_USER,
+        "kind": "churn" if churn else "flood",
         "loadavg_start": loadavg, "duration_s": round(time.monotonic() - t_start, 1),
         "phases": phases,
         "flood": {"attempts": sum(codes.values()), "asked": attempts, "seconds": round(flood_s, 3),
@@ -329,9 +339,9 @@ def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = N
     print(table(doc))
     report.write_outputs(doc, json_path, None, lambda p: p)
     problems = []
-    if refused != attempts:
-        problems.append(f"{attempts - refused} of {attempts} attempts not refused with "
-                        f"resource_exhausted: {codes}")
+    if answered != attempts:
+        problems.append(f"{attempts - answered} of {attempts} attempts not answered "
+                        f"{expected}: {codes}")
     if fds_after > fds_before:
         problems.append(f"the service's fds did not come back: {fds_before} -> {fds_after}")
     if not doc["outputs_equal"]:
@@ -346,12 +356,12 @@ def table(doc: dict[str, Any]) -> str:
     lines = ["", f"one renderer ({doc['model']}, one frame in flight) through three phases "
              f"({doc['machine']['cpus']} CPUs, load {doc['loadavg_start'][0]} at the start)",
              f"  {'phase':<11} {'seconds':>7} {'runs':>7} {'p50':>9} {'p99':>9} {'max':>9} "
-             f"{'p99/quiet':>9} {'service CPU':>11}"]
+             f"{'p50/quiet':>9} {'p99/quiet':>9} {'service CPU':>11}"]
     for p in doc["phases"]:
         lines.append(
             f"  {p['phase']:<11} {p['seconds']:7.2f} {p['runs']:7d} {p['p50_us']:6.0f} us "
-            f"{p['p99_us']:6.0f} us {p['max_us']:6.0f} us {p['p99_over_quiet']:9.2f} "
-            f"{p['service_cpu_s']:9.2f} s")
+            f"{p['p99_us']:6.0f} us {p['max_us']:6.0f} us {p['p50_over_quiet']:9.2f} "
+            f"{p['p99_over_quiet']:9.2f} {p['service_cpu_s']:9.2f} s")
     answers = ", ".join(f"{k} {v}" for k, v in sorted(f["answers"].items()))
     lines += [
         "", f"flood: {f['attempts']} attempts in {f['seconds']:.2f} s ({f['per_s']:.0f}/s): "

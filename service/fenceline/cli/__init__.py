@@ -79,6 +79,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sessions", type=int, default=S, help=h("max_sessions", "sessions per client"))
     p.add_argument("--max-imports", type=int, default=S, help=h(
         "max_imports", "memory + fence imports per client"))
+    p.add_argument("--max-imports-per-user", type=int, default=S, metavar="N", help=h(
+        "max_imports_per_user", "memory + fence imports of one user (uid) over all its clients"))
     p.add_argument("--max-mapped-mb", type=int, default=S, help=h(
         "max_mapped_mb", "mapped memory per client"))
     p.add_argument("--max-inflight", type=int, default=S, help=h(
@@ -174,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one renderer's p50/p99 quiet, beside a CPU burner and during N "
                        "connection attempts from one user past its limit (e.g. 5000); --seconds "
                        "each quiet phase's length (default 2)")
+    bench.add_argument("--churn", type=int, metavar="N",
+                       help="the same as --flood, with N connections below the limit, each "
+                       "connecting, saying HELLO, reading the answer and closing (e.g. 5000)")
     bench.add_argument("--intra-op-threads", type=int, metavar="N",
                        help="with --scaling, --gst or --obs: onnxruntime's intra-op threads per run "
                        "on both sides (default: the model's, a pool sized to the machine)")
@@ -275,10 +280,14 @@ def _main(argv: list[str] | None) -> int:
             from fenceline.bench.control_plane import run_control_plane
 
             return run_control_plane(seconds=args.seconds or 5.0, json_path=args.json)
-        if args.flood is not None:
+        if args.flood is not None or args.churn is not None:
             from fenceline.bench.flood import run_flood
 
-            return run_flood(args.flood, seconds=args.seconds or 2.0, json_path=args.json)
+            if args.flood is not None and args.churn is not None:
+                raise InvalidArgument("--flood and --churn are two runs: give one")
+            churn = args.churn is not None
+            return run_flood(args.churn if churn else args.flood, seconds=args.seconds or 2.0,
+                             json_path=args.json, churn=churn)
         if args.scaling:
             from fenceline.bench.scaling import DEFAULT_SIZE, parse_counts, run_scaling
 

@@ -21,7 +21,7 @@ from fenceline.config import ServeSettings, parse_model_arg
 from fenceline.errors import InvalidArgument
 from fenceline.ipc import control_token
 from fenceline.ipc.access import check_socket_path
-from fenceline.ipc.limits import raise_fd_limit
+from fenceline.ipc.limits import import_bound, raise_fd_limit
 from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer, default_socket_path
 from fenceline.metrics import Metrics
@@ -164,6 +164,9 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
             spin_ns=settings.fence_spin_us * 1000,
             max_sessions_per_owner=settings.max_sessions,
             max_imports_per_owner=settings.max_imports,
+            max_imports_per_user=settings.max_imports_per_user,
+            max_imports=(import_bound(now, settings.max_connections)
+                         or RuntimeSettings.max_imports),
             max_mapped_bytes_per_owner=settings.max_mapped_mb << 20,
             max_inflight_runs_per_owner=settings.max_inflight,
             max_sessions_per_device=settings.max_sessions_per_device,
@@ -201,7 +204,7 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         token=token,
         max_body_bytes=settings.max_body_mb << 20,
         max_json_bytes=settings.max_json_mb << 20,
-        ready_checks=[ipc.accepting],
+        ready_checks=[ipc.unready, runtime.saturated],
         model_control=model_control,
         trace_rights=TraceRights(open=bool(token) or settings.http_trace, control_token=control,
                                  token_path=control_path, max_frames=settings.trace_max_frames),

@@ -37,6 +37,14 @@ class Caller:
     sid: str | None = None  # Windows: the caller's user SID
 
     @property
+    def user(self) -> str:
+        """The user the per-user bounds count this caller as: "uid 1000", "user S-1-5-..." on
+        Windows, or "an unknown user" (one bound for every caller nobody can tell)."""
+        if self.sid is not None:
+            return f"user {self.sid}"
+        return "an unknown user" if self.uid is None else f"uid {self.uid}"
+
+    @property
     def same_user(self) -> bool:
         """Whether the caller could open anything the service can (its user, root, or trusted)."""
         if self.trusted:

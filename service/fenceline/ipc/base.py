@@ -71,6 +71,17 @@ class ServerBase:
         """Ends ``c``'s blocked receive, so that its thread closes the connection."""
         raise NotImplementedError
 
+    def accepting(self) -> bool:
+        """False while the transport cannot take new connections."""
+        raise NotImplementedError
+
+    def unready(self) -> str | None:
+        """Why the readiness probe answers 503 for IPC (None: it does not)."""
+        if self.accepting():
+            return None
+        return ("IPC accepts no connections: the service is stopping or out of file "
+                "descriptors")
+
     def _counted(self, c: Connection) -> None:
         """Called with the lock held each time a connection of ``c``'s peer was admitted or
         forgotten: a transport that refuses without asking (the Unix socket's native accept
@@ -80,11 +91,13 @@ class ServerBase:
 
     def _admit(
         self, channel: Any, peer: str, pid: int, allowed: bool,
-        connection: Callable[[int], Connection],
+        connection: Callable[[int], Connection], elsewhere: tuple[int, int] = (0, 0),
     ) -> FencelineError | None:
         """Serves an accepted, identified peer (``peer``: "uid 1000", "user S-1-5-..."), or
         refuses it when it is not ``allowed``, the service is shutting down or a limit is
-        reached: then returns the error it answered."""
+        reached: then returns the error it answered. ``elsewhere``: the peer's connections and
+        all connections held by the transport itself (the accept loop's greetings), counted
+        with the served ones."""
         if not allowed:
             log.warning("refused IPC peer pid %d %s: not on the allow-list", pid, peer)
             self.runtime.metrics.errors.labels("ipc", PermissionDenied.code).inc()
@@ -98,7 +111,8 @@ class ServerBase:
         # Only the accept thread admits, so the counts can only fall between this check and the
         # connection's entry below.
         with self._lock:
-            over = self.limits.refusal(peer, len(self._connections), self._per_peer.get(peer, 0))
+            over = self.limits.refusal(peer, len(self._connections) + elsewhere[1],
+                                       self._per_peer.get(peer, 0) + elsewhere[0])
         if over is not None:
             log.warning("refused IPC peer pid %d %s: %s", pid, peer, over)
             self.runtime.metrics.errors.labels("ipc", ResourceExhausted.code).inc()

@@ -18,8 +18,26 @@ REFUSAL_GRACE_S = 1.0
 MAX_HELD_REFUSALS = 1024
 REFUSAL_BURST = 64
 REFUSALS_PER_S = 250.0
+# A connection of an allowed user has its HELLO answered by the accept loop too, paced in the
+# same bucket as that user's refusals; it goes to Python with its next frame, or after GREET_S
+# without one (docs/reliability.md, "Cheap churn").
+GREET_S = 1.0
 # The soft limit on open fds the service raises itself to (POSIX), at most its hard limit.
 FD_LIMIT = 65536
+# The fds kept from imports, beside the connections' (a socket and a pidfd each) and the held
+# refusals': HTTP connections, model files, the threads' own (docs/reliability.md, "Fair shares").
+FD_RESERVE = 512
+
+
+def import_bound(fd_limit: int, max_connections: int) -> int:
+    """The most imports the service holds over every client (each holds an fd): its soft fd
+    limit less what connections, held refusals and FD_RESERVE may need, but never less than
+    half the limit (a limit too low for the reserve); 0 where fds have no such limit
+    (Windows: ``fd_limit`` 0)."""
+    if fd_limit <= 0:
+        return 0
+    reserve = 2 * max_connections + MAX_HELD_REFUSALS + FD_RESERVE
+    return max(fd_limit - reserve, fd_limit // 2)
 
 
 def raise_fd_limit() -> tuple[int, int]:

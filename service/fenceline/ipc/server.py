@@ -36,6 +36,7 @@ from fenceline.ipc.access import socket_error
 from fenceline.ipc.base import Connection as Served
 from fenceline.ipc.base import ServerBase
 from fenceline.ipc.limits import (
+    GREET_S,
     MAX_HELD_REFUSALS,
     REFUSAL_BURST,
     REFUSAL_GRACE_S,
@@ -82,7 +83,7 @@ class Connection:
         # Who connected, as the transport identified it: the accept loop's SO_PEERCRED uid, or
         # the Windows pipe client's SID (fenceline.ipc.pipe_server).
         self.caller = caller
-        self.peer = f"uid {self.caller.uid}" if self.caller.sid is None else f"user {self.caller.sid}"
+        self.peer = caller.user
         self.runtime = server.runtime
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
         self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
@@ -321,13 +322,7 @@ class Connection:
         features = [f for f in codec.FEATURES if f in asked]  # the names it knows, in its order
         self._reply_flags = codec.FEATURE_REPLY_FLAGS in features
         log.info("%s: hello from %s", self.owner, str(hello.get("client", "?"))[:64])
-        return {
-            "server": "fenceline",
-            "version": __version__,
-            "protocol": codec.VERSION,
-            "features": features,
-            "capabilities": self.runtime.capabilities(),
-        }
+        return hello_reply(self.runtime, features)
 
     def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
         """The handles a request names in the renderer's process, duplicated into this one and
@@ -452,6 +447,18 @@ class Connection:
                 self.runtime.metrics.ipc_connections.dec()
 
 
+def hello_reply(runtime: Runtime, features: list[str]) -> dict[str, Any]:
+    """What a HELLO that asked for ``features`` (those the service knows) is answered, here
+    and by the accept loop (IpcServer.start: a HELLO that asks for none)."""
+    return {
+        "server": "fenceline",
+        "version": __version__,
+        "protocol": codec.VERSION,
+        "features": features,
+        "capabilities": runtime.capabilities(),
+    }
+
+
 def _hung_up(sock: socket.socket) -> bool:
     """True once the peer closed its end of a Unix socket (or died: the kernel closed it)."""
     try:
@@ -505,7 +512,11 @@ class IpcServer(ServerBase):
             codec.encode_error(
                 0, ResourceExhausted("the service is out of file descriptors; retry later")),
             grace_s=REFUSAL_GRACE_S, max_pending=MAX_HELD_REFUSALS, per_s=REFUSALS_PER_S,
-            burst=REFUSAL_BURST)
+            burst=REFUSAL_BURST, greet_s=GREET_S)
+        # A connection that says HELLO and closes costs no thread and no interpreter time.
+        self._acceptor.greet(
+            codec.encode_json(Kind.HELLO | codec.REPLY_BIT, 0, hello_reply(self.runtime, [])),
+            sorted(self.allow_uids), self.limits.max_per_user, self.limits.max_connections)
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
         self._thread.start()
         if self.abandoner is not None:
@@ -572,7 +583,8 @@ class IpcServer(ServerBase):
                 logs.peer.set(f"uid {uid}")
             refused = self._admit(conn, f"uid {uid}", pid, allowed,
                                   lambda number: Connection(self, conn, number,
-                                                            Caller(uid, transport="ipc")))
+                                                            Caller(uid, transport="ipc")),
+                                  self._acceptor.greeting(uid))
             if isinstance(refused, PermissionDenied):  # for good: the allow-list is fixed
                 with self._lock:
                     self._reasons[uid] = refused.message
@@ -587,7 +599,9 @@ class IpcServer(ServerBase):
         uid = c.caller.uid
         if uid is None or self._acceptor is None:
             return
-        over = self.limits.over_peer(c.peer, self._per_peer.get(c.peer, 0))
+        held = self._per_peer.get(c.peer, 0)
+        self._acceptor.admitted(uid, held, len(self._connections))
+        over = self.limits.over_peer(c.peer, held)
         self._table(uid, over)
         self._table(-1, self.limits.over_total(len(self._connections)))
 

@@ -94,18 +94,45 @@ class Runtime:
             obj.close()
             raise
 
-    def _check_import_quota(self, owner: str, fd: int | None, *handles: int | None) -> None:
-        """Refuses an import over the client's limit; a received fd and duplicated NT handles
-        are closed then."""
+    def _check_import_quota(
+        self, owner: str, caller: Caller, fd: int | None, *handles: int | None
+    ) -> None:
+        """Refuses an import over the client's limit, its user's (over all its clients) or the
+        service's (what its fds allow); a received fd and duplicated NT handles are closed
+        then."""
+        s = self.settings
         with self._lock:
             n = len(self.memory.owned_by(owner)) + len(self.fences.owned_by(owner))
-        if n >= self.settings.max_imports_per_owner:
+            of_user = self.memory.of_user(caller.user) + self.fences.of_user(caller.user)
+        over = None
+        if n >= s.max_imports_per_owner:
+            over = f"at most {s.max_imports_per_owner} imports per client"
+        elif of_user >= s.max_imports_per_user:
+            over = (f"{caller.user} holds {of_user} imports over its clients, the most one user "
+                    f"may (--max-imports-per-user {s.max_imports_per_user}); release some and "
+                    "retry")
+        else:
+            over = self.saturated()
+        if over is not None:
             if fd is not None:
                 os.close(fd)
             close_nt_handles(*handles)
-            raise ResourceExhausted(
-                f"at most {self.settings.max_imports_per_owner} imports per client"
-            )
+            raise ResourceExhausted(over)
+
+    def imports(self) -> int:
+        """Memory and fence imports held, over every client."""
+        with self._lock:
+            return len(self.memory.entries) + len(self.fences.entries)
+
+    def saturated(self) -> str | None:
+        """Why the service takes no more imports from anyone (its import bound, which keeps a
+        reserve of fds for connections and HTTP, is reached); None while it takes them. The
+        readiness probe answers 503 with this reason."""
+        n, limit = self.imports(), self.settings.max_imports
+        if n < limit:
+            return None
+        return (f"the service holds {n} imports, its most ({limit}: its open-fd limit less a "
+                "reserve for connections and HTTP); retry once clients release some")
 
     def _release(self, table: Table[Any], owner: str, id: str) -> Any:
         """Removes an unused object from `table` and returns it for closing."""
@@ -113,7 +140,7 @@ class Runtime:
             entry = table.get(owner, id)
             if entry.users:
                 raise Conflict(f"{table.kind} {id} is in use by {len(entry.users)} session(s)")
-            del table.entries[id]
+            table.remove(id)
         return entry.obj
 
     def import_memory(
@@ -135,7 +162,7 @@ class Runtime:
         adapter_luid for the D3D12 ones (interop/d3d12.py). ``nt_handle``: a section or D3D12
         handle the Windows pipe duplicated from the renderer, owned from here on. An import by
         ``name`` is checked against ``caller`` (interop/owners.py)."""
-        self._check_import_quota(owner, fd, nt_handle)
+        self._check_import_quota(owner, caller, fd, nt_handle)
         mem: MemoryHandle
         if handle_type in D3D12_MEMORY_TYPES:
             mem = import_d3d12_memory(
@@ -165,7 +192,7 @@ class Runtime:
                     f"importing {mem.size_bytes} bytes would map more than {limit} bytes for "
                     "this client; release memory first"
                 )
-            entry = self.memory.add(owner, mem)
+            entry = self.memory.add(owner, mem, user=caller.user)
         self.metrics.imported_bytes.labels(mem.kind).inc(mem.size_bytes)
         self.metrics.imported_handles.labels(mem.kind).inc()
         if isinstance(mem, CudaMemoryImport):
@@ -219,7 +246,7 @@ class Runtime:
         ``wake_handle``), that the Windows pipe duplicated from the renderer; owned from here on.
         ``current_value``: a GPU fence's value now, as the renderer states it (the service
         signals only above it)."""
-        self._check_import_quota(owner, fd, nt_handle, wake_handle)
+        self._check_import_quota(owner, caller, fd, nt_handle, wake_handle)
         fence: FenceHandle
         if fence_type in D3D12_FENCE_TYPES:
             close_nt_handles(wake_handle)
@@ -248,7 +275,7 @@ class Runtime:
                 self._check_named(host_fence, caller, "fence")
             fence = host_fence
         with self._lock:
-            entry = self.fences.add(owner, fence)
+            entry = self.fences.add(owner, fence, user=caller.user)
         self.metrics.imported_handles.labels(fence.kind).inc()
         return self._fence_info(entry)
 
@@ -482,7 +509,7 @@ class Runtime:
     def release_session(self, owner: str, id: str) -> None:
         with self._lock:
             entry = self.sessions.get(owner, id)
-            del self.sessions.entries[id]
+            self.sessions.remove(id)
             stream = self.streams.pop(id, None)
             self._set_pool_priority()
         if stream is not None:
@@ -612,9 +639,9 @@ class Runtime:
             mems = self.memory.owned_by(owner)
             fences = self.fences.owned_by(owner)
             for m in mems:
-                del self.memory.entries[m.id]
+                self.memory.remove(m.id)
             for f in fences:
-                del self.fences.entries[f.id]
+                self.fences.remove(f.id)
         for m in mems:
             self._close_memory(m.obj)
         for f in fences:

@@ -18,6 +18,7 @@ class Entry(Generic[T]):
     owner: str
     obj: T
     users: set[str] = field(default_factory=set)  # ids of sessions that use it
+    user: str = ""  # who imported it (Caller.user): what the per-user bounds count
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class RuntimeSettings:
     spin_ns: int = 50_000  # how long a fence wait spins before it sleeps on the futex
     max_sessions_per_owner: int = 256
     max_imports_per_owner: int = 1024
+    # The same over all clients of one user, and over every user: each import holds an fd,
+    # and the service's fds must not run out (docs/reliability.md, "Fair shares").
+    max_imports_per_user: int = 4096
+    max_imports: int = 60_000
     max_stream_spin_ns: int = 1_000_000  # the most a streaming session may ask to spin per wait
     max_streaming_sessions_per_owner: int = 64  # each has a thread while it runs
     max_mapped_bytes_per_owner: int = 16 << 30
@@ -45,7 +50,8 @@ class RuntimeSettings:
 
     def __post_init__(self) -> None:
         for name in ("default_timeout_ms", "max_timeout_ms", "max_sessions_per_owner",
-                     "max_imports_per_owner", "max_mapped_bytes_per_owner",
+                     "max_imports_per_owner", "max_imports_per_user", "max_imports",
+                     "max_mapped_bytes_per_owner",
                      "max_streaming_sessions_per_owner",
                      "max_inflight_runs_per_owner", "max_sessions_per_device"):
             if getattr(self, name) <= 0:
@@ -60,11 +66,24 @@ class Table(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.entries: dict[str, Entry[T]] = {}
+        self._of_user: dict[str, int] = {}
 
-    def add(self, owner: str, obj: T, id: str | None = None) -> Entry[T]:
-        entry = Entry(id or secrets.token_hex(16), owner, obj)
+    def add(self, owner: str, obj: T, id: str | None = None, user: str = "") -> Entry[T]:
+        entry = Entry(id or secrets.token_hex(16), owner, obj, user=user)
         self.entries[entry.id] = entry
+        self._of_user[user] = self._of_user.get(user, 0) + 1
         return entry
+
+    def remove(self, id: str) -> Entry[T]:
+        entry = self.entries.pop(id)
+        left = self._of_user.pop(entry.user) - 1
+        if left:
+            self._of_user[entry.user] = left
+        return entry
+
+    def of_user(self, user: str) -> int:
+        """How many objects ``user`` holds, over all its clients."""
+        return self._of_user.get(user, 0)
 
     def get(self, owner: str, id: str) -> Entry[T]:
         entry = self.entries.get(id)

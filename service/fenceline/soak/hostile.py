@@ -26,6 +26,12 @@ Modes:
   served wait in the service's receive queue (``-page``: with the connection's run page open).
   Its ready line names its output fence's fd (``done_fd``), so that a test can read through
   ``/proc/PID/fd`` how many runs the service executed.
+- ``hoard``: connections (``--runs`` of them) that each import small memfd frames until the
+  service refuses one, then sleep until killed: every import its quotas allow, held. Its
+  ready line says how many it holds and the refusal's code and message.
+- ``churn``: ``--runs`` connections one after another, each connecting, saying HELLO, reading
+  the answer and closing, below the per-user limit: what each was answered, and how long
+  they took.
 
 Each prints one JSON line when it is set up (``{"ready": ...}``) and one with what it saw at the
 end; ``die-*`` never reach the end. Everything it shares is named ``fenceline-hostile-<pid>``, so
@@ -354,14 +360,66 @@ def own_end(sock: str, state: str) -> None:
         time.sleep(60)
 
 
+def hoard(sock: str, connections: int) -> None:
+    clients: list[IpcClient] = []
+    frame = TaggedFrame(4096)  # one object imported again and again: each import is an fd
+    held, refusal = 0, {"code": "", "message": ""}
+    for _ in range(connections):
+        try:
+            c = IpcClient(sock, name="hostile-hoard")
+        except ServiceError as e:  # refused: a connection limit
+            refusal = {"code": e.code, "message": e.message}
+            break
+        clients.append(c)
+        while True:
+            try:
+                _import(c, frame)
+                held += 1
+            except ServiceError as e:
+                refusal = {"code": e.code, "message": e.message}
+                break
+        if "per client" not in refusal["message"]:
+            break  # a bound beyond this connection's: more connections get no more
+    print(json.dumps({"ready": True, "imports": held, "connections": len(clients), **refusal}),
+          flush=True)
+    while True:
+        time.sleep(60)
+
+
+def churn(sock: str, rounds: int) -> dict[str, Any]:
+    answers: Counter[str] = Counter()
+    print(json.dumps({"ready": True}), flush=True)
+    start = time.monotonic()
+    for n in range(rounds):
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                s.settimeout(30)
+                s.connect(sock)
+                s.send(codec.encode_json(codec.Kind.HELLO, n + 1, {"client": "churn"}))
+                reply = codec.decode(s.recv(codec.MAX_FRAME))
+        except OSError as e:
+            answers[f"closed: {type(e).__name__}"] += 1
+            continue
+        if reply.kind == codec.Kind.ERROR:
+            answers[codec.decode_error(reply.body).code] += 1
+        elif reply.request_id != n + 1 or reply.kind != codec.Kind.HELLO | codec.REPLY_BIT:
+            answers["wrong reply"] += 1
+        else:
+            answers["ok" if codec.decode_json(reply.body).get("server") == "fenceline"
+                    else "wrong reply"] += 1
+    return {"rounds": rounds, "answers": dict(answers),
+            "seconds": round(time.monotonic() - start, 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fenceline.soak.hostile")
     p.add_argument("mode", choices=["shrink-memfd", "shrink-shm", "shrink-fence", "bad-headers",
                                     "die-waiting", "die-before-reply", "own-end-send-blocked",
                                     "own-end-fence-wait", "own-end-queued",
-                                    "own-end-queued-page"])
+                                    "own-end-queued-page", "hoard", "churn"])
     p.add_argument("socket")
-    p.add_argument("--runs", type=int, default=300, help="shrink: most runs; bad-headers: rounds")
+    p.add_argument("--runs", type=int, default=300,
+                   help="shrink: most runs; bad-headers, churn: rounds; hoard: connections")
     a = p.parse_args(argv)
     result: dict[str, Any] | None = None
     if a.mode in ("shrink-memfd", "shrink-shm"):
@@ -372,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
         result = bad_headers(a.socket, a.runs)
     elif a.mode == "die-waiting":
         die_waiting(a.socket)
+    elif a.mode == "churn":
+        result = churn(a.socket, a.runs)
+    elif a.mode == "hoard":
+        hoard(a.socket, a.runs)
     elif a.mode.startswith("own-end-"):
         own_end(a.socket, a.mode.removeprefix("own-end-"))
     else:

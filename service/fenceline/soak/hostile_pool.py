@@ -24,7 +24,7 @@ from fenceline.soak import control_attack
 
 MODES = ("shrink-memfd", "bad-headers", "die-waiting", "shrink-fence", "die-before-reply",
          "shrink-shm", "own-end-send-blocked", "own-end-fence-wait", "own-end-queued",
-         "own-end-queued-page", *control_attack.MODES)
+         "own-end-queued-page", "churn", *control_attack.MODES)
 # Modes that sleep once set up until the pool kills them (after linger_s).
 KILLED = frozenset({"die-waiting", "own-end-send-blocked", "own-end-fence-wait",
                     "own-end-queued", "own-end-queued-page"})
@@ -94,6 +94,8 @@ class _Client:
             ok = set(result["codes"]) <= {"ok", "device_lost"}
         elif self.mode == "shrink-fence":
             ok = result == {"wait": "device_lost", "signal": "device_lost"}
+        elif self.mode == "churn":
+            ok = result["answers"] == {"ok": result["rounds"]}
         else:
             ok = not result["wrong"] and result["connection_usable"]
         return None if ok else f"{self.mode}: {result}"

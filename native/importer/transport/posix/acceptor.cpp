@@ -21,10 +21,22 @@
 // at once, answering and waiting; one past either is closed at once without an answer.
 // Whatever fds a refused peer sends are closed by the kernel (nothing is received with them).
 //
+// A connection the table does not refuse, of a uid Python named as allowed (greet()), while
+// that uid's connections and all connections, Python's (admitted()) and those greeted here
+// together, are below the limits greet() was given, is greeted here: its HELLO is answered with Python's reply (the request id set) and nothing more
+// happens until its next frame, its end or greet_s: a connection that only says HELLO and
+// closes never reaches Python (no thread, no interpreter time). Its next frame, one this loop
+// does not answer (anything but a plain HELLO: fds, another kind, a name it does not read as
+// printable ASCII), or greet_s without either hands it to Python, that frame still queued. The
+// greetings are paced as the refusals are, in the same uid's bucket, and held within
+// max_pending with them; past the pace's waiting room one is closed unanswered, past
+// max_pending it goes to Python at once.
+//
 // When the process is out of fds, the loop sheds one waiting connection with the out-of-fds
 // frame through an fd held in reserve, stops listening for a backoff (10 ms doubling to
 // 500 ms) and tries again; Python hears of each round, and of accepting again.
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -65,6 +77,7 @@ constexpr std::int64_t kBackoffFirstNs = 10 * kMs, kBackoffMostNs = 500 * kMs;
 constexpr std::int64_t kReportEveryNs = 1000 * kMs;  // refusals made here, told to Python
 constexpr int kBatch = 64;                           // accepts per wakeup, at most
 constexpr std::size_t kMostUids = 65536;             // entries of the per-uid table, at most
+constexpr std::size_t kMostGreeted = 65536;          // uids greet() names, at most
 
 bool out_of_fds(int err) {
   return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
@@ -84,12 +97,39 @@ struct Held {
   std::uint64_t seq = 0;
 };
 
+// A connection waiting for its uid's turn: refused with `frame`, or greeted (none).
+struct Waiting {
+  int fd = -1, pid = 0;
+  Frame frame;
+};
+
 // One uid's pace: tokens refill at per_s up to burst; connections wait in order for one.
 struct Bucket {
   double tokens = 0;
   std::int64_t at = 0;
-  std::deque<std::pair<int, Frame>> waiting;
+  std::deque<Waiting> waiting;
 };
+
+// A connection being greeted: its peer, and its file status flags to give back with it.
+struct Greeting {
+  std::uint32_t uid = 0;
+  int pid = 0, flags = 0;
+  std::uint64_t seq = 0;
+};
+
+// A HELLO body this loop answers as Python would: {} or {"client":"NAME"} (no spaces, as the
+// clients write it), NAME printable ASCII without quotes or backslashes. Anything else is
+// Python's to read.
+bool plain_hello(const std::uint8_t *body, std::size_t n) {
+  static const char head[] = "{\"client\":\"";
+  const std::size_t h = sizeof head - 1;
+  if (n == 0 || (n == 2 && body[0] == '{' && body[1] == '}')) return true;
+  if (n < h + 2 || std::memcmp(body, head, h) != 0 || body[n - 2] != '"' || body[n - 1] != '}')
+    return false;
+  for (std::size_t i = h; i < n - 2; ++i)
+    if (body[i] < 0x20 || body[i] > 0x7e || body[i] == '"' || body[i] == '\\') return false;
+  return true;
+}
 
 // What the loop tells Python.
 struct Event {
@@ -102,16 +142,18 @@ struct Event {
 class Acceptor {
  public:
   Acceptor(int listen_fd, const py::bytes &out_of_fds_frame, double grace_s,
-           std::size_t max_pending, double per_s, std::size_t burst)
+           std::size_t max_pending, double per_s, std::size_t burst, double greet_s)
       : listen_(listen_fd),
         out_of_fds_(frame_of(out_of_fds_frame)),
         grace_ns_(static_cast<std::int64_t>(grace_s * 1e9)),
+        greet_ns_(static_cast<std::int64_t>(greet_s * 1e9)),
         max_pending_(max_pending),
         per_ns_(per_s / 1e9),
         burst_(static_cast<double>(burst)),
         buf_(FL_WIRE_MAX_FRAME + 1) {
     if (grace_s <= 0 || grace_s > 3600) throw py::value_error("grace_s is in (0, 3600]");
     if (!(per_s > 0) || burst < 1) throw py::value_error("per_s > 0 and burst >= 1");
+    if (!(greet_s > 0) || greet_s > 3600) throw py::value_error("greet_s is in (0, 3600]");
     // Made now: a refusal may come when the process has no fd to spare.
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     wake_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -138,6 +180,44 @@ class Acceptor {
       by_uid_.erase(uid);
     else if (by_uid_.size() < kMostUids || by_uid_.count(uid))
       by_uid_[uid] = std::move(f);  // past the most, Python decides each of the others itself
+  }
+
+  // Greets the connections of these uids here from now on, answering a plain HELLO with this
+  // reply (its request id set); None: no more greetings.
+  void greet(const py::object &reply, const std::vector<std::uint32_t> &uids,
+             std::size_t max_per_uid, std::size_t max_total) {
+    std::string r;
+    if (!reply.is_none()) {
+      r = reply.cast<std::string>();
+      FlWireHeader h;
+      if (!fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(r.data()), r.size(), &h) ||
+          h.kind != (FL_KIND_HELLO | FL_WIRE_REPLY_BIT))
+        throw py::value_error("a greeting is an encoded HELLO reply");
+      if (uids.size() > kMostGreeted) throw py::value_error("too many uids to greet");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    hello_ = reply.is_none() ? nullptr : std::make_shared<const std::string>(std::move(r));
+    greeted_uids_.clear();
+    if (hello_) greeted_uids_.insert(uids.begin(), uids.end());
+    max_per_uid_ = max_per_uid;
+    max_total_ = max_total;
+  }
+
+  // Python's count of uid's connections, and of all, each time one is admitted or forgotten.
+  void admitted(std::uint32_t uid, std::size_t n, std::size_t total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n == 0)
+      admitted_.erase(uid);
+    else
+      admitted_[uid] = n;
+    admitted_total_ = total;
+  }
+
+  // The connections being greeted here, of uid and of all: Python counts them with its own.
+  py::typing::Tuple<py::int_, py::int_> greeting(std::uint32_t uid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = greeting_of_.find(uid);
+    return py::make_tuple(it == greeting_of_.end() ? 0 : it->second, greeting_total_);
   }
 
   void full(const py::object &frame) {
@@ -172,6 +252,7 @@ class Acceptor {
   std::size_t held() const { return held_count_.load(); }
   std::size_t waiting() const { return waiting_count_.load(); }
   std::uint64_t dropped() const { return dropped_.load(); }
+  std::uint64_t greeted() const { return greeted_count_.load(); }
 
   // Runs the loop until something needs Python: ("peer", (fd, pid, uid)) for a connection the
   // table does not refuse (the caller owns fd); ("refused", [(uid, error code, count), ...])
@@ -225,14 +306,24 @@ class Acceptor {
 
   void close_waiting() {
     for (auto &[uid, b] : buckets_)
-      for (auto &[fd, f] : b.waiting) ::close(fd);
+      for (const Waiting &w : b.waiting) ::close(w.fd);
     buckets_.clear();
     slow_.clear();
     waiting_count_ = 0;
   }
 
+  void close_greetings() {
+    for (auto &[fd, g] : greeting_) ::close(fd);
+    greeting_.clear();
+    greet_deadlines_.clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    greeting_of_.clear();
+    greeting_total_ = 0;
+  }
+
   void release() {
     close_waiting();
+    close_greetings();
     for (auto &[fd, h] : held_) ::close(fd);
     held_.clear();
     held_count_ = 0;
@@ -275,8 +366,11 @@ class Acceptor {
       }
       release_due(now);
       expire(now);
+      expire_greetings(now);
+      if (!events_.empty()) continue;  // a greeting handed over
       std::int64_t until = -1;
       if (!deadlines_.empty()) until = deadlines_.front().first;
+      if (!greet_deadlines_.empty()) until = earliest(until, greet_deadlines_.front().first);
       if (!slow_.empty()) until = earliest(until, next_due());
       if (!counts_.empty()) until = earliest(until, reported_ + kReportEveryNs);
       if (backoff_until_ != 0) until = earliest(until, backoff_until_);
@@ -298,6 +392,8 @@ class Acceptor {
         } else if (fd == wake_) {
           std::uint64_t v;
           [[maybe_unused]] auto r = ::read(wake_, &v, sizeof v);
+        } else if (greeting_.count(fd) != 0) {
+          greet_step(fd);
         } else {
           step(fd);
         }
@@ -311,6 +407,7 @@ class Acceptor {
     }
     for (auto &[fd, f] : incoming) ::close(fd);
     close_waiting();
+    close_greetings();
     for (auto &[fd, h] : held_) ::close(fd);
     held_.clear();
     held_count_ = 0;
@@ -365,6 +462,7 @@ class Acceptor {
       return;
     }
     Frame f;
+    bool greet = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (full_) {
@@ -373,19 +471,54 @@ class Acceptor {
         auto it = by_uid_.find(cred.uid);
         if (it != by_uid_.end()) f = it->second;
       }
+      greet = !f && hello_ && greeted_uids_.count(cred.uid) != 0;
+      if (greet) {  // within the limits, counting those greeted or waiting to be
+        const auto a = admitted_.find(cred.uid);
+        const auto g = greeting_of_.find(cred.uid);
+        const std::size_t of_uid = (a == admitted_.end() ? 0 : a->second) +
+                                   (g == greeting_of_.end() ? 0 : g->second);
+        greet = of_uid < max_per_uid_ && admitted_total_ + greeting_total_ < max_total_;
+        if (greet) {  // counted from now, waiting for its turn or greeted
+          ++greeting_of_[cred.uid];
+          ++greeting_total_;
+        }
+      }
     }
-    if (!f) {
-      Event e;
-      e.kind = Event::Peer;
-      e.fd = c;
-      e.pid = cred.pid;
-      e.uid = cred.uid;
-      events_.push_back(std::move(e));
+    if (!f && !greet) {
+      hand_over(c, cred.pid, cred.uid);
       return;
     }
-    const auto *p = reinterpret_cast<const std::uint8_t *>(f->data());
-    ++counts_[{cred.uid, fl_wire_get_error_code(p + FL_WIRE_HEADER_SIZE)}];
-    pace(cred.uid, c, std::move(f));
+    if (f) {
+      const auto *p = reinterpret_cast<const std::uint8_t *>(f->data());
+      ++counts_[{cred.uid, fl_wire_get_error_code(p + FL_WIRE_HEADER_SIZE)}];
+    }
+    pace(cred.uid, c, cred.pid, std::move(f));
+  }
+
+  // A greeting that ended: no longer counted against uid's limits.
+  void ungreet(std::uint32_t uid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = greeting_of_.find(uid);
+    if (it == greeting_of_.end()) return;
+    if (--it->second == 0) greeting_of_.erase(it);
+    --greeting_total_;
+  }
+
+  void hand_over(int fd, int pid, std::uint32_t uid) {
+    Event e;
+    e.kind = Event::Peer;
+    e.fd = fd;
+    e.pid = pid;
+    e.uid = uid;
+    events_.push_back(std::move(e));
+  }
+
+  // An answer whose uid's turn came: a refusal held, or a greeting.
+  void answer(std::uint32_t uid, const Waiting &w) {
+    if (w.frame)
+      hold(w.fd, w.frame);
+    else
+      start_greeting(w.fd, w.pid, uid);
   }
 
   // -- the pace of one uid's refusals ---------------------------------------------------------
@@ -395,8 +528,13 @@ class Acceptor {
     b.at = now;
   }
 
-  void pace(std::uint32_t uid, int fd, Frame f) {
-    if (held_.size() + waiting_count_ >= max_pending_) {
+  void pace(std::uint32_t uid, int fd, int pid, Frame f) {
+    if (pending() >= max_pending_) {
+      if (!f) {  // a greeting: Python serves it as it did before greetings
+        ungreet(uid);
+        hand_over(fd, pid, uid);
+        return;
+      }
       ++dropped_;
       ::close(fd);
       return;
@@ -411,15 +549,16 @@ class Acceptor {
     refill(b, now);
     if (b.waiting.empty() && b.tokens >= 1) {
       b.tokens -= 1;
-      hold(fd, std::move(f));
+      answer(uid, Waiting{fd, pid, std::move(f)});
       return;
     }
     if (static_cast<double>(b.waiting.size()) >= burst_) {  // one uid's share of the fds
+      if (!f) ungreet(uid);
       ++dropped_;
       ::close(fd);
       return;
     }
-    b.waiting.emplace_back(fd, std::move(f));
+    b.waiting.push_back(Waiting{fd, pid, std::move(f)});
     ++waiting_count_;
     slow_.insert(uid);
   }
@@ -431,10 +570,10 @@ class Acceptor {
       refill(b, now);
       while (!b.waiting.empty() && b.tokens >= 1) {
         b.tokens -= 1;
-        auto [fd, f] = std::move(b.waiting.front());
+        const Waiting w = std::move(b.waiting.front());
         b.waiting.pop_front();
         --waiting_count_;
-        hold(fd, std::move(f));
+        answer(*u, w);
       }
       u = b.waiting.empty() ? slow_.erase(u) : std::next(u);
     }
@@ -493,9 +632,12 @@ class Acceptor {
     }
   }
 
+  // Connections held here: refusals answering, greetings, and those waiting for their turn.
+  std::size_t pending() const { return held_.size() + greeting_.size() + waiting_count_; }
+
   void hold(int fd, Frame f) {
     const int flags = ::fcntl(fd, F_GETFL);
-    if (held_.size() + waiting_count_ >= max_pending_ || flags < 0 ||
+    if (pending() >= max_pending_ || flags < 0 ||
         ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || !watch(fd, EPOLLIN, false)) {
       ++dropped_;
       ::close(fd);
@@ -521,6 +663,104 @@ class Acceptor {
       deadlines_.pop_front();
       auto it = held_.find(fd);
       if (it != held_.end() && it->second.seq == seq) drop(fd);
+    }
+  }
+
+  // -- greetings ------------------------------------------------------------------------------
+
+  void start_greeting(int fd, int pid, std::uint32_t uid) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (pending() >= max_pending_ || flags < 0 ||
+        ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || !watch(fd, EPOLLIN | EPOLLRDHUP, false)) {
+      if (flags >= 0) ::fcntl(fd, F_SETFL, flags);
+      ungreet(uid);
+      hand_over(fd, pid, uid);
+      return;
+    }
+    const std::uint64_t seq = ++seq_;
+    greeting_[fd] = Greeting{uid, pid, flags, seq};
+    greet_deadlines_.emplace_back(fl_htl_now_ns() + greet_ns_, std::make_pair(fd, seq));
+    greet_step(fd);  // a HELLO already there is answered at once
+  }
+
+  // Python's from here: out of the epoll set, its flags as accepted, its next frame queued.
+  void greeting_done(int fd, bool to_python) {
+    auto it = greeting_.find(fd);
+    const Greeting g = it->second;
+    greeting_.erase(it);
+    ungreet(g.uid);
+    if (!to_python) {
+      ::close(fd);
+      return;
+    }
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+    ::fcntl(fd, F_SETFL, g.flags);
+    hand_over(fd, g.pid, g.uid);
+  }
+
+  void expire_greetings(std::int64_t now) {
+    while (!greet_deadlines_.empty() && greet_deadlines_.front().first <= now) {
+      const auto [fd, seq] = greet_deadlines_.front().second;
+      greet_deadlines_.pop_front();
+      auto it = greeting_.find(fd);
+      if (it != greeting_.end() && it->second.seq == seq) greeting_done(fd, true);
+    }
+  }
+
+  // Looks at the next frame without taking it (nor any fds it carries): a plain HELLO is taken
+  // and answered, the peer's end closes the connection, anything else goes to Python.
+  void greet_step(int fd) {
+    for (;;) {
+      struct iovec iov {
+        buf_.data(), buf_.size()
+      };
+      struct msghdr msg {};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      const ssize_t n = ::recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0) {
+        greeting_done(fd, false);  // reset: nobody to answer
+        return;
+      }
+      if (n == 0 && (msg.msg_flags & MSG_CTRUNC) == 0) {
+        // The peer's end, or an empty message (Python answers that one).
+        struct pollfd p {
+          fd, POLLRDHUP, 0
+        };
+        const bool end = ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+        greeting_done(fd, !end);
+        return;
+      }
+      FlWireHeader h;
+      const auto size = static_cast<std::size_t>(n);
+      if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || size > FL_WIRE_MAX_FRAME ||
+          !fl_wire_header_ok(buf_.data(), size, &h) || h.kind != FL_KIND_HELLO ||
+          !plain_hello(buf_.data() + FL_WIRE_HEADER_SIZE, size - FL_WIRE_HEADER_SIZE)) {
+        greeting_done(fd, true);
+        return;
+      }
+      Frame reply;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reply = hello_;
+      }
+      if (!reply) {
+        greeting_done(fd, true);
+        return;
+      }
+      std::string out = *reply;
+      FlWireHeader ours;
+      fl_wire_get_header(reinterpret_cast<const std::uint8_t *>(out.data()), &ours);
+      fl_wire_put_header(reinterpret_cast<std::uint8_t *>(out.data()), ours.kind, h.request_id,
+                         ours.body_length);
+      if (::recv(fd, buf_.data(), buf_.size(), MSG_DONTWAIT) != n ||
+          ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        greeting_done(fd, false);
+        return;
+      }
+      ++greeted_count_;
     }
   }
 
@@ -553,7 +793,7 @@ class Acceptor {
 
   const int listen_;  // Python's socket owns it
   const Frame out_of_fds_;
-  const std::int64_t grace_ns_;
+  const std::int64_t grace_ns_, greet_ns_;
   const std::size_t max_pending_;
   const double per_ns_, burst_;  // the pace: tokens per ns, and the most saved up
   int epoll_ = -1, wake_ = -1, spare_ = -1;
@@ -562,11 +802,21 @@ class Acceptor {
   std::mutex mu_;  // the table, incoming_ and stopped_
   std::unordered_map<std::uint32_t, Frame> by_uid_;
   Frame full_;
+  Frame hello_;                               // greet()'s reply, or none
+  std::set<std::uint32_t> greeted_uids_;      // greet()'s uids
+  std::size_t max_per_uid_ = 0, max_total_ = 0;  // greet()'s limits
+  std::unordered_map<std::uint32_t, std::size_t> admitted_;  // Python's counts (admitted())
+  std::size_t admitted_total_ = 0;
+  // Connections being greeted or waiting for their turn to be, by uid and in all.
+  std::unordered_map<std::uint32_t, std::size_t> greeting_of_;
+  std::size_t greeting_total_ = 0;
   std::vector<std::pair<int, Frame>> incoming_;
   bool stopped_ = false;
 
   // The loop's own (one thread at a time runs it).
   std::unordered_map<int, Held> held_;
+  std::unordered_map<int, Greeting> greeting_;
+  std::deque<std::pair<std::int64_t, std::pair<int, std::uint64_t>>> greet_deadlines_;
   std::deque<std::pair<std::int64_t, std::pair<int, std::uint64_t>>> deadlines_;
   std::deque<Event> events_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> counts_;
@@ -578,7 +828,7 @@ class Acceptor {
   bool named_ = false;
   std::atomic<bool> accepting_{true};
   std::atomic<std::size_t> held_count_{0}, waiting_count_{0};
-  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::uint64_t> dropped_{0}, greeted_count_{0};
 };
 
 }  // namespace
@@ -595,9 +845,23 @@ void bind_acceptor(py::module_ &mod) {
       "their turn, at most burst of them. Past that, or past max_pending held at once "
       "(answering and waiting), one more is closed unanswered. listen_fd stays the caller's "
       "(made non-blocking here).")
-      .def(py::init<int, const py::bytes &, double, std::size_t, double, std::size_t>(),
+      .def(py::init<int, const py::bytes &, double, std::size_t, double, std::size_t, double>(),
            py::arg("listen_fd"), py::arg("out_of_fds"), py::arg("grace_s"),
-           py::arg("max_pending"), py::arg("per_s"), py::arg("burst"))
+           py::arg("max_pending"), py::arg("per_s"), py::arg("burst"), py::arg("greet_s"))
+      .def("admitted", &Acceptor::admitted, py::arg("uid"), py::arg("connections"),
+           py::arg("total"),
+           "Python's count of uid's connections and of all, after each admission or close.")
+      .def("greeting", &Acceptor::greeting, py::arg("uid"),
+           "(uid's, all) connections greeted here or waiting to be: count them as admitted.")
+      .def("greet", &Acceptor::greet, py::arg("reply"), py::arg("uids"),
+           py::arg("max_per_uid"), py::arg("max_total"),
+           "Greets these uids' connections here from now on, while a uid's connections "
+           "(admitted() and greeted here) are below max_per_uid and all below max_total: a "
+           "plain HELLO ({} or "
+           "{\"client\":\"NAME\"}, NAME printable ASCII) is answered with this encoded HELLO "
+           "reply (its request id set), paced as refusals are; the connection goes to Python "
+           "with its next frame (left queued), or after greet_s, and is closed here when the "
+           "peer closes first. None: no more greetings.")
       .def("limit", &Acceptor::limit, py::arg("uid"), py::arg("frame"),
            "Refuses uid's connections with this ERROR frame from now on (None: no more).")
       .def("full", &Acceptor::full, py::arg("frame"),
@@ -618,7 +882,10 @@ void bind_acceptor(py::module_ &mod) {
       .def_property_readonly("waiting", &Acceptor::waiting,
                              "refused connections waiting for their turn now")
       .def_property_readonly("dropped", &Acceptor::dropped,
-                             "refused connections closed unanswered, past max_pending");
+                             "connections closed unanswered: refusals past max_pending, and "
+                             "refusals or greetings past a uid's waiting room")
+      .def_property_readonly("greeted", &Acceptor::greeted,
+                             "HELLOs answered here, since the loop began");
 }
 
 }  // namespace fl
