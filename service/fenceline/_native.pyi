@@ -631,7 +631,7 @@ def send_message(fd: typing.SupportsInt | typing.SupportsIndex, data: bytes, tim
     """
 def set_cpus_shared(on: bool) -> None:
     """
-    Whether the service's runs on the CPU share its cores with other renderers' runs now (its pools at idle priority): every RUN reply says so from now on.
+    Whether the service's runs on the CPU share its cores with other renderers' runs now (its pools at idle priority): every RUN reply to a client that asked for the reply's flags says so from now on.
     """
 def trace_filled() -> bool:
     """

@@ -256,7 +256,8 @@ void bind_cpu_runs(py::module_ &mod) {
       "set_cpus_shared", [](bool on) { shared.store(on, std::memory_order_relaxed); },
       py::arg("on"),
       "Whether the service's runs on the CPU share its cores with other renderers' runs now "
-      "(its pools at idle priority): every RUN reply says so from now on.");
+      "(its pools at idle priority): every RUN reply to a client that asked for the reply's "
+      "flags says so from now on.");
   mod.def("cpus_shared", &cpus_shared, "What set_cpus_shared said last (False at first).");
   mod.def(
       "large_frame_turns",

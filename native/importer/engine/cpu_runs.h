@@ -34,7 +34,8 @@ class CpuRun {
 
 // Whether the service's runs on the CPU share its cores with other renderers' runs: set by the
 // service while its onnxruntime pools run at idle priority (runtime/ort_options.py,
-// pool_yields), and said in every RUN reply (FL_WIRE_REPLY_CPUS_SHARED).
+// pool_yields), and said in every RUN reply to a client that asked for the reply's flags in
+// HELLO (FL_WIRE_REPLY_CPUS_SHARED).
 bool cpus_shared();
 
 // Once a run that held the turn has ended: until when (fl_htl_now_ns) the turn is kept for

@@ -15,12 +15,13 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   the cores that nothing else wants, and a renderer or a connection thread that wakes up runs at
   once, on a core the pool is using if need be, instead of waiting behind the pool's threads.
   The thread that asked for a run keeps its priority and does its own share of every run, so a
-  run always makes progress. Every RUN reply says so meanwhile (``cpus_shared``, docs/ipc.md),
-  and the Python client then neither naps nor stays runnable: a renderer's spin would take a
-  core from the pool. With one session the pool keeps normal priority (idle, it ran a
-  lone renderer's frames slower in three 16-core leases of four: IPC over the floor at 720p
-  0.803 / 0.787 / 0.81 / 0.861 against 0.846 / 0.750 / 0.90 / 1.007, while 8 renderers rose
-  from 0.668-0.801 to 0.810-0.920); on two CPUs its one thread would never find a free core.
+  run always makes progress. Every RUN reply to a client that asked for the reply's flags says
+  so meanwhile (``cpus_shared``, docs/ipc.md), and the Python client then neither naps nor
+  stays runnable: a renderer's spin would take a core from the pool. With one session the pool
+  keeps normal priority (idle, it ran a lone renderer's frames slower in three 16-core leases
+  of four: IPC over the floor at 720p 0.803 / 0.787 / 0.81 / 0.861 against 0.846 / 0.750 /
+  0.90 / 1.007, while 8 renderers rose from 0.668-0.801 to 0.810-0.920); on two CPUs its one
+  thread would never find a free core.
 - One thread when the CPUs are full: once the service has as many host sessions as usable CPUs,
   it loads the models of those sessions whose threads it sizes a second time, at one thread
   (``single_thread_from``, ``Model.load_single``), and binds every host session to it beside

@@ -440,9 +440,9 @@ class Runtime:
 
     def _set_pool_priority(self) -> None:
         """The models' onnxruntime pools at idle priority while several sessions run on the
-        CPU (runtime/ort_options.py), and every RUN reply saying so meanwhile (its
-        ``cpus_shared`` flag: docs/ipc.md). Called with the table lock held, so that the last
-        session count is the one that holds."""
+        CPU (runtime/ort_options.py), and every RUN reply to a client that asked for its flags
+        saying so meanwhile (its ``cpus_shared`` flag: docs/ipc.md). Called with the table lock
+        held, so that the last session count is the one that holds."""
         on_cpu = sum(1 for e in self.sessions.entries.values() if not e.obj.device_label)
         shared = pool_yields(on_cpu)
         self.models.set_pool_idle(shared)
