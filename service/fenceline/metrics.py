@@ -138,6 +138,8 @@ class Metrics:
         )
         self._gpu_run_series: dict[str, Any] = {}
         r.register(_NativeMappings())
+        self._runners = _NativeRunners()
+        r.register(self._runners)
         self.triton = TritonMetrics()
         # Per model, the (run, infer) seconds that KServe requests added to the run histograms,
         # which are labelled by model only: the statistics extension takes them out there and
@@ -149,6 +151,11 @@ class Metrics:
         """The Prometheus text of every metric: the registry, then Triton's families (with a
         zero series for each loaded ``(model, version)``, as Triton starts them)."""
         return generate_latest(self.registry) + self.triton.exposition(models)
+
+    def watch_runner(self, table: Any) -> None:
+        """Exposes what a native runner (a ``_native.RunTable``) did with the RUNs handed to
+        it, beside the others': which engine served the runs."""
+        self._runners.tables.append(table)
 
     def observe_gpu_run(self, device: str) -> None:
         child = self._gpu_run_series.get(device)
@@ -248,6 +255,29 @@ class _NativeMappings(Collector):
             "each failed its run, wait or signal with device_lost instead of killing the service.",
             value=faults,
         )
+
+
+class _NativeRunners(Collector):
+    """The native runners' counts (RunTable.counts), summed over the transports' tables."""
+
+    def __init__(self) -> None:
+        self.tables: list[Any] = []
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "fenceline_native_runs",
+            "RUNs handed to the native runner, by what it did: answered, failed (the failure "
+            "worded there, answered by the transport), handed_back (served by Python), and "
+            "waited (of the answered and failed, those sent ahead of their input fence).",
+            labels=["outcome"],
+        )
+        totals: dict[str, int] = {}
+        for table in self.tables:
+            for outcome, n in table.counts().items():
+                totals[outcome] = totals.get(outcome, 0) + n
+        for outcome, n in sorted(totals.items()):
+            family.add_metric([outcome], float(n))
+        yield family
 
 
 # Triton's per-model inference metrics (its docs/user_guide/metrics.md): name, help.

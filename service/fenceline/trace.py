@@ -22,6 +22,7 @@ from typing import Any
 
 from fenceline import _native
 from fenceline.errors import Conflict, InvalidArgument
+from fenceline.waiting import Flag
 
 # The native enum's order (trace.h, Moment): append only.
 MOMENTS = (
@@ -132,7 +133,7 @@ class Recording:
     ended_ns: int
 
 
-def record(limits: Limits, cancel: threading.Event | None = None) -> Recording:
+def record(limits: Limits, cancel: Flag | None = None) -> Recording:
     """Records until ``limits.seconds`` pass, ``limits.frames`` frames were received,
     :func:`stop` is called or ``cancel`` is set; raises Conflict while another trace records.
     The recorder's buffer is freed when the recording stops: what it recorded is in the
@@ -348,7 +349,7 @@ def session_labels(entries: Iterable[tuple[str, str]]) -> dict[int, str]:
 
 
 def trace_service(limits: Limits, sessions: Callable[[], Iterable[tuple[str, str]]],
-                  cancel: threading.Event | None = None) -> Iterator[str]:
+                  cancel: Flag | None = None) -> Iterator[str]:
     """Records, then returns the Chrome trace's chunks (:func:`chrome_trace_chunks`); ``sessions``
     names them (read at the start and at the end, so sessions made or released meanwhile are
     named too)."""

@@ -23,7 +23,6 @@ worker, a renderer's :meth:`Fence.wait <fenceline.client.Fence.wait>`.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -38,14 +37,20 @@ SPIN_SLACK_NS: int = _native.SPIN_SLACK_NS
 OUTLIER = float(_native.SPIN_OUTLIER)  # a wait counts for at most this many times its average
 
 
+class Flag(Protocol):
+    """What a long wait asks, between its slices, whether it must end: a ``threading.Event``,
+    the service's shutdown flag (``_native.Shutdown``, ``Runtime.closing``) or a :class:`Cancel`."""
+
+    def is_set(self) -> bool: ...
+
+
 class Cancel:
     """Ends a long wait early: when the service shuts down (``closing``) or, for a wait done
-    for one client, when ``gone()`` says that client is no longer there. Duck-types the
-    ``is_set()`` of the ``threading.Event`` that waits accept. ``run_options``: onnxruntime's
-    RunOptions for that client's model runs (None: none), whose terminate flag ends a run in
-    flight once the client is gone (fenceline.ipc.abandon)."""
+    for one client, when ``gone()`` says that client is no longer there. ``run_options``:
+    onnxruntime's RunOptions for that client's model runs (None: none), whose terminate flag
+    ends a run in flight once the client is gone (fenceline.ipc.abandon)."""
 
-    def __init__(self, closing: threading.Event, gone: Callable[[], bool],
+    def __init__(self, closing: Flag, gone: Callable[[], bool],
                  run_options: object = None) -> None:
         self.closing = closing
         self._gone = gone

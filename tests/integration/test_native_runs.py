@@ -1,6 +1,6 @@
 """The native run path (docs/ipc.md, "The run path"): a host session's RUN frames are served
-without the interpreter when they can be, and exactly as the Python path serves them when they
-cannot. The service runs in this process (so the test sees which path served a frame); every
+without the interpreter when they can be, RUNs sent ahead of their input fence included, and
+exactly as the Python path serves them when they cannot. The service runs in this process (so the test sees which path served a frame); every
 renderer is a real client in its own process."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 
 from fenceline import _native
 from fenceline.client import Fence, SharedFrame
+from fenceline.errors import TimedOut, Unavailable
 from fenceline.ipc.server import IpcServer
 from fenceline.models import build_repository
 from fenceline.protocol import codec
@@ -57,6 +58,20 @@ RENDERER = textwrap.dedent("""
         threading.Timer(0.2, s.wait.signal, args=(1,)).start()
         r = client.run(s.session_id, 1)
         out = {"signal": r.signal_value, "y": float(s.y.flat[0])}
+    elif plan == "pipelined":
+        # Three RUNs in flight on one connection, each sent before its input fence is there.
+        sent = [client.send_run(s.session_id, v, timeout_ms=20_000) for v in (1, 2, 3)]
+        ys = []
+        for v, request_id in zip((1, 2, 3), sent):
+            s.x[:] = v
+            s.wait.signal(v)
+            r = client.recv_run_reply(request_id)
+            ys.append([r.signal_value, float(s.y.flat[0])])
+        try:
+            client.run(s.session_id, 9, timeout_ms=150)
+        except ServiceError as e:
+            out["timeout"] = [e.code, e.message, e.details]
+        out["ys"] = ys
     elif plan == "errors":
         s.x[:] = 1
         s.wait.signal(1)
@@ -137,13 +152,34 @@ def test_frames_are_served_natively_and_counted(
     assert len(server.run_table) == 0  # the renderer left: its session is gone here too
 
 
-def test_a_fence_not_yet_reached_is_waited_for_by_the_python_path(
+def test_a_fence_not_yet_reached_is_waited_for_natively(
     served: tuple[Runtime, IpcServer, list[str]],
 ) -> None:
     _, server, python_runs = served
     got = _renderer(server, "add_64x64", "late_fence")
     assert got == {"signal": 1, "y": 3.0}
-    assert len(python_runs) == 1
+    assert python_runs == []
+    counts = server.run_table.counts()
+    assert (counts["answered"], counts["waited"], counts["handed_back"]) == (1, 1, 0), counts
+
+
+def test_runs_in_flight_ahead_of_their_fences_wait_natively_and_time_out_as_python_does(
+    served: tuple[Runtime, IpcServer, list[str]],
+) -> None:
+    _, server, python_runs = served
+    got = _renderer(server, "add_64x64", "pipelined")
+    assert got["ys"] == [[1, 2.0], [2, 3.0], [3, 4.0]]
+    code, message, details = got["timeout"]
+    assert code == "timed_out"
+    assert message == ("fence did not reach 9 within 150 ms (it is at 3); nothing ran and "
+                       "nothing was signalled (not queued): send the run again once the input "
+                       "is ready")
+    assert details == {"queued": False, "wait_value": 9, "signal_value": 9}
+    assert python_runs == []
+    counts = server.run_table.counts()
+    assert (counts["answered"], counts["failed"], counts["handed_back"]) == (3, 1, 0), counts
+    # The one that timed out waited here; the others did unless their fence came first.
+    assert 1 <= counts["waited"] <= 4, counts
 
 
 def test_failed_runs_answer_as_the_python_path_does(
@@ -151,7 +187,7 @@ def test_failed_runs_answer_as_the_python_path_does(
 ) -> None:
     runtime, server, python_runs = served
     got = _renderer(server, "nan_guard_64x64", "errors")
-    assert len(python_runs) == 2  # the two conflicts; the model error came from the native path
+    assert python_runs == []  # the two conflicts and the model error came from the native path
     assert got["codes"] == ["conflict", "conflict", "model_error", 5.0]
     assert got["message"].startswith("model 'nan_guard_64x64' failed: ")
     errors = {s.labels["code"]: s.value for m in runtime.metrics.registry.collect()
@@ -179,9 +215,15 @@ def _native_session(runtime: Runtime, table: Any, owner: str, frame: SharedFrame
     return sid
 
 
-def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> None:
+def _runner(runtime: Runtime) -> Any:
+    s = runtime.settings
+    return _native.RunTable(runtime.closing, s.max_timeout_ms, s.default_timeout_ms, s.spin_ns)
+
+
+def test_the_table_serves_only_its_owner_and_answers_unavailable_once_stopping(
+        repo: Path) -> None:
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
-    table = _native.RunTable(runtime.settings.max_timeout_ms)
+    table = _runner(runtime)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         with ours, theirs, SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
@@ -218,8 +260,15 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
             assert (session.runs, session.last_signal_value) == (1, 2)
             assert [r.signal_value for _, r in session.recent] == [2]
             assert ("add_64x64", "ipc", 1) in runtime.metrics.run_store.runs()
-            table.close()  # as IpcServer.stop does first
-            assert not served(3) and b.value == 2
+            # The service's one shutdown flag: from now on its RUNs are answered unavailable,
+            # here, and nothing runs.
+            runtime.closing.set()
+            a.signal(3)
+            frame = codec.encode_run(3, codec.Run(bytes.fromhex(sid), 3, None, None, 0))
+            theirs.send(frame)
+            data, _, _, failure = table.serve_loop(ours.fileno(), owner, gate, spin)
+            assert data == frame and isinstance(failure, Unavailable)
+            assert failure.message == "the service is shutting down" and b.value == 2
     finally:
         runtime.close()
     assert len(table) == 0
@@ -228,20 +277,31 @@ def test_the_table_serves_only_its_owner_and_nothing_once_closed(repo: Path) -> 
 def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> None:
     """serve_bytes: the entry of a transport that receives in Python (the Windows pipe)."""
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
-    table = _native.RunTable(runtime.settings.max_timeout_ms)
+    table = _runner(runtime)
     try:
         with SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
             owner = "pipe:3"
             sid = _native_session(runtime, table, owner, f, a, b)
+            gate = _native.SpinGate(1)
+            replies: list[tuple[bytes, int]] = []
+
+            def send(reply: bytes) -> bool:  # the transport's: the run is not counted yet
+                replies.append((reply, runtime.describe_session(owner, sid)["runs"]))
+                return True
+
+            late = codec.encode_run(4, codec.Run(bytes.fromhex(sid), 1, None, 30))
+            sent, failure = table.serve_bytes(late, owner, False, gate, None, send)  # not in time
+            assert sent is None and isinstance(failure, TimedOut)
+            assert failure.details == {"queued": False, "wait_value": 1, "signal_value": 1}
             frame = codec.encode_run(5, codec.Run(bytes.fromhex(sid), 1, None, None))
-            assert table.serve_bytes(frame, owner) == (None, None)  # not there yet: Python's
             a.signal(1)
-            assert table.serve_bytes(frame, "pipe:4") == (None, None)  # another connection's
-            assert b.value == 0
-            reply, failure = table.serve_bytes(frame, owner)
-            assert failure is None and reply is not None
+            assert table.serve_bytes(frame, "pipe:4", False, gate, None, send) == (None, None)
+            assert b.value == 0 and replies == []
+            assert table.serve_bytes(frame, owner, False, gate, None, send) == (True, None)
+            [(reply, runs_then)] = replies
             got = codec.decode(reply)
             assert got.request_id == 5 and codec.decode_run_reply(got.body).signal_value == 1
+            assert runs_then == 0  # sent first, then counted, as on the socket
             assert b.value == 1 and runtime.describe_session(owner, sid)["runs"] == 1
             assert ("add_64x64", "ipc", 1) in runtime.metrics.run_store.runs()
     finally:

@@ -2,6 +2,8 @@
 scripted frames, sent as raw bytes over the Unix socket to a service started with
 ``--run-path native`` and to one started with ``--run-path python``, must get the same replies
 byte for byte, leave the same fence values and session counters, and count the same metrics.
+The native runner's own counters say which engine served each: a runner that served nothing
+fails.
 
 What differs by nature is taken out before comparing, and only that: the three timings of a RUN
 reply (microseconds measured on each run) and the objects' random ids, each replaced by its order
@@ -238,13 +240,30 @@ def played(service: Service) -> tuple[list[tuple[str, bytes, tuple[int, ...]]], 
     return normalized(r.log), counted_metrics(service)
 
 
+ENGINE = "fenceline_native_runs_total"
+
+
+def engine_counts(metrics: dict[str, float]) -> dict[str, float]:
+    """The native runner's counts (taken out of ``metrics``), by outcome."""
+    return {key.split('"')[1]: metrics.pop(key) for key in list(metrics) if key.startswith(ENGINE)}
+
+
 def test_both_run_paths_answer_every_scripted_frame_alike(services: dict[str, Service]) -> None:
     native_log, native_metrics = played(services["native"])
     python_log, python_metrics = played(services["python"])
     assert [label for label, _, _ in native_log] == [label for label, _, _ in python_log]
     for n, p in zip(native_log, python_log, strict=True):
         assert n == p, f"the run paths answer {n[0]!r} differently"
+    native_engine, python_engine = engine_counts(native_metrics), engine_counts(python_metrics)
     assert native_metrics == python_metrics
+    # Which engine served them: every run that ran or failed in its wait or its model, the
+    # late and timed-out ones included, and the refusals of a session it holds (signal values
+    # at and below the output fence's, a timeout over the limit), natively on one service, in
+    # Python on the other; the other refusals (flags, sessions not its own) went back to Python.
+    replies = sum(1 for _, reply, _ in native_log if _kind(reply) == RUN_REPLY)
+    assert native_engine == {"answered": replies, "failed": 8, "handed_back": 4, "waited": 6}
+    assert python_engine == {"answered": 0, "failed": 0, "handed_back": 4 + replies + 8,
+                             "waited": 0}
     # The script reached what it meant to: each kind of answer at least once.
     codes = {codec.decode_error(reply[codec.HEADER_SIZE:]).code for _, reply, _ in native_log
              if _kind(reply) == Kind.ERROR}

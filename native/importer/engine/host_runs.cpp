@@ -1,11 +1,13 @@
-// The native runner of a host session's RUN: a frame is decoded, checked, run, signalled,
-// answered and counted here, so a frame costs the interpreter one call and the GIL only for the
-// model's Python binding (onnxruntime releases it while the model runs). Anything this path would
+// The native runner of a host session's RUN: a frame is decoded, checked, waited for, run,
+// signalled, answered and counted here, so a frame costs the interpreter one call and the GIL only
+// for the model's Python binding (onnxruntime releases it while the model runs). A RUN sent ahead
+// of its input fence waits here too, with the GIL released (wait_late). Anything this path would
 // not answer exactly as the Python path does (a frame it cannot read, a session it does not hold,
-// an input fence not yet reached, a shutdown) goes back to Python untouched: fenceline.ipc.server
-// then serves it as before (docs/ipc.md, "The run path"). On the Unix socket the connection's
-// receive runs here too (serve_loop); the Windows pipe receives in Python and hands each frame to
-// serve_bytes.
+// a refusal it has no words for) goes back to Python untouched: fenceline.ipc.server then
+// serves it as before (docs/ipc.md, "The run path"). The refusals of a session it holds
+// (shutdown, timeout, signal value) it answers itself, worded as the Python path words them.
+// On the Unix socket the connection's receive runs here too (serve_loop); the Windows pipe
+// receives in Python and hands each frame to serve_bytes.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pybind11/typing.h>
@@ -30,6 +32,7 @@
 #include "interop/host/host_fence.h"
 #include "interop/host/host_memory.h"
 #include "run_metrics.h"
+#include "shutdown.h"
 #ifndef _WIN32
 #include <unistd.h>
 
@@ -76,8 +79,12 @@ class HostRunner {
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
   std::shared_ptr<RunSeries> series;
-  std::mutex mu;                     // held through a run; close() takes it
+  std::mutex mu;  // held through a run, its fence wait included; close() takes it
   bool closed = false;
+  // The input fence's spin rule (spin_rule.h), as the Python path's AdaptiveSpin of the session;
+  // its budget set by RunTable::add. Read and written with `mu` held.
+  fl_spin_rule spin = initial_spin();
+  std::uint64_t denied = 0;  // fence waits that blocked at once: every spinner slot was taken
 
   // Binds the model's one-thread session (HostSession.use_single_thread), after a run in
   // flight: the GIL is let go while it waits for one.
@@ -93,7 +100,77 @@ class HostRunner {
     single_from = from;
     frame_bytes = bytes;
   }
+
+ private:
+  static fl_spin_rule initial_spin() {
+    fl_spin_rule rule;
+    fl_spin_rule_init(&rule, 0);
+    return rule;
+  }
 };
+
+// The Python path's slice of a long fence wait (fenceline.interop.host_fence.CANCEL_SLICE_NS):
+// between slices the wait asks whether the client went away or the service stops.
+constexpr std::int64_t kCancelSliceNs = 100000000;
+
+// The input fence's wait of a RUN sent ahead of it, as the Python path waits
+// (HostSession.run, AdaptiveSpin.wait_fence, FenceImport.wait_result): the session's spin rule
+// gives a budget, spun while a slot of `gate` is held; then the wait sleeps, in slices of
+// kCancelSliceNs when `cancel` (a fenceline.waiting.Cancel; None: none) is given, asking it
+// between slices, with the GIL, whether the wait must end. Returns the FL_HTL_* result, or
+// FL_HTL_TIMED_OUT with `cancelled` set to the Cancel's reason. Called with the GIL held and
+// the runner's `mu`; the GIL is let go meanwhile. Throws Error when the fence's page is lost.
+int wait_late(HostRunner &r, std::uint64_t value, std::int64_t timeout_ns, SpinGate &gate,
+              const Shutdown &shutdown, const py::object &cancel, std::string &cancelled) {
+  py::gil_scoped_release nogil;
+  const HostFence &fence = *r.wait;
+  const std::int64_t t0 = fl_htl_now_ns();
+  std::int64_t budget = fl_spin_rule_budget(&r.spin, t0);
+  if (budget > 0) {
+    int got = FL_HTL_TIMED_OUT;
+    std::int64_t spin = 0;
+    {
+      SpinSlot slot(gate);  // given back before the wait sleeps
+      if (!slot) {
+        ++r.denied;
+        budget = 0;
+      } else {
+        spin = std::min(budget, timeout_ns);
+        got = fence.wait(value, spin, spin);  // spins, never sleeps
+      }
+    }
+    if (budget > 0) {
+      if (got != FL_HTL_TIMED_OUT) {
+        fl_spin_rule_observe(&r.spin, fl_htl_now_ns() - t0, budget);
+        return got;
+      }
+      if (timeout_ns <= spin) return got;
+      timeout_ns = std::max<std::int64_t>(0, timeout_ns - (fl_htl_now_ns() - t0));
+    }
+  }
+  const bool slices = !cancel.is_none();
+  int got = fence.wait(value, slices ? std::min(timeout_ns, kCancelSliceNs) : timeout_ns, 0);
+  if (slices && timeout_ns > kCancelSliceNs) {
+    for (std::int64_t left = timeout_ns - kCancelSliceNs; got == FL_HTL_TIMED_OUT && left > 0;
+         left -= kCancelSliceNs) {
+      if (shutdown.is_set()) {
+        cancelled = "the service is shutting down";  // as Cancel.reason() says it
+        return got;
+      }
+      {
+        py::gil_scoped_acquire gil;
+        if (cancel.attr("is_set")().cast<bool>()) {
+          cancelled = cancel.attr("reason")().cast<std::string>();
+          return got;
+        }
+      }
+      got = fence.wait(value, std::min(left, kCancelSliceNs), 0);
+    }
+  }
+  // A timeout says how long nothing came, not how fast it comes: it teaches the rule nothing.
+  if (got != FL_HTL_TIMED_OUT) fl_spin_rule_observe(&r.spin, fl_htl_now_ns() - t0, budget);
+  return got;
+}
 
 // What serve_run did with a RUN: what the connection's loop does next.
 enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2 };
@@ -157,10 +234,19 @@ class RunPage {
 
 class RunTable {
  public:
-  explicit RunTable(std::uint32_t max_timeout_ms) : max_timeout_ms_(max_timeout_ms) {}
+  // The service's shutdown flag and the settings a RUN is checked against: the timeout limit,
+  // the timeout of a RUN that names none, and the longest spin of a fence wait
+  // (Settings.spin_ns).
+  RunTable(std::shared_ptr<const Shutdown> shutdown, std::uint32_t max_timeout_ms,
+           std::uint32_t default_timeout_ms, std::int64_t spin_ns)
+      : shutdown_(std::move(shutdown)),
+        max_timeout_ms_(max_timeout_ms),
+        default_timeout_ms_(default_timeout_ms),
+        spin_ns_(spin_ns) {}
 
   void add(const py::bytes &key, std::shared_ptr<HostRunner> runner) {
     const Key k = to_key(key);
+    fl_spin_rule_set_max(&runner->spin, spin_ns_);
     std::lock_guard<std::mutex> lock(mu_);
     runners_[k] = std::move(runner);
   }
@@ -185,29 +271,44 @@ class RunTable {
     r->run = r->binding = r->single_run = r->single_binding = r->session = py::none();
   }
 
-  // Every RUN from now on goes to Python, which answers "the service is shutting down".
-  void close() { closing_.store(true); }
   std::size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);
     return runners_.size();
   }
 
-  // One received frame, for a transport that receives in Python (the Windows pipe): (reply,
-  // None) when it was served here (the metrics are recorded already: the caller sends the
-  // reply), (None, failure) when its run failed here (the FencelineError to answer), (None,
-  // None) when Python must serve it, untouched.
-  py::typing::Tuple<py::typing::Optional<py::bytes>, py::object> serve_bytes(
-      const py::bytes &frame, const std::string &owner, bool reply_flags,
+  // What this runner did with the RUNs handed to it: answered (run and replied), failed (a
+  // failure it worded, for the transport to answer), handed back to Python, and, of the
+  // answered and failed, those whose input fence it waited for (sent ahead of it).
+  py::typing::Dict<py::str, py::int_> counts() const {
+    py::dict out;
+    out["answered"] = answered_.load(std::memory_order_relaxed);
+    out["failed"] = failed_.load(std::memory_order_relaxed);
+    out["handed_back"] = handed_back_.load(std::memory_order_relaxed);
+    out["waited"] = waited_.load(std::memory_order_relaxed);
+    return out;
+  }
+
+  // One received frame, for a transport that receives in Python (the Windows pipe): (sent,
+  // None) when it was served here, its reply handed to `send` (the transport's: whether the
+  // peer took it) and then counted, as serve_loop counts after its reply; (None, failure) when
+  // its run failed here (the FencelineError to answer); (None, None) when Python must serve
+  // it, untouched. `reply_flags`: as serve_loop's.
+  py::typing::Tuple<py::typing::Optional<bool>, py::object> serve_bytes(
+      const py::bytes &frame, const std::string &owner, bool reply_flags, SpinGate &gate,
+      const py::object &cancel, const py::typing::Callable<bool(py::bytes)> &send,
       const py::object &run_options) {
     py::object failure = py::none();
     Answer answer;
-    if (serve(owner, reply_flags, frame.cast<std::string>(), fl_htl_now_ns(), run_options,
-              failure, answer) != kAnswered)
+    const Waits waits{gate, cancel, run_options};
+    if (serve(owner, reply_flags, frame.cast<std::string>(), fl_htl_now_ns(), waits, failure,
+              answer) != kAnswered)
       return py::make_tuple(py::none(), failure);
-    answer.record();
     const auto reply = answer.frame();
-    return py::make_tuple(py::bytes(reinterpret_cast<const char *>(reply.data()), reply.size()),
-                          py::none());
+    const bool sent =
+        send(py::bytes(reinterpret_cast<const char *>(reply.data()), reply.size())).cast<bool>();
+    answer.sent();
+    answer.record();  // the counters and metrics come after the reply
+    return py::make_tuple(sent, py::none());
   }
 
 #ifndef _WIN32
@@ -230,8 +331,9 @@ class RunTable {
   // terminate flag abandons the run in flight once the peer is gone (fenceline.ipc.abandon).
   Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
                  std::int64_t send_timeout_ms, const py::object &page_arg, bool reply_flags,
-                 const py::object &run_options) {
+                 const py::object &run_options, const py::object &cancel) {
     RunPage *page = page_arg.is_none() ? nullptr : page_arg.cast<RunPage *>();
+    const Waits waits{gate, cancel, run_options};
     const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
     const auto gone = [] { return py::make_tuple(py::none(), py::list(), py::none(), py::none()); };
     for (;;) {
@@ -279,7 +381,7 @@ class RunTable {
         py::object failure = py::none();
         Answer answer;
         if (serve(owner, reply_flags, posted.kind, posted.request_id, page_run(posted),
-                  received, run_options, failure, answer) == kAnswered) {
+                  received, waits, failure, answer) == kAnswered) {
           // A client asleep on the socket is nudged before the counters and metrics, as a
           // reply on the socket is sent before them.
           const FlRunPageReply r{posted.seq, FL_RUN_PAGE_ANSWERED, answer.request_id,
@@ -302,8 +404,7 @@ class RunTable {
       py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
         Answer answer;
-        if (serve(owner, reply_flags, m.data, received, run_options, failure, answer) ==
-            kAnswered) {
+        if (serve(owner, reply_flags, m.data, received, waits, failure, answer) == kAnswered) {
           const auto reply = answer.frame();
           const bool sent = send_reply(fd, reply.data(), reply.size(), pidfd, send_timeout_ns);
           answer.sent();
@@ -320,6 +421,13 @@ class RunTable {
 #endif
 
  private:
+  // What a fence wait of a RUN sent ahead of its fence needs (wait_late).
+  struct Waits {
+    SpinGate &gate;
+    const py::object &cancel;
+    const py::object &run_options;  // onnxruntime's RunOptions for the model's run (None: none)
+  };
+
 #ifndef _WIN32
   // Sends a reply as _native.send_message does: the GIL is let go only while the socket is
   // full, and a reply not taken in time, or whose reader's process has exited, ends the
@@ -362,30 +470,28 @@ class RunTable {
 
   // One received frame: a RUN frame is served as serve_run says, any other is Python's.
   int serve(const std::string &owner, bool reply_flags, const std::string &data,
-            std::int64_t received, const py::object &run_options, py::object &failure,
-            Answer &answer) {
+            std::int64_t received, const Waits &waits, py::object &failure, Answer &answer) {
     const auto *p = reinterpret_cast<const std::uint8_t *>(data.data());
     FlWireHeader h;
     if (data.size() != FL_WIRE_RUN_FRAME_SIZE || !fl_wire_header_ok(p, data.size(), &h))
       return kNotMine;
     FlWireRun run;
     fl_wire_get_run(p + FL_WIRE_HEADER_SIZE, &run);
-    return serve(owner, reply_flags, h.kind, h.request_id, run, received, run_options, failure,
+    return serve(owner, reply_flags, h.kind, h.request_id, run, received, waits, failure,
                  answer);
   }
 
-  // serve_run, with an unexpected failure answered as the Python path answers it.
+  // serve_run, with an unexpected failure answered as the Python path answers it, and counted.
   // `received`: when the RUN came (fl_htl_now_ns), for the trace. `reply_flags`: the client
   // reads the reply's flags; for any other they are 0, as the reply's last word was before
   // flags were defined.
   int serve(const std::string &owner, bool reply_flags, std::uint32_t kind,
             std::uint32_t request_id, const FlWireRun &run, std::int64_t received,
-            const py::object &run_options, py::object &failure, Answer &answer) {
+            const Waits &waits, py::object &failure, Answer &answer) {
+    int served = kFailed;
     try {
-      const int served =
-          serve_run(owner, kind, request_id, run, received, run_options, failure, answer);
+      served = serve_run(owner, kind, request_id, run, received, waits, failure, answer);
       if (!reply_flags) answer.body.flags = 0;
-      return served;
     } catch (const Error &e) {
       failure = python_error(e);
     } catch (const py::error_already_set &e) {
@@ -394,21 +500,20 @@ class RunTable {
       // As the Python path: the client gets "internal", the log says what happened.
       failure = internal_failure(e.what());
     }
-    return kFailed;
+    if (served != kNotMine || kind == FL_KIND_RUN || kind == FL_KIND_RUN_ASYNC)
+      (served == kAnswered ? answered_ : served == kFailed ? failed_ : handed_back_)
+          .fetch_add(1, std::memory_order_relaxed);
+    return served;
   }
 
   // Serves one RUN (or RUN_ASYNC: `kind`): kAnswered (`answer` holds the reply to send),
   // kFailed (`failure` is the FencelineError to answer), or kNotMine (Python serves it,
   // untouched).
   int serve_run(const std::string &owner, std::uint32_t kind, std::uint32_t request_id,
-                const FlWireRun &run, std::int64_t received, const py::object &run_options,
+                const FlWireRun &run, std::int64_t received, const Waits &waits,
                 py::object &failure, Answer &answer) {
-    if (closing_.load(std::memory_order_relaxed) ||
-        (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC))
-      return kNotMine;
-    if (run.flags != 0 ||
-        (run.timeout_ms != FL_WIRE_TIMEOUT_DEFAULT && run.timeout_ms > max_timeout_ms_))
-      return kNotMine;
+    if (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC) return kNotMine;
+    if (run.flags != 0) return kNotMine;
     const std::uint64_t wait_value = run.wait_value;
     const std::uint64_t target = run.signal_value ? run.signal_value : wait_value;
     Key k;
@@ -421,16 +526,46 @@ class RunTable {
       r = it->second;
     }
     if (r->owner != owner) return kNotMine;
+    // The refusals of a session found, in the Python path's order (Runtime.run, then
+    // HostSession.run) and words.
+    if (shutdown_->is_set()) {
+      failure = error("Unavailable", "the service is shutting down");
+      return kFailed;
+    }
+    if (run.timeout_ms != FL_WIRE_TIMEOUT_DEFAULT && run.timeout_ms > max_timeout_ms_) {
+      failure = error("InvalidArgument",
+                      "timeout_ms must be within 0.." + std::to_string(max_timeout_ms_));
+      return kFailed;
+    }
     std::unique_lock<std::mutex> hold(r->mu, std::try_to_lock);
     if (!hold.owns_lock() || r->closed) return kNotMine;
     const std::int64_t start = fl_htl_now_ns();
-    try {
-      // The Python path answers a value not above the output fence's, and waits for the input
-      // fence with its adaptive spin, its timeout and its cancellation.
-      if (target <= r->signal->value()) return kNotMine;
-      if (r->wait->wait(wait_value, 0, 0) != FL_HTL_REACHED) return kNotMine;
-    } catch (const Error &) {
-      return kNotMine;  // a lost page: the Python path says so
+    const std::uint64_t current = r->signal->value();  // a lost page throws DeviceLost
+    if (target <= current) {
+      failure = error("Conflict", "signal_value " + std::to_string(target) +
+                                      " is not above the output fence's value " +
+                                      std::to_string(current));
+      return kFailed;
+    }
+    int reached = r->wait->wait(wait_value, 0, 0);
+    if (reached != FL_HTL_REACHED) {
+      // Sent ahead of its input fence: waited for here, as the Python path would wait.
+      waited_.fetch_add(1, std::memory_order_relaxed);
+      const std::uint32_t ms =
+          run.timeout_ms == FL_WIRE_TIMEOUT_DEFAULT ? default_timeout_ms_ : run.timeout_ms;
+      const std::int64_t timeout_ns = static_cast<std::int64_t>(ms) * 1000000;
+      std::string cancelled;
+      reached =
+          wait_late(*r, wait_value, timeout_ns, waits.gate, *shutdown_, waits.cancel, cancelled);
+      if (!cancelled.empty()) {
+        failure = error("Unavailable", cancelled);
+        return kFailed;
+      }
+      if (reached != FL_HTL_REACHED) {
+        // The wording's one home is the Python session's (runtime/host_session.py).
+        failure = r->session.attr("wait_failed")(reached, wait_value, timeout_ns, target);
+        return kFailed;
+      }
     }
     const std::int64_t waited = fl_htl_now_ns();
     const bool traced = trace::on();
@@ -445,11 +580,13 @@ class RunTable {
     PyObject *ok;
     bool single;
     {
-      const CpuRun counted(r.get(), r->frame_bytes, r->single_from);
+      // Counted as the session's, as its Python path counts it (CpuRun(id(session))): one
+      // identity, so its large frames keep their turn whichever path runs them.
+      const CpuRun counted(r->session.ptr(), r->frame_bytes, r->single_from);
       single = counted.single;
       const py::object &run_model = single ? r->single_run : r->run;
       const py::object &binding = single ? r->single_binding : r->binding;
-      ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), run_options.ptr(),
+      ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), waits.run_options.ptr(),
                                         nullptr);
     }
     if (ok == nullptr) {
@@ -491,6 +628,11 @@ class RunTable {
     return kAnswered;
   }
 
+  // A fenceline.errors class's instance: a refusal worded as the Python path words it.
+  static py::object error(const char *cls, const std::string &message) {
+    return py::module_::import("fenceline.errors").attr(cls)(message);
+  }
+
   static Key to_key(const py::bytes &key) {
     char *data = nullptr;
     Py_ssize_t n = 0;
@@ -501,8 +643,10 @@ class RunTable {
     return k;
   }
 
-  const std::uint32_t max_timeout_ms_;
-  std::atomic<bool> closing_{false};
+  const std::shared_ptr<const Shutdown> shutdown_;
+  const std::uint32_t max_timeout_ms_, default_timeout_ms_;
+  const std::int64_t spin_ns_;
+  std::atomic<std::uint64_t> answered_{0}, failed_{0}, handed_back_{0}, waited_{0};
   mutable std::mutex mu_;
   std::map<Key, std::shared_ptr<HostRunner>> runners_;
 };
@@ -529,24 +673,39 @@ void bind_host_runs(py::module_ &mod) {
       .def(py::init<int>(), py::arg("fd"));
   mod.attr("RUN_PAGE_SIZE") = FL_RUN_PAGE_SIZE;
 #endif
+  py::class_<Shutdown, std::shared_ptr<Shutdown>>(
+      mod, "Shutdown",
+      "The service's one shutdown flag (Runtime.closing): set once, read by every transport "
+      "and by the native runner without the GIL.")
+      .def(py::init<>())
+      .def("set", &Shutdown::set, "From now on every RUN is answered unavailable.")
+      .def("is_set", &Shutdown::is_set);
   py::class_<RunTable, std::shared_ptr<RunTable>>(mod, "RunTable")
-      .def(py::init<std::uint32_t>(), py::arg("max_timeout_ms"))
+      .def(py::init<std::shared_ptr<const Shutdown>, std::uint32_t, std::uint32_t,
+                    std::int64_t>(),
+           py::arg("shutdown"), py::arg("max_timeout_ms"), py::arg("default_timeout_ms"),
+           py::arg("spin_ns"))
       .def("add", &RunTable::add, py::arg("key"), py::arg("runner"))
       .def("remove", &RunTable::remove, py::arg("key"),
            "Forgets a session, after its run in flight (the GIL is released while it waits).")
-      .def("close", &RunTable::close, "From now on every frame goes back to Python.")
       .def("__len__", &RunTable::size)
+      .def("counts", &RunTable::counts,
+           "RUNs answered here, failed here (the failure handed to the transport), handed back "
+           "to Python, and of the answered and failed those whose input fence was waited for.")
       .def("serve_bytes", &RunTable::serve_bytes, py::arg("frame"), py::arg("owner"),
-           py::arg("reply_flags") = false, py::arg("run_options") = py::none(),
-           "Serves one received frame: (reply, None) when served here (send the reply), "
-           "(None, failure) when its run failed here, (None, None) when Python serves it. "
-           "reply_flags: the client reads the RUN reply's flags (else they are 0). "
+           py::arg("reply_flags"), py::arg("gate"), py::arg("cancel"), py::arg("send"),
+           py::arg("run_options") = py::none(),
+           "Serves one received frame: (sent, None) when served here, its reply handed to "
+           "send(reply) -> bool and then counted; (None, failure) when its run failed here; "
+           "(None, None) when Python serves it. reply_flags: the client reads the RUN reply's "
+           "flags (else they are 0). A RUN sent ahead of its input fence waits here, spinning "
+           "as gate allows, ended early by cancel (a fenceline.waiting.Cancel) between slices. "
            "run_options: onnxruntime's RunOptions for the model's run (None: none).")
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
            py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
            py::arg("page") = py::none(), py::arg("reply_flags") = false,
-           py::arg("run_options") = py::none(),
+           py::arg("run_options") = py::none(), py::arg("cancel") = py::none(),
            "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
            "for it, failure being the FencelineError of a run that failed here; (None, [], "
            "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
@@ -554,7 +713,8 @@ void bind_host_runs(py::module_ &mod) {
            "queued already is served only while that process lives. Raises when the socket "
            "itself fails. With a run page, its RUNs are served too. reply_flags: the client "
            "reads the RUN reply's flags (else they are 0). run_options: onnxruntime's "
-           "RunOptions for every model run (None: none).")
+           "RunOptions for every model run (None: none). A RUN sent ahead of its input fence "
+           "waits here, ended early by cancel as serve_bytes says.")
 #endif
       ;
 }

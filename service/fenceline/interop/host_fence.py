@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import threading
 
 from fenceline import _native
 from fenceline.errors import DeviceLost, InvalidArgument, TimedOut, Unavailable, Unsupported
 from fenceline.interop.capabilities import FENCE_TYPES, can_import_fence, require_importable
 from fenceline.interop.handles import close_nt_handles
-from fenceline.waiting import Cancel
+from fenceline.waiting import Cancel, Flag
 
 # Long waits sleep in slices of this length so a shutdown can end them.
 CANCEL_SLICE_NS = 100_000_000
@@ -36,7 +35,7 @@ class FenceImport:
         return int(self.handle.status)
 
     def wait(
-        self, value: int, timeout_ns: int, spin_ns: int, cancel: threading.Event | Cancel | None = None
+        self, value: int, timeout_ns: int, spin_ns: int, cancel: Flag | None = None
     ) -> None:
         """Returns once the fence reaches ``value``; raises TimedOut, DeviceLost, or Unavailable
         when ``cancel`` is set meanwhile."""
@@ -47,7 +46,7 @@ class FenceImport:
         value: int,
         timeout_ns: int,
         spin_ns: int = 0,
-        cancel: threading.Event | Cancel | None = None,
+        cancel: Flag | None = None,
     ) -> int:
         """The native WAIT_* result; raises Unavailable when ``cancel`` is set meanwhile."""
         first = min(timeout_ns, CANCEL_SLICE_NS) if cancel else timeout_ns

@@ -50,7 +50,10 @@ class ServerBase:
         self.run_path = run_path
         # The native runner: the RUN frames of the host sessions each connection registers with
         # it (run path "native"; "python" registers none). docs/ipc.md, "The run path".
-        self.run_table: Any = _native.RunTable(runtime.settings.max_timeout_ms)
+        s = runtime.settings
+        self.run_table: Any = _native.RunTable(
+            runtime.closing, s.max_timeout_ms, s.default_timeout_ms, s.spin_ns)
+        runtime.metrics.watch_runner(self.run_table)
         self._connections: set[Connection] = set()
         self._per_peer: dict[str, int] = {}  # connections held by each peer (user)
         self._lock = threading.Lock()

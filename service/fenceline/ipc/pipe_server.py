@@ -152,7 +152,6 @@ class PipeServer(ServerBase):
         pipe.shutdown()  # the native pipe's shutdown(): wakes its blocked receive
 
     def stop(self, timeout: float = 5.0) -> None:
-        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._listener is not None:
             self._listener.close()
         self._stop_connections(timeout)

@@ -148,7 +148,7 @@ class Connection:
                         data, fds, problem, failure = table.serve_loop(
                             fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
                             self._send_timeout_ms, self._page, self._reply_flags,
-                            self._run_options)
+                            self._run_options, self._cancel)
                     else:
                         data, fds, problem = self._receive()
                         if data is not None and self._gone():
@@ -156,10 +156,11 @@ class Connection:
                             # died is dropped, not run.
                             break
                         if data and problem is None and not fds:
-                            answer, failure = table.serve_bytes(
-                                data, self.owner, self._reply_flags)
-                            if answer is not None:
-                                if not self._send(answer):
+                            sent, failure = table.serve_bytes(
+                                data, self.owner, self._reply_flags, waiting.gate().native,
+                                self._cancel, self._send)
+                            if sent is not None:
+                                if not sent:
                                     break
                                 continue
                 except (OSError, FencelineError):
@@ -638,7 +639,6 @@ class IpcServer(ServerBase):
             c.sock.shutdown(socket.SHUT_RDWR)
 
     def stop(self, timeout: float = 5.0) -> None:
-        self.run_table.close()  # RUN frames go to Python, which answers "shutting down"
         if self._acceptor is not None:
             self._acceptor.stop()  # what it holds is closed, nothing more is accepted
         if self._thread is not None:

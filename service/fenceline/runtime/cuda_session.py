@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -42,7 +41,7 @@ from fenceline.interop.vk_fence import VkFenceImport
 from fenceline.runtime.models import Model
 from fenceline.runtime.ort_options import cuda_inference_session, cuda_session_options
 from fenceline.runtime.session import RunResult, SessionBase
-from fenceline.waiting import Cancel
+from fenceline.waiting import Flag
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -270,7 +269,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | Cancel | None = None,
+        cancel: Flag | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:

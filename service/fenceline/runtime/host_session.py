@@ -4,20 +4,19 @@ outputs alike, between two host_timeline fences waited and signalled on the CPU.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from fenceline import _native, trace
 from fenceline._native import WAIT_REACHED
-from fenceline.errors import Conflict, TimedOut
+from fenceline.errors import Conflict, FencelineError, TimedOut
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime import ort_binding
 from fenceline.runtime.models import Model
 from fenceline.runtime.session import RunResult, SessionBase
-from fenceline.waiting import AdaptiveSpin, Cancel
+from fenceline.waiting import AdaptiveSpin, Flag
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -115,7 +114,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | Cancel | None = None,
+        cancel: Flag | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:
@@ -143,14 +142,8 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                     self._wait_handle, wait_value, timeout_ns,
                     lambda v, t: fence.wait_result(v, t, 0, cancel),
                 )
-                try:
-                    fence.raise_for(r, wait_value, timeout_ns)
-                except TimedOut as e:
-                    raise TimedOut(
-                        f"{e.message}; nothing ran and nothing was signalled (not queued): "
-                        "send the run again once the input is ready",
-                        {"queued": False, "wait_value": wait_value, "signal_value": target},
-                    ) from None
+                if r != WAIT_REACHED:
+                    raise self.wait_failed(r, wait_value, timeout_ns, target)
             waited = time.perf_counter_ns()
             for handle in self._unsealed:
                 handle.check()
@@ -164,6 +157,23 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
                 trace.mark_run(self.trace_tag, target, waited, model_start, inferred, end)
             return self.record_run(end, target, waited - start, inferred - waited, end - start,
                                    single)
+
+    def wait_failed(self, result: int, wait_value: int, timeout_ns: int,
+                    target: int) -> FencelineError:
+        """The error of a run whose input-fence wait for ``wait_value`` ended with ``result``
+        (a WAIT_* other than reached), worded once for every run path (the native runner calls
+        this too): a timeout ran and signalled nothing, and says so (``queued: false``)."""
+        try:
+            self.wait_fence.raise_for(result, wait_value, timeout_ns)
+        except TimedOut as e:
+            return TimedOut(
+                f"{e.message}; nothing ran and nothing was signalled (not queued): "
+                "send the run again once the input is ready",
+                {"queued": False, "wait_value": wait_value, "signal_value": target},
+            )
+        except FencelineError as e:
+            return e
+        raise ValueError(f"wait result {result} is not a failure")
 
     def infer(self) -> int:
         """Runs the model once over the bound views, now, and returns how long it took (ns).

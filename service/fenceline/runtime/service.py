@@ -48,7 +48,7 @@ from fenceline.runtime.ort_options import pool_yields, usable_cpus
 from fenceline.runtime.session import RunResult, Session
 from fenceline.runtime.streaming import Mode, Policy, StreamWorker
 from fenceline.runtime.table import Entry, RuntimeSettings, Table, ViewSpec
-from fenceline.waiting import Cancel
+from fenceline.waiting import Cancel, Flag
 
 # Entry, RuntimeSettings, Table and ViewSpec live in runtime/table.py; re-exported for callers
 # that import them from here.
@@ -77,7 +77,8 @@ class Runtime:
         self._pending: dict[str, tuple[str, str]] = {}
         # The model of each session being built, by reserved id (an unload waits for none).
         self._pending_models: dict[str, Model] = {}
-        self.closing = threading.Event()
+        # The one shutdown flag: set once, read by every transport and by the native runner.
+        self.closing = _native.Shutdown()
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -592,7 +593,7 @@ class Runtime:
         signal_value: int | None,
         timeout_ms: int | None,
         asynchronous: bool,
-        cancel: threading.Event | Cancel,
+        cancel: Flag,
     ) -> RunResult:
         s = self.settings
         if self.closing.is_set():

@@ -13,7 +13,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 from fenceline.errors import DeviceLost, ModelError
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
-from fenceline.waiting import Cancel
+from fenceline.waiting import Flag
 
 
 class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
@@ -75,7 +75,7 @@ class Session(Protocol):
         signal_value: int | None,
         timeout_ns: int,
         spin_ns: int,
-        cancel: threading.Event | Cancel | None = None,
+        cancel: Flag | None = None,
         *,
         asynchronous: bool = False,
     ) -> RunResult:
