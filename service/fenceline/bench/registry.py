@@ -25,6 +25,7 @@ import httpx
 from fenceline.bench import engine
 from fenceline.bench.scenarios import Scenario
 from fenceline.bench.stats import OUTSIDE, Row
+from fenceline.ipc.control_token import read_token, token_path
 
 PLUGINS = ("fenceline.bench.streaming", "fenceline.bench.c_client", "fenceline.bench.kserve")
 
@@ -167,8 +168,13 @@ def _traced(ctx: Context, sc: Scenario) -> Row | None:
     # far more frames than the budget's count, and would fill it).
     frames = sc.budget.iterations + 16
 
+    # Recording is the service user's right: the bench is that user and shows the control
+    # token the service keeps beside its socket, as `fenceline trace` does (docs/tracing.md).
+    token = read_token(token_path(ctx.socket))
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+
     def record() -> None:
-        with httpx.Client(base_url=ctx.url, timeout=120) as http:
+        with httpx.Client(base_url=ctx.url, timeout=120, headers=auth) as http:
             got.append(http.post("/v2/interop/trace", json={"seconds": 60, "frames": frames}))
 
     recorder = threading.Thread(target=record, daemon=True)
@@ -187,7 +193,7 @@ def _traced(ctx: Context, sc: Scenario) -> Row | None:
                            server_pids=ctx.server_pids("ipc-traced"), on_go=start)
     finally:
         if recorder.is_alive():
-            httpx.delete(ctx.url + "/v2/interop/trace", timeout=10)
+            httpx.delete(ctx.url + "/v2/interop/trace", timeout=10, headers=auth)
             recorder.join(150)
     if not got or got[0].status_code != 200:
         raise engine.LaneError(f"the trace failed: {got[0].text[:200] if got else 'no answer'}")
