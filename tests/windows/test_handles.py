@@ -45,7 +45,7 @@ def test_renderer_runs_200_frames_by_handle_with_outputs_equal_to_onnxruntime(se
 def test_a_by_handle_renderer_leaves_no_handle_in_the_service(service: WinService) -> None:
     before = service.baseline_handles()
     finish(renderer(service, "pipe", "--unnamed"))
-    assert service.settled_handles() <= before
+    service.assert_handles_back(before)
 
 
 def test_a_released_handle_import_closes_the_services_duplicate(service: WinService) -> None:
@@ -55,7 +55,7 @@ def test_a_released_handle_import_closes_the_services_duplicate(service: WinServ
         assert client.describe("memory", mem)["size_bytes"] == 65536
         assert service.settled_handles() > before  # the service's duplicate of the section
         client.release_memory(mem)
-        assert service.settled_handles() <= before
+        service.assert_handles_back(before)
 
 
 def refused(client: IpcClient, kind: Kind, body: dict[str, object]) -> ServiceError:
@@ -100,4 +100,4 @@ def test_bad_and_foreign_handle_values_are_refused_with_stable_codes(service: Wi
         assert client.import_fence(fence)
     close_handle(event)
     assert service.metric("fenceline_interop_imported_handles") == 0
-    assert service.settled_handles() <= before
+    service.assert_handles_back(before)
