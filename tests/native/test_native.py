@@ -23,7 +23,9 @@ U64 = st.integers(min_value=0, max_value=2**64 - 1)
 
 
 def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm"))
+    """This process's /dev/shm objects (the client puts its pid in each name): other tests and
+    suites running beside this one create and unlink their own meanwhile."""
+    return {n for n in os.listdir("/dev/shm") if f"-{os.getpid()}-" in n}
 
 
 def test_creator_unlinks_named_memory_on_close() -> None:
