@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fenceline.bench import gpu_floor
+from fenceline.bench import gpu_floor, seed_ep
 from fenceline.bench.stats import Row, fmt_us
 from fenceline.cli.process import start_service, stop_service
 from fenceline.models.builtin import build_repository
@@ -48,11 +48,8 @@ TRIPLE, DEEPEST = 3, 8
 # the pipelined rate at least this share of it at TRIPLE and DEEPEST frames in flight.
 ROUND_TRIP_OVER_RAW = 1.02
 PIPELINED_OF_RAW = 0.9
-# What --peers prints for the seed's own API (docs/gpu.md, "The seed's API").
-SEED_ROW = ("onnxruntime OrtInteropApi (NvTensorRtRtx plugin EP), in-process",
-            "not measured: fenceline has no OrtInteropApi peer program; its only full "
-            "implementation, the NvTensorRtRtx plugin EP (onnxruntime-ep-nv-tensorrt-rtx-cu13), "
-            "targets RTX GPUs and was not tried on this machine's (docs/gpu.md, \"The seed's API\")")
+# The row --peers prints for the seed's own API (bench/seed_ep.py, docs/gpu.md "The seed's API").
+SEED_ROW = "onnxruntime OrtInteropApi (NvTensorRtRtx plugin EP), in-process"
 
 
 def _gpu_repo(root: Path) -> Path:
@@ -304,6 +301,9 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None,
                 copy_fps, copy_samples = _copy_baseline(dev, repo / MODEL / "1" / "model.onnx", copy_frames)
         finally:
             stop_service(proc)
+        # After the service: the plugin has the GPU to itself.
+        seed, seed_got = (seed_ep.probe(repo / MODEL / "1" / "model.onnx", SHAPE, FILL)
+                          if peers else ("", {}))
     rows = [
         Row("zero-copy, RUN after signal", "1080p", after, "round trip"),
         Row("zero-copy, RUN ahead", "1080p", ahead, "round trip"),
@@ -324,7 +324,7 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None,
     else:
         print(f"raw floor: not measured: {raw_why}")
     if peers:
-        print(f"{SEED_ROW[0]}: {SEED_ROW[1]}")
+        print(f"{SEED_ROW}: {seed}")
     fps = {depth: sorted(runs)[1] for depth, runs in pipelined.items()}
     for depth, runs in pipelined.items():
         bound = depth / rows[0].p50_us * 1e6
@@ -379,6 +379,7 @@ def run_gpu_bench(*, quick: bool = False, json_path: Path | None = None,
                 "round_trip_p99_us": raw.round_trip_p99_us, "pipelined_runs_fps": {
                     str(d): r for d, r in raw.fps_runs.items()}},
             "raw_floor_missing": raw_why, "of_raw_floor": ratios,
+            "seed": {"row": seed, **seed_got} if peers else None,
             "goals": [{"goal": g, "value": v, "met": m} for g, v, m in checks],
         }, indent=2))
     return 0
