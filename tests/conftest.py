@@ -9,11 +9,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fenceline.models import build_repository
 from tests.support.service import Service, running
 
 TEST_MODELS = ["add_64x64", "add_720p", "image_filter", "add_64x64_fp16"]
+
+# Property tests judge behaviour, never time: without this, Hypothesis fails an example that took
+# over 200 ms, or whose data took long to draw, which a busy machine makes happen.
+settings.register_profile("fenceline", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("fenceline")
 
 
 @pytest.fixture(scope="session")
