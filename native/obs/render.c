@@ -136,7 +136,16 @@ uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runn
     gs_blend_state_push();
     gs_blend_function(GS_BLEND_ONE, GS_BLEND_ZERO);
     uint64_t r0 = os_gettime_ns();
-    obs_source_video_render(target);
+    /* As libobs's own filters do (obs_source_process_filter_begin): a source that draws with the
+     * effect it is handed (the image source) gets the default effect's "Draw" technique, which
+     * obs_source_video_render would not set up for a source with filters (the source would draw
+     * with no shader and leave the texture blank). */
+    uint32_t flags = obs_source_get_output_flags(target);
+    if (target == obs_filter_get_parent(filter) &&
+        !(flags & (OBS_SOURCE_CUSTOM_DRAW | OBS_SOURCE_ASYNC)))
+      obs_source_default_render(target);
+    else
+      obs_source_video_render(target);
     target_ns = os_gettime_ns() - r0;
     gs_blend_state_pop();
     gs_texrender_end(t->texrender);

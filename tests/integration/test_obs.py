@@ -9,9 +9,11 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -320,18 +322,84 @@ def test_every_source_shows_onnxruntimes_output_on_obs_own_output(
     got = obs_output(display, tmp_path, "filtered", source=source, format=fmt,
                      model="image_filter_rgba8", socket=obs_service.socket, seconds=DEADLINE_S,
                      until_filtered=RESULTS)
-    # Before the source's first frame OBS outputs blank (all-zero) ones, which the model keeps
-    # blank: neither filtered nor unfiltered, they are left out.
+    check_filtered(classify(without_blanks(got), inputs, model_on_bgra(obs_repo, inputs)))
+
+
+def without_blanks(got: np.ndarray) -> np.ndarray:
+    """OBS's output less the blank (all-zero) frames it outputs before a source's first one,
+    which the model keeps blank: neither filtered nor unfiltered, they are left out."""
     while len(got) and not got[0].any():
         got = got[1:]
-    sess = ort.InferenceSession(str(obs_repo / "image_filter_rgba8" / "1" / "model.onnx"),
+    return got
+
+
+def model_on_bgra(repo: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's image_filter_rgba8, in process, on each of OBS's BGRA frames."""
+    sess = ort.InferenceSession(str(repo / "image_filter_rgba8" / "1" / "model.onnx"),
                                 providers=["CPUExecutionProvider"])
     outs = []
     for bgra in inputs:
         rgba = np.ascontiguousarray(bgra[..., [2, 1, 0, 3]])
         (y,) = sess.run(None, {"image": rgba[None]})
         outs.append(np.ascontiguousarray(y[0][..., [2, 1, 0, 3]]))
-    check_filtered(classify(got, inputs, outs))
+    return outs
+
+
+def png(rgba: np.ndarray) -> bytes:
+    """An 8-bit RGBA PNG of ``rgba`` ([height, width, 4])."""
+    h, w, _ = rgba.shape
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    rows = b"".join(b"\0" + rgba[y].tobytes() for y in range(h))  # filter type 0 per row
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+IMAGE_SOURCE = obs.image_source_module()
+if IMAGE_SOURCE is None and os.environ.get("FENCELINE_REQUIRE_OBS"):
+    raise RuntimeError("FENCELINE_REQUIRE_OBS is set but OBS's image-source module is missing "
+                       "(.ci/run takes it out of Debian's obs-studio package)")
+
+
+@pytest.mark.skipif(IMAGE_SOURCE is None,
+                    reason="OBS's image-source module is not here (Debian: obs-studio; .ci/run "
+                           "takes the module alone out of the package)")
+@pytest.mark.parametrize("source", ["color_source", "image_source"])
+def test_obs_own_color_and_image_sources_show_onnxruntimes_output(
+        obs_service: Service, obs_repo: Path, display: str, tmp_path: Path, source: str) -> None:
+    """OBS's own sync sources, from its image-source module: a color source, and an image source
+    showing a PNG of known pixels written here. OBS's BGRA output of the source without the
+    filter is one still frame (the image's own pixels, for the image source); with the filter
+    every frame after the first result is onnxruntime's output on it, byte for byte."""
+    assert IMAGE_SOURCE is not None
+    picture = obs.known_frame(5, W, H)
+    if source == "image_source":
+        (tmp_path / "known.png").write_bytes(png(picture))
+        settings: dict[str, object] = {"file": str(tmp_path / "known.png")}
+    else:  # 0xAABBGGRR: a colour the model changes
+        settings = {"color": 0xFF6A3A1C, "width": W, "height": H}
+    common: dict[str, object] = {"source": source, "source_settings": json.dumps(settings),
+                                 "plugins": (IMAGE_SOURCE,)}
+    unfiltered = without_blanks(obs_output(display, tmp_path, "none", filter="none",
+                                           seconds=2, **common))
+    inputs = distinct(list(unfiltered))
+    assert len(unfiltered) > 0 and len(inputs) == 1, len(inputs)
+    if source == "image_source":
+        assert np.array_equal(inputs[0], picture[..., [2, 1, 0, 3]])  # the PNG's own pixels
+    else:  # one colour, as OBS draws it (libobs's colour handling moves it by a few levels)
+        assert (inputs[0] == inputs[0][0, 0]).all() and inputs[0][0, 0, 3] == 255
+    outs = model_on_bgra(obs_repo, inputs)
+    assert not np.array_equal(outs[0], inputs[0])  # filtered and unfiltered tell apart
+    got = obs_output(display, tmp_path, "filtered", model="image_filter_rgba8",
+                     socket=obs_service.socket, seconds=DEADLINE_S, until_filtered=RESULTS,
+                     **common)
+    tags = classify(without_blanks(got), inputs, outs)
+    first = next((i for i, t in enumerate(tags) if t == "F0"), None)
+    assert first is not None, tags
+    assert set(tags[:first]) <= {"R0"} and set(tags[first:]) == {"F0"}, tags
 
 
 def test_a_model_slower_than_the_old_five_second_deadline_shows_its_results(

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,19 @@ def plugin() -> Path:
 
 def driver() -> Path:
     return obs_plugin_dir() / "fenceline-obs-driver"
+
+
+def image_source_module() -> Path | None:
+    """OBS's own ``image-source`` module (the color and image sources, ``color_source`` and
+    ``image_source``), or None. Debian ships it in the OBS application's package, obs-studio,
+    which brings Qt; the module itself needs only libobs, so .ci/run takes it out of the package
+    into ``<venv>/lib/obs-plugins`` instead of installing the application. Looked for there, at
+    ``$FENCELINE_OBS_IMAGE_SOURCE``, and where an installed OBS Studio keeps it."""
+    candidates = [os.environ.get("FENCELINE_OBS_IMAGE_SOURCE", ""),
+                  str(Path(sys.prefix) / "lib" / "obs-plugins" / "image-source.so"),
+                  "/usr/lib/x86_64-linux-gnu/obs-plugins/image-source.so",
+                  "/usr/lib/obs-plugins/image-source.so"]
+    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
 
 
 def known_frame(k: int, width: int, height: int) -> np.ndarray:
