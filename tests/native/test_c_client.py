@@ -17,8 +17,10 @@ import pytest
 
 from fenceline.client import c_api
 from fenceline.client.c_api import find_c_compiler
+from fenceline.models import build_repository
 from tests.support.helpers import ensure_user, shared_dir
-from tests.support.service import Service, start_service, stop_service
+from tests.support.metrics import metric
+from tests.support.service import Service, running, start_service, stop_service
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -289,6 +291,38 @@ def test_c_client_calls_time_out_against_a_service_that_never_answers(
     finally:
         silent.kill()
         silent.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("run_path", ["native", "python"])
+def test_a_run_whose_c_client_gave_up_is_stopped_not_run_to_its_end(
+    programs: dict[str, Path], tmp_path: Path, run_path: str
+) -> None:
+    """A C client whose deadline passes during a slow run closes its connection (and lives on):
+    the service stops the run at its model's next node or Loop iteration (docs/ipc.md, "A client
+    that gives up"). Counted on the client's output fence, which every run that ends signals:
+    the first run (waited for) reaches 1; the run given up on never brings it to 2, also once
+    the service has let the connection go, which it can only do after the run ended."""
+    repo = build_repository(tmp_path / "models", ["slow_add_64x64"])
+    (tmp_path / "svc").mkdir()
+    with running(repo, tmp_path / "svc", "--run-path", run_path) as svc, subprocess.Popen(
+        [str(programs["test_client"]), str(svc.socket), "give-up"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            gave_up = proc.stdout.readline().split()
+            if gave_up != ["gave-up", "1"]:
+                proc.kill()
+                raise AssertionError(f"{gave_up}: {proc.communicate(timeout=30)[1]}")
+            wait_until(lambda: metric(svc, "fenceline_ipc_open_connections") == 0,
+                       timeout_s=120, what="the service letting the connection go")
+            assert proc.poll() is None  # the client closed its connection; it did not exit
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert out.split() == ["done", "1"], out  # the run given up on did not end: no 2
 
 
 # -- lifetime -------------------------------------------------------------------------------------

@@ -3,6 +3,11 @@
  *   test_client SOCKET CHECK   runs one check, prints "ok CHECK: detail", exits 0 (1 on failure)
  *   test_client SOCKET all     runs every check
  *   test_client SOCKET hold    sets up a session, prints "ready", then runs frames until killed
+ *   test_client SOCKET give-up runs slow_add_64x64 (add_64x64 after a slow Loop) once to the end,
+ *                              then gives up on a second run after 0.1 s (the client's deadline:
+ *                              the connection is closed), prints "gave-up" and the output fence's
+ *                              value, stays alive until stdin closes, then prints "done" and the
+ *                              value again (tests/native/test_c_client.py)
  *   test_client SOCKET silent-hello|silent-run
  *                              the client-side deadline against a service that accepts but does
  *                              not answer (tests/support/silent_service.py, mute or hello)
@@ -27,8 +32,9 @@ static void unique_name(char *buf, size_t n, const char *what) {
   snprintf(buf, n, "/fl-ctest-%d-%s-%u", (int)getpid(), what, ++counter);
 }
 
-/* A complete add_64x64 setup: input and output in one frame, two fences, a session. */
-static void make_setup(setup *s, int named) {
+/* A complete setup of `model` (add_64x64's shapes): input and output in one frame, two fences, a
+ * session. */
+static void make_model_setup(setup *s, int named, const char *model) {
   char frame_name[64], ready_name[64], done_name[64];
   unique_name(frame_name, sizeof frame_name, "frame");
   unique_name(ready_name, sizeof ready_name, "ready");
@@ -37,10 +43,12 @@ static void make_setup(setup *s, int named) {
                named ? done_name : NULL);
   FlTensorView in = {sizeof(FlTensorView), "x", s->memory, 0, "FP32", SHAPE, 4};
   FlTensorView out = {sizeof(FlTensorView), "y", s->memory, NBYTES, "FP32", SHAPE, 4};
-  FlSessionDesc d = {sizeof(FlSessionDesc), "add_64x64", &in, 1, &out, 1, s->ready_import,
+  FlSessionDesc d = {sizeof(FlSessionDesc), model, &in, 1, &out, 1, s->ready_import,
                      s->done_import};
   OK(api->CreateSession(s->client, &d, &s->session));
 }
+
+static void make_setup(setup *s, int named) { make_model_setup(s, named, "add_64x64"); }
 
 static void run_frame(setup *s, uint64_t value) {
   for (int i = 0; i < ELEMENTS; ++i) s->x[i] = (float)(i % 251) * 0.5f + (float)value;
@@ -81,6 +89,8 @@ static void check_release_accepts_null(void) {
   api->FreeString(NULL);
   snprintf(detail, sizeof detail, "every Release* took NULL");
 }
+
+#define DEADLINE_NS 200000000 /* 0.2 s */
 
 static void check_fence_signal_and_wait(void) {
   FlFence *f = NULL, *peer = NULL;
@@ -619,9 +629,28 @@ static int hold(void) {
   return 0;
 }
 
-/* ---- silent: a service that hangs (tests/support/silent_service.py) ------------------------ */
+/* ---- give-up: a client that stops waiting for a slow run ---------------------------------- */
 
-#define DEADLINE_NS 200000000 /* 0.2 s */
+static int give_up(void) {
+  setup s;
+  make_model_setup(&s, 0, "slow_add_64x64");
+  run_frame(&s, 1); /* the model runs to the end when its client waits */
+  for (int i = 0; i < ELEMENTS; ++i) s.x[i] = 2.0f;
+  OK(api->SignalFence(s.ready, 2));
+  api->SetClientTimeout(s.client, DEADLINE_NS / 2);
+  FAILS_WITH(FL_ERROR_TIMED_OUT, api->Run(s.session, 2, 0, 1, NULL));
+  /* The client closed its connection; this process lives on, holding the output fence. */
+  printf("gave-up %llu\n", (unsigned long long)api->GetFenceValue(s.done));
+  fflush(stdout);
+  char buf[64];
+  while (fread(buf, 1, sizeof buf, stdin) > 0) {
+  }
+  printf("done %llu\n", (unsigned long long)api->GetFenceValue(s.done));
+  free_setup(&s);
+  return 0;
+}
+
+/* ---- silent: a service that hangs (tests/support/silent_service.py) ------------------------ */
 
 static int silent(const char *mode) {
   FlClient *c = NULL;
@@ -658,7 +687,7 @@ static int silent(const char *mode) {
 }
 
 int main(int argc, char **argv) {
-  int status = start_checks(argc, argv, "test_client SOCKET CHECK|all|hold|list");
+  int status = start_checks(argc, argv, "test_client SOCKET CHECK|all|hold|give-up|list");
   if (status >= 0) return status;
   const char *which = argv[2];
   if (strcmp(which, "list") == 0) {
@@ -667,6 +696,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(which, "hold") == 0) return hold();
   if (strncmp(which, "silent-", 7) == 0) return silent(which);
+  if (strcmp(which, "give-up") == 0) return give_up();
   int ran = 0;
   for (size_t i = 0; i < CHECK_COUNT; ++i) {
     if (strcmp(which, "all") != 0 && strcmp(which, CHECKS[i].name) != 0) continue;
