@@ -294,14 +294,7 @@ def test_service_stopped_mid_stream_fails_the_pipeline_with_timed_out(
         err = (tmp_path / "stopped.log").read_text(errors="replace")
         assert rc != 0
         assert "fenceline error timed_out" in err, err
-        held = held_by_service(svc)
-        if held[:2] == NOTHING_HELD[:2] and held != NOTHING_HELD:
-            # A known defect, open: sessions and imports are released, but one page-sized
-            # memfd (mapping and fd) stays in the service when the element gave up while the
-            # service was stopped (since runs are abandoned and queued frames dropped on a
-            # peer's exit). Reported as xfail until found, so the rest of this test still judges.
-            pytest.xfail(f"one memfd page stays mapped after the element gave up: {held}")
-        assert held == NOTHING_HELD
+        assert held_by_service(svc) == NOTHING_HELD
     finally:
         stop_service(svc)
 

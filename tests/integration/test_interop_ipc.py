@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from fenceline.client import ClientError, IpcClient, ServiceError, SharedFrame
+from fenceline.client import ClientError, Fence, IpcClient, ServiceError, SharedFrame, View
 from fenceline.protocol import codec
 from tests.support.helpers import open_session, reference
 from tests.support.service import Service
@@ -120,6 +120,27 @@ def test_closing_a_connection_releases_its_objects(service: Service) -> None:
     c.close()
     wait_until(lambda: service.maps() == maps_before, what=service.maps)
     s.close()
+
+
+def test_a_refused_session_keeps_nothing_of_the_memory_it_named(service: Service) -> None:
+    """A session the model refuses (views that do not fit its input) holds nothing once
+    refused: the memory and fences it named, released, are unmapped at once, while the
+    connection that was refused goes on."""
+    _, maps_before = service.settled()
+    with IpcClient(service.socket) as c, SharedFrame(4096, named=False) as frame, \
+            Fence(named=False) as wait, Fence(named=False) as signal:
+        mid = c.import_memory(frame)
+        wid, sid = c.import_fence(wait), c.import_fence(signal)
+        one = [1, 1, 1, 1]
+        with pytest.raises(ServiceError) as e:
+            c.create_session("image_filter", {"image": View(mid, "FP32", one)},
+                             {"display": View(mid, "FP32", one)}, wid, sid)
+        assert e.value.code == "invalid_argument" and "'image'" in str(e.value), str(e.value)
+        c.release_memory(mid)
+        c.release_fence(wid)
+        c.release_fence(sid)
+        wait_until(lambda: service.maps() == maps_before, what=service.maps)
+        assert c.describe("model", "image_filter")["name"] == "image_filter"  # still served
 
 
 def test_a_killed_renderer_leaks_nothing_and_the_service_keeps_serving(service: Service) -> None:

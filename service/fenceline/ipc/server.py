@@ -172,9 +172,7 @@ class Connection:
                         self._log_send_timeout()
                     break
                 if isinstance(failure, FencelineError):  # a run that failed in native code
-                    failure = self._abandoned(failure)
-                    metrics.errors.labels("ipc", failure.code).inc()
-                    if not self._send(codec.encode_error(codec.peek_request_id(data), failure)):
+                    if not self._send(self._refusal(codec.peek_request_id(data), failure)):
                         break
                     continue
                 request_id = 0
@@ -199,9 +197,7 @@ class Connection:
                     else:
                         reply = self._control(frame, fds)
                 except FencelineError as e:
-                    err = self._abandoned(e)
-                    metrics.errors.labels("ipc", err.code).inc()
-                    reply = codec.encode_error(request_id, err)
+                    reply = self._refusal(request_id, e)
                 except Exception:
                     log.exception(
                         "unexpected error on %s", self.owner, extra={"request_id": request_id}
@@ -241,12 +237,20 @@ class Connection:
         except OSError:
             return False
 
-    def _abandoned(self, e: FencelineError) -> FencelineError:
-        """A run ended because its renderer is gone (fenceline.ipc.abandon) is answered as a
-        fence wait cut short for that reason is: ``unavailable``, not a model error."""
+    def _refusal(self, request_id: int, e: FencelineError) -> bytes:
+        """The error reply to a request that failed with ``e``, counted. A run ended because
+        its renderer is gone (fenceline.ipc.abandon) is answered as a fence wait cut short for
+        that reason is: ``unavailable``, not a model error.
+
+        Made here, never in a local of the receive loop: an exception raised there holds the
+        loop's frame in its traceback, so a local that kept it would make a cycle, and the
+        frames of the failed request (a refused session's views of the renderer's memory,
+        the Windows pipe's connection) would stay until the cycle collector ran, after the
+        connection closed."""
         if self._run_options is not None and self._run_options.terminate:
-            return Unavailable("the client went away while its run ran; the run was abandoned")
-        return e
+            e = Unavailable("the client went away while its run ran; the run was abandoned")
+        self.runtime.metrics.errors.labels("ipc", e.code).inc()
+        return codec.encode_error(request_id, e)
 
     def _log_send_timeout(self) -> None:
         log.warning("%s: a reply was not taken within %d ms (--ipc-send-timeout-s); closing the "
