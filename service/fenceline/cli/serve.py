@@ -26,6 +26,7 @@ from fenceline.ipc.pipe_server import PipeServer
 from fenceline.ipc.server import IpcServer, default_socket_path
 from fenceline.metrics import Metrics
 from fenceline.models.builtin import builtin_repository
+from fenceline.runtime import heap
 from fenceline.runtime.model_control import ModelControl
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
@@ -148,6 +149,7 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         others = (settings.allow_uids or frozenset()) - {os.geteuid()}
         check_socket_path(settings.socket or default_socket_path(), others)
     before, now = raise_fd_limit()
+    heap.fix_thresholds()  # freed buffers go back to the system (runtime/heap.py)
     if now != before:
         log.info("open fds: soft limit raised from %d to %d", before, now)
     spinners = set_spinners(settings.max_spinners)
