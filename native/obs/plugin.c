@@ -65,6 +65,7 @@ static void proc_stats(void *data, calldata_t *cd) {
   calldata_set_int(cd, "imports", (long long)c.imports);
   calldata_set_int(cd, "video_ns", (long long)c.video_ns);
   calldata_set_int(cd, "video_ns_p50", (long long)c.video_ns_p50);
+  calldata_set_int(cd, "stage_ns", (long long)c.stage_ns);
   calldata_set_int(cd, "switches", (long long)c.switches);
   calldata_set_bool(cd, "connected", fl_obs_runner_connected(f->runner) != 0);
   char status[768];
@@ -85,7 +86,7 @@ static void *filter_create(obs_data_t *settings, obs_source_t *source) {
                    "void get_stats(out int frames, out int submitted, out int filtered, "
                    "out int shown, out int dropped, out int fallbacks, out int failures, "
                    "out int reconnects, out int imports, out int video_ns, out int video_ns_p50, "
-                   "out int switches, out bool connected, "
+                   "out int stage_ns, out int switches, out bool connected, "
                    "out string status)",
                    proc_stats, f);
   filter_update(f, settings);
@@ -163,7 +164,7 @@ static struct obs_source_frame *filter_video(void *data, struct obs_source_frame
   if (f->frames_on_gpu)
     return frame;
   fl_obs_runner_frame(f->runner, &img);
-  fl_obs_runner_add_video_ns(f->runner, os_gettime_ns() - t0);
+  fl_obs_runner_add_video_ns(f->runner, os_gettime_ns() - t0, 0);
   return frame;
 }
 
@@ -184,8 +185,9 @@ static void filter_render(void *data, gs_effect_t *effect) {
     obs_source_skip_video_filter(f->source);
     return;
   }
-  uint64_t ns = fl_obs_render_frame(f->render, f->source, f->runner);
-  fl_obs_runner_add_video_ns(f->runner, ns);
+  uint64_t stage_ns = 0;
+  uint64_t ns = fl_obs_render_frame(f->render, f->source, f->runner, &stage_ns);
+  fl_obs_runner_add_video_ns(f->runner, ns, stage_ns);
 }
 
 /* One id for every source: a filter without OBS_SOURCE_ASYNC attaches to sync and async sources

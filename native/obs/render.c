@@ -116,7 +116,8 @@ static void draw(gs_texture_t *tex, uint32_t width, uint32_t height) {
   gs_enable_framebuffer_srgb(srgb);
 }
 
-uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runner *runner) {
+uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runner *runner,
+                             uint64_t *stage_ns) {
   obs_source_t *target = obs_filter_get_target(filter);
   uint32_t width = target ? obs_source_get_base_width(target) : 0;
   uint32_t height = target ? obs_source_get_base_height(target) : 0;
@@ -158,17 +159,22 @@ uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runn
   /* Copy this frame into the ring, and map the one copied RING - 1 frames ago. */
   uint32_t put = t->frame % RING, take = (t->frame + 1) % RING;
   t->frame++;
+  uint64_t s0 = os_gettime_ns();
   gs_stage_texture(t->stage[put], tex);
   t->staged[put] = 1;
   uint8_t *data = NULL;
   uint32_t linesize = 0;
-  if (t->staged[take] && gs_stagesurface_map(t->stage[take], &data, &linesize)) {
+  int mapped_now = t->staged[take] && gs_stagesurface_map(t->stage[take], &data, &linesize);
+  *stage_ns += os_gettime_ns() - s0;
+  if (mapped_now) {
     /* keeps_result: the result texture keeps what was written, so a result is copied and
      * uploaded once, not every frame it is shown. */
     mapped m = {{width, height, mapped_read, mapped_write, NULL, 1}, data, linesize,
                 t->result_bytes};
     int shown = fl_obs_runner_frame(runner, &m.img);
+    uint64_t u0 = os_gettime_ns();
     gs_stagesurface_unmap(t->stage[take]);
+    *stage_ns += os_gettime_ns() - u0;
     t->staged[take] = 0;
     if (shown == FL_OBS_WRITTEN) {
       gs_texture_set_image(t->result, t->result_bytes, width * 4, false);

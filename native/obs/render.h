@@ -16,8 +16,10 @@ fl_obs_render *fl_obs_render_create(void);
 void fl_obs_render_destroy(fl_obs_render *t);
 /* The filter's video_render on a sync target: renders it, hands the image copied RING - 1 frames
  * ago to the runner, draws the newest result (or, before the first one or with the unfiltered
- * fallback, the target as it is). Returns the filter's own time on the graphics thread (ns),
- * the target's own rendering not counted. */
-uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runner *runner);
+ * fallback, the target as it is). Returns the filter's time on the graphics thread (ns), the
+ * target's own rendering not counted; *stage_ns: the part of it in libobs's staging calls
+ * (gs_stage_texture, gs_stagesurface_map and unmap). */
+uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runner *runner,
+                             uint64_t *stage_ns);
 
 #endif

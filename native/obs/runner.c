@@ -655,9 +655,10 @@ int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
   return replaced;
 }
 
-void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns) {
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns, uint64_t stage_ns) {
   pthread_mutex_lock(&r->mu);
   r->c.video_ns += ns;
+  r->c.stage_ns += stage_ns;
   r->recent_ns[r->recent_count++ % FL_OBS_RECENT] = ns;
   pthread_mutex_unlock(&r->mu);
 }

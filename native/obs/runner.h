@@ -44,6 +44,8 @@ typedef struct fl_obs_counters {
   uint64_t imports;    /* slots the service imported (pool size, per connection) */
   uint64_t video_ns;   /* time OBS's video thread spent in the filter, all frames together */
   uint64_t video_ns_p50; /* the median of that time over the last FL_OBS_RECENT frames */
+  uint64_t stage_ns;   /* of video_ns: libobs's staging (gs_stage_texture, the stage surface's
+                          map and unmap) on the texture path; the rest is the filter's own */
   uint64_t switches;   /* fallback "unfiltered": times the output switched between the two */
 } fl_obs_counters;
 
@@ -75,8 +77,9 @@ enum {
  * the model's packed layout) and writes the newest result (or the fallback) over the frame in
  * place (img->write). Returns an FL_OBS_* above. Never waits for the service. */
 int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img);
-/* Adds to the video thread's time in the filter (measured by the caller around the frame). */
-void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns);
+/* Adds to the video thread's time in the filter (measured by the caller around the frame), of
+ * which stage_ns in libobs's staging calls. */
+void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns, uint64_t stage_ns);
 /* A frame the filter cannot take (its format): counted and shown unfiltered. */
 void fl_obs_runner_unsupported(fl_obs_runner *r, const char *why);
 

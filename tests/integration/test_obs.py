@@ -511,10 +511,16 @@ def test_properties_and_teardown_never_wait_for_a_hung_service(
 def test_the_bench_formats_rows_measure_both_sides(obs_service: Service, display: str,
                                                    tmp_path: Path) -> None:
     """`fenceline bench --obs`'s formats rows (fenceline.bench.obs_formats), on small frames:
-    the filter ran on the sync source and its own time was counted, the source's drawing not."""
+    the filter ran on the sync source and its time was counted, the source's drawing not, split
+    into libobs's staging calls and the filter's own work."""
     row = {side: obs_formats.run_case(display, tmp_path, obs_service.socket, "sync", "rgba",
                                       (W, H), side, seconds=3.5, warmup_s=1.0)
            for side in ("none", "fenceline")}
     assert row["none"]["filter_ms_per_frame"] == 0 and row["none"]["results_per_s"] == 0, row
     assert row["fenceline"]["filter_ms_per_frame"] > 0, row
+    assert row["none"]["stage_ms_per_frame"] == 0, row
+    fl = row["fenceline"]
+    assert fl["stage_ms_per_frame"] > 0 and fl["own_ms_per_frame"] > 0, row
+    assert fl["stage_ms_per_frame"] + fl["own_ms_per_frame"] == pytest.approx(
+        fl["filter_ms_per_frame"]), row
     assert row["fenceline"]["results_per_s"] > 0, row

@@ -4,10 +4,14 @@ takes it after OBS's own GPU conversion) and a sync source (drawn on the graphic
 game, display and window capture are), at 720p and 1080p (docs/obs.md, "Measured").
 
 Each row is one run of headless OBS at 30 fps with a 30 fps source and the fast model
-(``image_filter_rgba8``); the first seconds are warmup. ``filter ms/frame`` is the filter's own
-time on the graphics thread (its ``video_ns``, the source's own drawing not counted), mean and
-median; ``OBS ms/frame`` is OBS's own average of its graphics thread's time per frame, whose
-difference between the two sides is what the filter costs OBS in all.
+(``image_filter_rgba8``); the first seconds are warmup. ``filter ms/frame`` is the filter's time
+on the graphics thread (its ``video_ns``, the source's own drawing not counted), mean and
+median, split in two: ``libobs staging`` is the part spent in libobs's staging calls on the
+texture path (``gs_stage_texture`` and the stage surface's map and unmap: the read-back copy,
+which a GPU queues as a DMA and a software rasterizer does pixel by pixel on the CPU), ``own``
+the rest (the filter's copies, lock and drawing). ``OBS ms/frame`` is OBS's own average of its
+graphics thread's time per frame, whose difference between the two sides is what the filter
+costs OBS in all.
 """
 
 from __future__ import annotations
@@ -41,10 +45,14 @@ def run_case(display: str, tmp: Path, socket: Path, kind: str, fmt: str, size: t
     a = next(x for x in run.lines if x["t"] >= warmup_s)
     dt = last["t"] - a["t"]
     frames = max(last.get("frames", 0) - a.get("frames", 0), 1)
+    filter_ms = (last.get("video_ns", 0) - a.get("video_ns", 0)) / frames / 1e6
+    stage_ms = (last.get("stage_ns", 0) - a.get("stage_ns", 0)) / frames / 1e6
     return {
         "obs_ms_per_frame": statistics.median(
             x["frame_time_ns"] for x in run.lines if x["t"] >= warmup_s) / 1e6,
-        "filter_ms_per_frame": (last.get("video_ns", 0) - a.get("video_ns", 0)) / frames / 1e6,
+        "filter_ms_per_frame": filter_ms,
+        "stage_ms_per_frame": stage_ms,
+        "own_ms_per_frame": filter_ms - stage_ms,
         "filter_ms_median": last.get("video_ns_p50", 0) / 1e6,
         "lagged_per_s": (last["lagged"] - a["lagged"]) / dt,
         "results_per_s": (last.get("filtered", 0) - a.get("filtered", 0)) / dt,
@@ -68,7 +76,8 @@ def run_formats(display: str, tmp: Path, socket: Path, seconds: float,
 
 
 HEADER = (f"{'size':>10} {'source':>6} {'format':>6} {'OBS ms/frame':>13} {'with filter':>12} "
-          f"{'filter ms/frame':>16} {'(median)':>9} {'lagged/s':>9} {'results/s':>10}")
+          f"{'filter ms/frame':>16} {'(median)':>9} {'libobs staging':>15} {'own':>6} "
+          f"{'lagged/s':>9} {'results/s':>10}")
 
 
 def print_row(row: dict[str, Any]) -> None:
@@ -76,4 +85,5 @@ def print_row(row: dict[str, Any]) -> None:
     print(f"{row['size']:>10} {row['source']:>6} {row['format']:>6} "
           f"{none['obs_ms_per_frame']:>13.2f} {fl['obs_ms_per_frame']:>12.2f} "
           f"{fl['filter_ms_per_frame']:>16.2f} {fl['filter_ms_median']:>9.2f} "
+          f"{fl['stage_ms_per_frame']:>15.2f} {fl['own_ms_per_frame']:>6.2f} "
           f"{fl['lagged_per_s']:>9.1f} {fl['results_per_s']:>10.1f}", flush=True)
