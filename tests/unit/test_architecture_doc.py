@@ -116,3 +116,26 @@ def test_every_quoted_function_and_class_is_defined() -> None:
     missing = sorted(w for w in words
                      if not re.search(rf"\b{re.escape(w.removesuffix('_total'))}\b", text))
     assert missing == []
+
+
+CELL_TEST = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)(?:\[([\w-]+)\])?`")
+
+
+def _run_table() -> list[list[str]]:
+    """The rows of "Who serves a run": transport, then one cell per session kind."""
+    section = PAGE.read_text().split("## Who serves a run", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("|")]
+    return rows[2:]  # past the header and its rule
+
+
+def test_every_test_the_run_table_names_exists() -> None:
+    rows = _run_table()
+    assert [row[0] for row in rows] == ["Unix socket", "run page", "Windows pipe", "HTTP interop"]
+    assert all(len(row) == 5 for row in rows)
+    named = [m for row in rows for cell in row[1:] for m in CELL_TEST.findall(cell)]
+    assert len(named) >= 3
+    for path, name, param in named:
+        source = (ROOT / path).read_text()
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path} has no {name}"
+        assert not param or f'"{param}"' in source, f"{path}::{name} is never run with {param}"
