@@ -186,8 +186,9 @@ def test_the_service_raises_its_soft_fd_limit_for_the_connections_it_admits(
 
 
 def test_a_connection_that_says_hello_and_closes_never_reaches_python(service: Service) -> None:
-    # docs/reliability.md, "Cheap churn": the accept loop answers the HELLO, and a connection
-    # that closes next is closed there, with no thread and no interpreter time of the service.
+    # docs/reliability.md, "Cheap churn": the accept loop answers the HELLO (the clients' own,
+    # features included), and a connection that closes next is closed there, with no thread
+    # and no interpreter time of the service.
     text = metrics_text(service)
     admitted = sample(text, "fenceline_ipc_connections_total", 0.0)
     log_before = service.log_text().count("hello from churn")
@@ -209,6 +210,9 @@ def test_a_connection_that_says_hello_and_closes_never_reaches_python(service: S
         reply = codec.decode(s.recv(codec.MAX_FRAME))
         assert reply.kind == codec.Kind.ERROR and reply.request_id == 5
         assert codec.decode_error(reply.body).code == "invalid_request"
-    # A greeted connection that goes on is served by Python from its next frame.
+    # The clients' own HELLO asks for the reply's flags: answered by the loop all the same (the
+    # churner above says it), and a connection that goes on is served by Python from its next
+    # frame with the features it was answered for.
     with IpcClient(service.socket) as c:
+        assert c.server["features"] == [codec.FEATURE_REPLY_FLAGS]
         run_once(c, 3)

@@ -186,3 +186,76 @@ def test_a_connection_handed_to_python_stays_open_and_stop_ends_the_loop(
                 time.sleep(0.01)
             s.send(b"ping")
             assert loop.kept[0].recv(16) == b"ping"
+
+
+def greeted_loop(tmp_path: Path) -> Iterator[Loop]:
+    """A loop that greets this uid, with one reply per set of the one feature it knows (the
+    reply names the set, as the service's does); peers handed over are kept."""
+    for loop in start(tmp_path, greet_s=30.0):
+        loop.answer = None
+        loop.acceptor.greet(
+            [codec.encode_json(codec.Kind.HELLO | codec.REPLY_BIT, 0, {"features": f})
+             for f in ([], [codec.FEATURE_REPLY_FLAGS])],
+            [codec.FEATURE_REPLY_FLAGS], 3, [os.geteuid()], 16, 64)
+        yield loop
+
+
+def peers(loop: Loop, n: int) -> list[tuple[int, ...]]:
+    deadline = time.monotonic() + 5
+    while len(got := [v for k, v in loop.events if k == "peer"]) < n:
+        assert time.monotonic() < deadline, loop.events
+        time.sleep(0.01)
+    return got
+
+
+@pytest.mark.parametrize(("hello", "features"), [
+    ({}, []),
+    ({"client": "a"}, []),
+    (codec.client_hello("renderer"), [codec.FEATURE_REPLY_FLAGS]),
+    ({"features": ["later", codec.FEATURE_REPLY_FLAGS], "client": "b"},
+     [codec.FEATURE_REPLY_FLAGS]),
+    ({"client": "a", "features": ["unknown"]}, []),
+    ({"client": "a", "features": []}, []),
+])
+def test_a_hello_is_answered_for_the_features_it_asks_and_python_hears_which(
+    tmp_path: Path, hello: dict[str, Any], features: list[str]
+) -> None:
+    # The clients' own HELLO (features included) is answered here; a connection that closes
+    # next never reaches Python, one that goes on reaches it with what it was answered for.
+    for loop in greeted_loop(tmp_path):
+        with loop.connect() as s:
+            s.send(codec.encode_json(codec.Kind.HELLO, 7, hello))
+            reply = codec.decode(s.recv(codec.MAX_FRAME))
+        assert (reply.kind, reply.request_id) == (codec.Kind.HELLO | codec.REPLY_BIT, 7)
+        assert codec.decode_json(reply.body) == {"features": features}
+        with loop.connect() as s:
+            s.send(codec.encode_json(codec.Kind.HELLO, 8, hello))
+            s.recv(codec.MAX_FRAME)
+            s.send(codec.encode_json(codec.Kind.DESCRIBE, 9, {}))
+            (_, _, uid, bits), = peers(loop, 1)
+            assert uid == os.geteuid() and bits == (1 if features else 0)
+            frame = codec.decode(loop.kept[0].recv(codec.MAX_FRAME))  # left queued for Python
+            assert (frame.kind, frame.request_id) == (codec.Kind.DESCRIBE, 9)
+        assert loop.acceptor.greeted == 2
+
+
+@pytest.mark.parametrize("body", [
+    b'{"client":"a","features":["reply_flags"],"x":1}',  # a field Python refuses
+    b'{"client":"a","features":["a","b","c","d"]}',  # more features than Python allows
+    b'{"client": "a"}',  # not as the clients write it: Python reads it
+    b'{"client":"a","client":"b"}',
+    b'{"client":"a","features":"reply_flags"}',
+    b'{"client":"\\u00e9"}',
+    b'{"client":"a"} ',
+])
+def test_any_other_hello_goes_to_python_unanswered_and_still_queued(
+    tmp_path: Path, body: bytes
+) -> None:
+    for loop in greeted_loop(tmp_path):
+        with loop.connect() as s:
+            s.send(codec.encode(codec.Kind.HELLO, 5, body))
+            (_, _, _, bits), = peers(loop, 1)
+            assert bits == 0
+            frame = codec.decode(loop.kept[0].recv(codec.MAX_FRAME))
+            assert (frame.kind, frame.request_id, frame.body) == (codec.Kind.HELLO, 5, body)
+        assert loop.acceptor.greeted == 0

@@ -46,6 +46,7 @@ from fenceline.errors import InvalidArgument
 PER_USER = 16  # the service's --max-connections-per-user in this bench
 FLOOD_LIMIT_S = 60.0  # the longest the flood may take, whatever N
 WARMUP = 200
+CHURN_GOAL = 1.2  # another renderer's p50 under churn over quiet (docs/reliability.md)
 MAX_SAMPLES = 4_000_000  # the renderer stops by itself past this (a bound, never reached)
 MODEL = MODELS[("64x64", "FP32")]
 
@@ -106,7 +107,7 @@ def attempt(path: str) -> tuple[str, str]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
             s.settimeout(10)
             s.connect(path)
-            s.send(codec.encode_json(codec.Kind.HELLO, 1, {"client": "flood"}))
+            s.send(codec.encode_json(codec.Kind.HELLO, 1, codec.client_hello("flood")))
             data = s.recv(codec.MAX_FRAME)
     except OSError as e:
         return "closed", type(e).__name__
@@ -363,6 +364,10 @@ def table(doc: dict[str, Any]) -> str:
             f"{p['p99_us']:6.0f} us {p['max_us']:6.0f} us {p['p50_over_quiet']:9.2f} "
             f"{p['p99_over_quiet']:9.2f} {p['service_cpu_s']:9.2f} s")
     answers = ", ".join(f"{k} {v}" for k, v in sorted(f["answers"].items()))
+    if doc["kind"] == "churn":  # docs/reliability.md, "Cheap churn": the goal
+        q, c = doc["phases"][0], doc["phases"][2]
+        lines += ["", f"churn: the renderer's p50 {q['p50_us']:.0f} us quiet, {c['p50_us']:.0f} us "
+                  f"under churn: {c['p50_over_quiet']:.2f}x (goal: at most {CHURN_GOAL}x)"]
     lines += [
         "", f"flood: {f['attempts']} attempts in {f['seconds']:.2f} s ({f['per_s']:.0f}/s): "
         f"{answers}; the service's accept thread used {f['accept_thread_cpu_s']} s of CPU, "

@@ -79,8 +79,7 @@ class IpcClient:
         try:
             # It reads the RUN reply's flags: while they say the service's cores are shared,
             # it neither naps nor stays runnable (docs/fences.md).
-            self.server = self._call(
-                Kind.HELLO, {"client": name, "features": [codec.FEATURE_REPLY_FLAGS]})
+            self.server = self._call(Kind.HELLO, codec.client_hello(name))
         except BaseException:
             self.close()
             raise

@@ -76,7 +76,10 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
 
 
 class Connection:
-    def __init__(self, server: ServerBase, sock: socket.socket, number: int, caller: Caller) -> None:
+    def __init__(self, server: ServerBase, sock: socket.socket, number: int, caller: Caller,
+                 greeted: list[str] | None = None) -> None:
+        """``greeted``: the features the accept loop's answer to the HELLO gave, for a
+        connection greeted there (IpcServer.start)."""
         self.server = server
         self.sock = sock
         self.owner = f"{IPC_OWNER}{number}"
@@ -97,7 +100,7 @@ class Connection:
         self._page: Any = None
         # Its HELLO asked for the RUN reply's flags (docs/ipc.md, "HELLO"): a client that did
         # not reads the reply's last word as reserved, 0.
-        self._reply_flags = False
+        self._reply_flags = codec.FEATURE_REPLY_FLAGS in (greeted or ())
         # A long fence wait ends early when the renderer dies: nobody reads the channel
         # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
         # of the channel, not a bound method: the connection must not reach itself, or it and
@@ -324,7 +327,7 @@ class Connection:
             raise InvalidRequest(
                 "invalid request: HELLO's features is a list of at most "
                 f"{codec.MAX_FEATURES} names, e.g. [\"{codec.FEATURE_REPLY_FLAGS}\"]")
-        features = [f for f in codec.FEATURES if f in asked]  # the names it knows, in its order
+        features = known_features(asked)
         self._reply_flags = codec.FEATURE_REPLY_FLAGS in features
         log.info("%s: hello from %s", self.owner, str(hello.get("client", "?"))[:64])
         return hello_reply(self.runtime, features)
@@ -452,9 +455,21 @@ class Connection:
                 self.runtime.metrics.ipc_connections.dec()
 
 
+def known_features(asked: list[str]) -> list[str]:
+    """The features a HELLO asked for that the service knows, in the service's order: what
+    its reply names and the connection keeps."""
+    return [f for f in codec.FEATURES if f in asked]
+
+
+def features_of(bits: int) -> list[str]:
+    """The features whose bits are set (bit i: codec.FEATURES[i]), as the accept loop names
+    those a HELLO it answered asked for."""
+    return [f for i, f in enumerate(codec.FEATURES) if bits >> i & 1]
+
+
 def hello_reply(runtime: Runtime, features: list[str]) -> dict[str, Any]:
     """What a HELLO that asked for ``features`` (those the service knows) is answered, here
-    and by the accept loop (IpcServer.start: a HELLO that asks for none)."""
+    and by the accept loop (IpcServer.start: one reply for each set of features)."""
     return {
         "server": "fenceline",
         "version": __version__,
@@ -518,10 +533,15 @@ class IpcServer(ServerBase):
                 0, ResourceExhausted("the service is out of file descriptors; retry later")),
             grace_s=REFUSAL_GRACE_S, max_pending=MAX_HELD_REFUSALS, per_s=REFUSALS_PER_S,
             burst=REFUSAL_BURST, greet_s=GREET_S)
-        # A connection that says HELLO and closes costs no thread and no interpreter time.
-        self._acceptor.greet(
-            codec.encode_json(Kind.HELLO | codec.REPLY_BIT, 0, hello_reply(self.runtime, [])),
-            sorted(self.allow_uids), self.limits.max_per_user, self.limits.max_connections)
+        # A connection that says HELLO and closes costs no thread and no interpreter time: the
+        # loop answers a HELLO that asks for features (bit i: codec.FEATURES[i]) with its reply.
+        replies = [
+            codec.encode_json(Kind.HELLO | codec.REPLY_BIT, 0, hello_reply(
+                self.runtime, features_of(bits)))
+            for bits in range(1 << len(codec.FEATURES))]
+        self._acceptor.greet(replies, list(codec.FEATURES), codec.MAX_FEATURES,
+                             sorted(self.allow_uids), self.limits.max_per_user,
+                             self.limits.max_connections)
         self._thread = threading.Thread(target=self._accept, name="fenceline-ipc-accept", daemon=True)
         self._thread.start()
         if self.abandoner is not None:
@@ -575,8 +595,10 @@ class IpcServer(ServerBase):
                 log.info("IPC accepts connections again")
                 short = False
 
-    def _take(self, fd: int, pid: int, uid: int) -> None:
-        """A connection the refusal table did not refuse: admitted, or refused here."""
+    def _take(self, fd: int, pid: int, uid: int, greeted: int) -> None:
+        """A connection the refusal table did not refuse: admitted, or refused here.
+        ``greeted``: the features (bits of codec.FEATURES) the accept loop's answer to its
+        HELLO gave."""
         try:
             conn = socket.socket(fileno=fd)
         except OSError:
@@ -587,8 +609,9 @@ class IpcServer(ServerBase):
             if not allowed:
                 logs.peer.set(f"uid {uid}")
             refused = self._admit(conn, f"uid {uid}", pid, allowed,
-                                  lambda number: Connection(self, conn, number,
-                                                            Caller(uid, transport="ipc")),
+                                  lambda number: Connection(
+                                      self, conn, number, Caller(uid, transport="ipc"),
+                                      features_of(greeted)),
                                   self._acceptor.greeting(uid))
             if isinstance(refused, PermissionDenied):  # for good: the allow-list is fixed
                 with self._lock:

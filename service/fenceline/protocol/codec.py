@@ -38,6 +38,13 @@ FEATURE_REPLY_FLAGS: str = _native.WIRE_FEATURE_REPLY_FLAGS
 FEATURES = (FEATURE_REPLY_FLAGS,)
 MAX_FEATURES = 32
 
+
+def client_hello(name: str) -> dict[str, Any]:
+    """The HELLO fenceline's clients send (the C client writes the same): it names the client
+    and asks for the RUN reply's flags. The service's accept loop answers it without Python
+    (docs/reliability.md, "Cheap churn")."""
+    return {"client": name, "features": [FEATURE_REPLY_FLAGS]}
+
 # session id (16 raw bytes), wait_value, signal_value (0: same as wait), timeout_ms, flags
 RUN_BODY = struct.Struct("<16sQQII")
 # signal_value, wait_us, infer_us, total_us, flags

@@ -29,9 +29,9 @@ Modes:
 - ``hoard``: connections (``--runs`` of them) that each import small memfd frames until the
   service refuses one, then sleep until killed: every import its quotas allow, held. Its
   ready line says how many it holds and the refusal's code and message.
-- ``churn``: ``--runs`` connections one after another, each connecting, saying HELLO, reading
-  the answer and closing, below the per-user limit: what each was answered, and how long
-  they took.
+- ``churn``: ``--runs`` connections one after another, each connecting, saying the HELLO
+  fenceline's clients say (``codec.client_hello``), reading the answer and closing, below the
+  per-user limit: what each was answered, and how long they took.
 
 Each prints one JSON line when it is set up (``{"ready": ...}``) and one with what it saw at the
 end; ``die-*`` never reach the end. Everything it shares is named ``fenceline-hostile-<pid>``, so
@@ -395,7 +395,7 @@ def churn(sock: str, rounds: int) -> dict[str, Any]:
             with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
                 s.settimeout(30)
                 s.connect(sock)
-                s.send(codec.encode_json(codec.Kind.HELLO, n + 1, {"client": "churn"}))
+                s.send(codec.encode_json(codec.Kind.HELLO, n + 1, codec.client_hello("churn")))
                 reply = codec.decode(s.recv(codec.MAX_FRAME))
         except OSError as e:
             answers[f"closed: {type(e).__name__}"] += 1

@@ -23,11 +23,13 @@
 //
 // A connection the table does not refuse, of a uid Python named as allowed (greet()), while
 // that uid's connections and all connections, Python's (admitted()) and those greeted here
-// together, are below the limits greet() was given, is greeted here: its HELLO is answered with Python's reply (the request id set) and nothing more
+// together, are below the limits greet() was given, is greeted here: its HELLO is answered with
+// the reply Python made for the features it asks for (the request id set) and nothing more
 // happens until its next frame, its end or greet_s: a connection that only says HELLO and
 // closes never reaches Python (no thread, no interpreter time). Its next frame, one this loop
-// does not answer (anything but a plain HELLO: fds, another kind, a name it does not read as
-// printable ASCII), or greet_s without either hands it to Python, that frame still queued. The
+// does not answer (anything but a HELLO greeting.h reads: fds, another kind, a name it does not
+// read as printable ASCII), or greet_s without either hands it to Python, that frame still
+// queued, with the features its HELLO was answered for. The
 // greetings are paced as the refusals are, in the same uid's bucket, and held within
 // max_pending with them; past the pace's waiting room one is closed unanswered, past
 // max_pending it goes to Python at once.
@@ -64,6 +66,7 @@
 #include "common/fenceline_wire_io.h"
 #include "common/host_timeline.h"
 #include "core/errors.h"
+#include "greeting.h"
 
 namespace py = pybind11;
 
@@ -110,32 +113,27 @@ struct Bucket {
   std::deque<Waiting> waiting;
 };
 
-// A connection being greeted: its peer, and its file status flags to give back with it.
+// A connection being greeted: its peer, its file status flags to give back with it, and the
+// features its last HELLO answered here asked for (bits of greet()'s names).
 struct Greeting {
   std::uint32_t uid = 0;
   int pid = 0, flags = 0;
   std::uint64_t seq = 0;
+  std::uint32_t features = 0;
 };
 
-// A HELLO body this loop answers as Python would: {} or {"client":"NAME"} (no spaces, as the
-// clients write it), NAME printable ASCII without quotes or backslashes. Anything else is
-// Python's to read.
-bool plain_hello(const std::uint8_t *body, std::size_t n) {
-  static const char head[] = "{\"client\":\"";
-  const std::size_t h = sizeof head - 1;
-  if (n == 0 || (n == 2 && body[0] == '{' && body[1] == '}')) return true;
-  if (n < h + 2 || std::memcmp(body, head, h) != 0 || body[n - 2] != '"' || body[n - 1] != '}')
-    return false;
-  for (std::size_t i = h; i < n - 2; ++i)
-    if (body[i] < 0x20 || body[i] > 0x7e || body[i] == '"' || body[i] == '\\') return false;
-  return true;
-}
+// greet()'s HELLO replies, one for each set of the features it names (replies[bits]).
+struct Hello {
+  std::vector<std::string> replies, features;
+  std::size_t max_features = 0;
+};
+constexpr std::size_t kMostFeatures = 8;  // names greet() takes, at most (2^8 replies)
 
 // What the loop tells Python.
 struct Event {
   enum Kind { None, Stopped, Peer, OutOfFds, Accepting, Refused, Failed } kind = None;
   int fd = -1, pid = 0, err = 0;
-  std::uint32_t uid = 0;
+  std::uint32_t uid = 0, features = 0;
   std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>> refused;
 };
 
@@ -182,21 +180,30 @@ class Acceptor {
       by_uid_[uid] = std::move(f);  // past the most, Python decides each of the others itself
   }
 
-  // Greets the connections of these uids here from now on, answering a plain HELLO with this
-  // reply (its request id set); None: no more greetings.
-  void greet(const py::object &reply, const std::vector<std::uint32_t> &uids,
+  // Greets the connections of these uids here from now on, answering a HELLO that asks for
+  // features (bits of these names) with replies[bits] (its request id set); None: no more
+  // greetings.
+  void greet(const py::object &replies, const std::vector<std::string> &features,
+             std::size_t max_features, const std::vector<std::uint32_t> &uids,
              std::size_t max_per_uid, std::size_t max_total) {
-    std::string r;
-    if (!reply.is_none()) {
-      r = reply.cast<std::string>();
-      FlWireHeader h;
-      if (!fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(r.data()), r.size(), &h) ||
-          h.kind != (FL_KIND_HELLO | FL_WIRE_REPLY_BIT))
-        throw py::value_error("a greeting is an encoded HELLO reply");
+    std::shared_ptr<Hello> hello;
+    if (!replies.is_none()) {
+      hello = std::make_shared<Hello>();
+      hello->replies = replies.cast<std::vector<std::string>>();
+      hello->features = features;
+      hello->max_features = max_features;
+      if (features.size() > kMostFeatures || hello->replies.size() != (1u << features.size()))
+        throw py::value_error("a greeting has one reply for each set of its features");
+      for (const std::string &r : hello->replies) {
+        FlWireHeader h;
+        if (!fl_wire_header_ok(reinterpret_cast<const std::uint8_t *>(r.data()), r.size(), &h) ||
+            h.kind != (FL_KIND_HELLO | FL_WIRE_REPLY_BIT))
+          throw py::value_error("a greeting is an encoded HELLO reply");
+      }
       if (uids.size() > kMostGreeted) throw py::value_error("too many uids to greet");
     }
     std::lock_guard<std::mutex> lock(mu_);
-    hello_ = reply.is_none() ? nullptr : std::make_shared<const std::string>(std::move(r));
+    hello_ = std::move(hello);
     greeted_uids_.clear();
     if (hello_) greeted_uids_.insert(uids.begin(), uids.end());
     max_per_uid_ = max_per_uid;
@@ -254,8 +261,9 @@ class Acceptor {
   std::uint64_t dropped() const { return dropped_.load(); }
   std::uint64_t greeted() const { return greeted_count_.load(); }
 
-  // Runs the loop until something needs Python: ("peer", (fd, pid, uid)) for a connection the
-  // table does not refuse (the caller owns fd); ("refused", [(uid, error code, count), ...])
+  // Runs the loop until something needs Python: ("peer", (fd, pid, uid, features)) for a
+  // connection the table does not refuse (the caller owns fd; features: what the HELLO
+  // answered here asked for); ("refused", [(uid, error code, count), ...])
   // at most once a second while refusals are made here; ("out_of_fds", message) for each
   // round without fds; ("accepting", None) once it accepts again; None once stopped.
   py::object next_event() {
@@ -270,7 +278,7 @@ class Acceptor {
     }
     switch (ev.kind) {
       case Event::Peer:
-        return py::make_tuple("peer", py::make_tuple(ev.fd, ev.pid, ev.uid));
+        return py::make_tuple("peer", py::make_tuple(ev.fd, ev.pid, ev.uid, ev.features));
       case Event::Refused: {
         py::list l;
         for (const auto &[uid, code, n] : ev.refused) l.append(py::make_tuple(uid, code, n));
@@ -504,12 +512,13 @@ class Acceptor {
     --greeting_total_;
   }
 
-  void hand_over(int fd, int pid, std::uint32_t uid) {
+  void hand_over(int fd, int pid, std::uint32_t uid, std::uint32_t features = 0) {
     Event e;
     e.kind = Event::Peer;
     e.fd = fd;
     e.pid = pid;
     e.uid = uid;
+    e.features = features;
     events_.push_back(std::move(e));
   }
 
@@ -695,7 +704,7 @@ class Acceptor {
     }
     ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
     ::fcntl(fd, F_SETFL, g.flags);
-    hand_over(fd, g.pid, g.uid);
+    hand_over(fd, g.pid, g.uid, g.features);
   }
 
   void expire_greetings(std::int64_t now) {
@@ -707,8 +716,9 @@ class Acceptor {
     }
   }
 
-  // Looks at the next frame without taking it (nor any fds it carries): a plain HELLO is taken
-  // and answered, the peer's end closes the connection, anything else goes to Python.
+  // Looks at the next frame without taking it (nor any fds it carries): a HELLO greeting.h
+  // reads is taken and answered, the peer's end closes the connection, anything else goes to
+  // Python.
   void greet_step(int fd) {
     for (;;) {
       struct iovec iov {
@@ -735,22 +745,21 @@ class Acceptor {
       }
       FlWireHeader h;
       const auto size = static_cast<std::size_t>(n);
-      if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || size > FL_WIRE_MAX_FRAME ||
-          !fl_wire_header_ok(buf_.data(), size, &h) || h.kind != FL_KIND_HELLO ||
-          !plain_hello(buf_.data() + FL_WIRE_HEADER_SIZE, size - FL_WIRE_HEADER_SIZE)) {
-        greeting_done(fd, true);
-        return;
-      }
-      Frame reply;
+      std::shared_ptr<const Hello> hello;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        reply = hello_;
+        hello = hello_;
       }
-      if (!reply) {
+      long asked = -1;
+      if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) == 0 && size <= FL_WIRE_MAX_FRAME &&
+          fl_wire_header_ok(buf_.data(), size, &h) && h.kind == FL_KIND_HELLO && hello)
+        asked = HelloReader(buf_.data() + FL_WIRE_HEADER_SIZE, size - FL_WIRE_HEADER_SIZE)
+                    .features(hello->features, hello->max_features);
+      if (asked < 0) {
         greeting_done(fd, true);
         return;
       }
-      std::string out = *reply;
+      std::string out = hello->replies[static_cast<std::size_t>(asked)];
       FlWireHeader ours;
       fl_wire_get_header(reinterpret_cast<const std::uint8_t *>(out.data()), &ours);
       fl_wire_put_header(reinterpret_cast<std::uint8_t *>(out.data()), ours.kind, h.request_id,
@@ -760,6 +769,7 @@ class Acceptor {
         greeting_done(fd, false);
         return;
       }
+      greeting_[fd].features = static_cast<std::uint32_t>(asked);
       ++greeted_count_;
     }
   }
@@ -802,7 +812,7 @@ class Acceptor {
   std::mutex mu_;  // the table, incoming_ and stopped_
   std::unordered_map<std::uint32_t, Frame> by_uid_;
   Frame full_;
-  Frame hello_;                               // greet()'s reply, or none
+  std::shared_ptr<const Hello> hello_;        // greet()'s replies, or none
   std::set<std::uint32_t> greeted_uids_;      // greet()'s uids
   std::size_t max_per_uid_ = 0, max_total_ = 0;  // greet()'s limits
   std::unordered_map<std::uint32_t, std::size_t> admitted_;  // Python's counts (admitted())
@@ -853,15 +863,18 @@ void bind_acceptor(py::module_ &mod) {
            "Python's count of uid's connections and of all, after each admission or close.")
       .def("greeting", &Acceptor::greeting, py::arg("uid"),
            "(uid's, all) connections greeted here or waiting to be: count them as admitted.")
-      .def("greet", &Acceptor::greet, py::arg("reply"), py::arg("uids"),
-           py::arg("max_per_uid"), py::arg("max_total"),
+      .def("greet", &Acceptor::greet, py::arg("replies"), py::arg("features"),
+           py::arg("max_features"), py::arg("uids"), py::arg("max_per_uid"),
+           py::arg("max_total"),
            "Greets these uids' connections here from now on, while a uid's connections "
            "(admitted() and greeted here) are below max_per_uid and all below max_total: a "
-           "plain HELLO ({} or "
-           "{\"client\":\"NAME\"}, NAME printable ASCII) is answered with this encoded HELLO "
-           "reply (its request id set), paced as refusals are; the connection goes to Python "
-           "with its next frame (left queued), or after greet_s, and is closed here when the "
-           "peer closes first. None: no more greetings.")
+           "HELLO of {} or {\"client\":\"NAME\",\"features\":[\"NAME\",...]} (either "
+           "field or none, no spaces, at most max_features features, names printable ASCII) "
+           "is answered with replies[bits], an encoded HELLO reply (its request id set), bit i "
+           "set when it asked for features[i] (at most 8 names: 2^len(features) replies); "
+           "paced as refusals are. The connection goes to Python with its next frame (left "
+           "queued), or after greet_s, as ('peer', (fd, pid, uid, bits)), and is closed here "
+           "when the peer closes first. None: no more greetings.")
       .def("limit", &Acceptor::limit, py::arg("uid"), py::arg("frame"),
            "Refuses uid's connections with this ERROR frame from now on (None: no more).")
       .def("full", &Acceptor::full, py::arg("frame"),
@@ -870,7 +883,8 @@ void bind_acceptor(py::module_ &mod) {
            "Refuses a connection that next_event handed over, with this ERROR frame; owns fd.")
       .def("next_event", &Acceptor::next_event,
            "Runs the loop (the GIL released) until something needs Python: ('peer', (fd, pid, "
-           "uid)), the caller owning fd; ('refused', [(uid, error code, count), ...]), at most "
+           "uid, features)), the caller owning fd (features: the bits of greet()'s names that "
+           "the HELLO answered here asked for, 0 when none was); ('refused', [(uid, error code, count), ...]), at most "
            "once a second while refusals are made here; ('out_of_fds', why) for each round "
            "without fds (one waiting connection shed, accepting paused); ('accepting', None) "
            "once it accepts again; None once stopped. Raises OSError when accepting fails "
