@@ -61,7 +61,7 @@ COVERED: dict[tuple[str, str], list[str]] = {
         "tests/e2e/test_bench_smoke.py::test_real_model_through_ipc_equals_a_direct_onnxruntime_run",
         f"{FIRST_HOUR}::test_demo_out_into_missing_directory_fails_first",
     ],
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"): [
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest -n 2 --dist loadfile"): [
         ".ci/run (runs this, with the build requirements installed first so .ci/wheel reuses the build)",
     ],
     ("README.md", "fenceline serve                             # the builtin models (`fenceline models list`)"): [
@@ -566,7 +566,7 @@ def test_readme_is_a_first_page_that_the_docs_do_not_contradict() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 120
     for command in ("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/fenceline demo",
-                    "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest"):
+                    "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest -n 2 --dist loadfile"):
         assert f"```sh\n{command}\n```" in text, command
     assert "CMake" in text and "C++17 compiler" in text and "a few minutes" in text
     assert "ever copied" not in text and "tensors are copied" in text
