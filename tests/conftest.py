@@ -5,6 +5,8 @@ and gpu/ (skipped without an NVIDIA GPU)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,20 @@ TEST_MODELS = ["add_64x64", "add_720p", "image_filter", "add_64x64_fp16"]
 # over 200 ms, or whose data took long to draw, which a busy machine makes happen.
 settings.register_profile("fenceline", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("fenceline")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """With the README's two workers (pytest-xdist), a test marked ``alone`` runs while the other
+    worker runs none: it judges how the service or the client uses CPUs (spinning, yielding,
+    taking turns) and needs the CPUs this run may use. Every other test holds the run's lock
+    shared; a test marked ``alone`` holds it exclusive."""
+    basetemp = item.config.option.basetemp
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
+        return (yield)
+    with open(os.path.join(os.path.dirname(basetemp), "alone.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        return (yield)  # closing the file releases the lock
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,8 @@ from tests.support.helpers import FrameSession, open_session
 from tests.support.service import Service, running
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's"),
+              pytest.mark.alone]  # turns are taken when the runs in flight fill the CPUs
 
 
 def policies(pid: int) -> Counter[int]:

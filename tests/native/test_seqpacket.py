@@ -25,7 +25,8 @@ from fenceline import _native
 from fenceline.protocol import codec
 from fenceline.waiting import WINDOW_SHIFT, WINDOWS_PER_PERIOD, SpinGate
 
-pytestmark = pytest.mark.skipif(_native.PLATFORM != "posix", reason="SOCK_SEQPACKET is POSIX")
+pytestmark = [pytest.mark.skipif(_native.PLATFORM != "posix", reason="SOCK_SEQPACKET is POSIX"),
+              pytest.mark.alone]  # the spin rule's waits depend on which CPUs are idle
 MAX, MAX_FDS = 1024, 4
 
 
