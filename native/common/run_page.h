@@ -8,8 +8,8 @@
  * - the client writes the request's fields, then a new request_seq, then reads
  *   service_sleeping: when set, it sends a NUDGE frame on the socket (the service blocks there);
  * - the service, seeing request_seq change, serves the RUN as one from the socket. When it
- *   answered here, it writes the reply's fields with status FL_RUN_PAGE_ANSWERED; else (an error,
- *   a run its Python path serves) status FL_RUN_PAGE_ON_SOCKET, and the reply comes on the
+ *   answered here, it writes the reply's fields with status FL_RUN_PAGE_ANSWERED; else (a refusal or
+ *   a failed run) status FL_RUN_PAGE_ON_SOCKET, and the reply comes on the
  *   socket as ever. Then reply_seq = the request's seq, then it reads client_sleeping: when set,
  *   a NUDGE on the socket wakes the client.
  * A side sets its *_sleeping word before it blocks on the socket and looks at the page once

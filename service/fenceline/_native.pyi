@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CpuRun', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'HostRunner', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'Shutdown', 'SpinGate', 'TRACE_EVENT_FORMAT', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SessionRunner', 'Shutdown', 'SpinGate', 'TRACE_EVENT_FORMAT', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -374,23 +374,16 @@ class ReceiveSpin:
     @property
     def spinning(self) -> bool:
         ...
-class CpuRun:
+class SessionRunner:
     """
-    A session's model runs on the CPU for the Python path: each run is counted in while the context is open (one at a time); a large frame's run waits for its turn on entering (the GIL let go) when the CPUs are full (runtime/ort_options.py, 'Large frames take turns').
+    What the run engine holds of one session: a host session's model, binding and fences, or the Python body of a session whose run stays in Python.
     """
-    def __enter__(self) -> CpuRun:
-        ...
-    def __exit__(self, arg0: typing.Any, arg1: typing.Any, arg2: typing.Any) -> None:
-        ...
-    def __init__(self, who: typing.SupportsInt | typing.SupportsIndex, frame_bytes: typing.SupportsInt | typing.SupportsIndex, full: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def single(self) -> bool:
+    @staticmethod
+    def python(owner: str, body: typing.Any, series: RunSeries, streaming: bool = False) -> SessionRunner:
         """
-        Whether the run takes the model's one-thread session: no turn, and the runs in flight are `full` or more.
+        A session run by body(wait_value, signal_value or None, timeout_ns, cancel, asynchronous) -> (signal_value, wait_ns, infer_ns, total_ns), which counts the run itself; admitted by the engine first.
         """
-class HostRunner:
-    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries) -> None:
+    def __init__(self, owner: str, run: typing.Any, binding: typing.Any, session: typing.Any, wait_fence: HostFence, signal_fence: HostFence, unsealed: collections.abc.Sequence[HostMemory], series: RunSeries, streaming: bool = False) -> None:
         ...
     def set_single(self, run: typing.Any, binding: typing.Any, single_from: typing.SupportsInt | typing.SupportsIndex, frame_bytes: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -404,7 +397,7 @@ class RunPage:
         ...
 class Shutdown:
     """
-    The service's one shutdown flag (Runtime.closing): set once, read by every transport and by the native runner without the GIL.
+    The service's one shutdown flag (Runtime.closing): set once, read by every transport and by the run engine without the GIL.
     """
     def __init__(self) -> None:
         ...
@@ -415,27 +408,31 @@ class Shutdown:
         From now on every RUN is answered unavailable.
         """
 class RunTable:
-    def __init__(self, shutdown: Shutdown, max_timeout_ms: typing.SupportsInt | typing.SupportsIndex, default_timeout_ms: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, shutdown: Shutdown, max_timeout_ms: typing.SupportsInt | typing.SupportsIndex, default_timeout_ms: typing.SupportsInt | typing.SupportsIndex, spin_ns: typing.SupportsInt | typing.SupportsIndex, max_inflight: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     def __len__(self) -> int:
         ...
-    def add(self, key: bytes, runner: HostRunner) -> None:
+    def add(self, key: bytes, runner: SessionRunner) -> None:
         ...
     def counts(self) -> dict[str, int]:
         """
-        RUNs answered here, failed here (the failure handed to the transport), handed back to Python, and of the answered and failed those whose input fence was waited for.
+        Runs answered, runs failed (the failure handed to the transport or raised), and of them those whose input fence was waited for.
         """
     def remove(self, key: bytes) -> None:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
         """
+    def run(self, owner: str, session_id: str, wait_value: int, signal_value: typing.Any, timeout_ms: typing.Any, gate: SpinGate, cancel: typing.Any = None, run_options: typing.Any = None, asynchronous: bool = False, stream: bool = False, series: typing.Any = None, flags: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[int, int, int, int]:
+        """
+        The entry of a run: admission and every refusal, the input fence's wait (spinning as gate allows, ended early by cancel between slices), the model, the signal, the counters, metrics (series; None: the session's) and trace marks. Returns (signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. timeout_ms None: the service's default. stream: a streaming session's own frame. flags: a RUN frame's (none are defined).
+        """
     def serve_bytes(self, frame: bytes, owner: str, reply_flags: bool, gate: SpinGate, cancel: typing.Any, send: collections.abc.Callable[[bytes], bool], run_options: typing.Any = None) -> tuple[bool | None, typing.Any]:
         """
-        Serves one received frame: (sent, None) when served here, its reply handed to send(reply) -> bool and then counted; (None, failure) when its run failed here; (None, None) when Python serves it. reply_flags: the client reads the RUN reply's flags (else they are 0). A RUN sent ahead of its input fence waits here, spinning as gate allows, ended early by cancel (a fenceline.waiting.Cancel) between slices. run_options: onnxruntime's RunOptions for the model's run (None: none).
+        Serves one received frame: (sent, None) when served here, its reply handed to send(reply) -> bool and then counted; (None, failure) when its run failed here; (None, None) when it is no RUN the engine can read (Python decodes it). reply_flags: the client reads the RUN reply's flags (else they are 0). A RUN sent ahead of its input fence waits here, spinning as gate allows, ended early by cancel (a fenceline.waiting.Cancel) between slices. run_options: onnxruntime's RunOptions for the model's run (None: none).
         """
     def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None, reply_flags: bool = False, run_options: typing.Any = None, cancel: typing.Any = None) -> tuple[bytes | None, list[int], str | None, typing.Any]:
         """
-        Receives and serves frames until one needs Python: (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame queued already is served only while that process lives. Raises when the socket itself fails. With a run page, its RUNs are served too. reply_flags: the client reads the RUN reply's flags (else they are 0). run_options: onnxruntime's RunOptions for every model run (None: none). A RUN sent ahead of its input fence waits here, ended early by cancel as serve_bytes says.
+        Receives and serves frames until one needs Python (no RUN it can read, or a RUN that failed): (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame queued already is served only while that process lives. Raises when the socket itself fails. With a run page, its RUNs are served too. reply_flags: the client reads the RUN reply's flags (else they are 0). run_options: onnxruntime's RunOptions for every model run (None: none). A RUN sent ahead of its input fence waits here, ended early by cancel as serve_bytes says.
         """
 class Acceptor:
     """

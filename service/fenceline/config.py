@@ -10,7 +10,7 @@ Flags win over the environment: ``FENCELINE_PORT=9000 fenceline serve --port 800
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,11 +20,6 @@ from fenceline.errors import InvalidArgument
 from fenceline.ipc import limits
 from fenceline.logs import LOG_FORMATS, LogFormat
 from fenceline.runtime.model_config import CONTROL_MODES, ControlMode
-
-# Which code serves a RUN frame (docs/ipc.md, "The run path"): the native runner, or the Python
-# run body it is checked against (the reference, tests/integration/test_run_paths.py).
-RunPath = Literal["native", "python"]
-RUN_PATHS: tuple[RunPath, ...] = ("native", "python")
 
 ENV_PREFIX = "FENCELINE_"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -64,7 +59,6 @@ class ServeSettings(BaseSettings):
     ipc_spin_us: int = 100
     fence_spin_us: int = 50
     max_spinners: int | None = None  # None: half the usable CPUs, at least 1 (fenceline.waiting)
-    run_path: RunPath = "native"
     log_level: str = "info"
     log_format: LogFormat = "text"
     client_shared_memory: bool = True  # Triton's system shared-memory registration
@@ -182,8 +176,6 @@ def _explain(e: ValidationError) -> str:
         got = err.get("input")
         if field == "log_format" and err["type"] == "literal_error":
             parts.append(f"{where} is one of {', '.join(LOG_FORMATS)}, not {got!r}")
-        elif field == "run_path" and err["type"] == "literal_error":
-            parts.append(f"{where} is one of {', '.join(RUN_PATHS)}, not {got!r}")
         elif field == "model_control_mode" and err["type"] == "literal_error":
             parts.append(f"{where} is one of {', '.join(CONTROL_MODES)}, not {got!r}")
         else:

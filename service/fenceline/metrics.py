@@ -153,8 +153,8 @@ class Metrics:
         return generate_latest(self.registry) + self.triton.exposition(models)
 
     def watch_runner(self, table: Any) -> None:
-        """Exposes what a native runner (a ``_native.RunTable``) did with the RUNs handed to
-        it, beside the others': which engine served the runs."""
+        """Exposes what the run engine (the runtime's ``_native.RunTable``) did with the runs
+        that entered it."""
         self._runners.tables.append(table)
 
     def observe_gpu_run(self, device: str) -> None:
@@ -258,7 +258,8 @@ class _NativeMappings(Collector):
 
 
 class _NativeRunners(Collector):
-    """The native runners' counts (RunTable.counts), summed over the transports' tables."""
+    """The run engine's counts (RunTable.counts), summed over the runtimes that share these
+    metrics (one in a service)."""
 
     def __init__(self) -> None:
         self.tables: list[Any] = []
@@ -266,9 +267,9 @@ class _NativeRunners(Collector):
     def collect(self) -> Any:
         family = CounterMetricFamily(
             "fenceline_native_runs",
-            "RUNs handed to the native runner, by what it did: answered, failed (the failure "
-            "worded there, answered by the transport), handed_back (served by Python), and "
-            "waited (of the answered and failed, those sent ahead of their input fence).",
+            "Runs that entered the run engine, by what it did: answered, failed (a refusal or "
+            "failure worded there, answered by the transport), and waited (of the answered "
+            "and failed, those sent ahead of their input fence).",
             labels=["outcome"],
         )
         totals: dict[str, int] = {}

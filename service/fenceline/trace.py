@@ -2,8 +2,8 @@
 moments of every frame the service runs, per session, and writes them as Chrome trace-event
 JSON, which Perfetto's UI (ui.perfetto.dev) and chrome://tracing open.
 
-The recorder is native (native/importer/core/trace.{h,cpp}): the native run path, the Python run
-path and CUDA sessions mark their moments into one buffer. Off by default; off, a moment costs
+The recorder is native (native/importer/core/trace.{h,cpp}): the run engine
+and CUDA sessions mark their moments into one buffer. Off by default; off, a moment costs
 one relaxed atomic load. One trace records at a time, for the whole service.
 """
 

@@ -1,6 +1,6 @@
-"""The native run path (docs/ipc.md, "The run path"): a host session's RUN frames are served
-without the interpreter when they can be, RUNs sent ahead of their input fence included, and
-exactly as the Python path serves them when they cannot. The service runs in this process (so the test sees which path served a frame); every
+"""The run engine (docs/ipc.md, "The run path"): a host session's RUN frames are served without
+the interpreter, RUNs sent ahead of their input fence and refusals included. The service runs
+in this process (so the test sees that no frame reached the interpreter's decoder); every
 renderer is a real client in its own process."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,15 @@ import pytest
 
 from fenceline import _native
 from fenceline.client import Fence, SharedFrame
-from fenceline.errors import TimedOut, Unavailable
+from fenceline.errors import NotFound, ResourceExhausted, TimedOut, Unavailable
 from fenceline.ipc.server import IpcServer
 from fenceline.models import build_repository
 from fenceline.protocol import codec
 from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import ModelRepository
 from fenceline.runtime.service import Runtime
-from fenceline.runtime.table import ViewSpec
+from fenceline.runtime.table import RuntimeSettings, ViewSpec
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     not hasattr(_native, "RunTable"), reason="the native run path is built on POSIX only"
@@ -112,8 +114,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def served(repo: Path, tmp_path: Path) -> Iterator[tuple[Runtime, IpcServer, list[str]]]:
-    """A runtime and its IPC server in this process; the list names each RUN the Python path
-    served (Runtime.run is the Python path's one entry)."""
+    """A runtime and its IPC server in this process; the list names each RUN that reached
+    Runtime.run, the engine's entry for callers in Python (a RUN frame the native loop left to
+    the interpreter would)."""
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
     python_runs: list[str] = []
     run = runtime.run
@@ -149,24 +152,24 @@ def test_frames_are_served_natively_and_counted(
     assert got == {"runs": 200, "last": 200}  # the session's counters, read over DESCRIBE
     assert python_runs == []  # not one frame went through the interpreter's run path
     assert ("add_64x64", "ipc", 200) in runtime.metrics.run_store.runs()
-    assert len(server.run_table) == 0  # the renderer left: its session is gone here too
+    assert len(runtime.runs) == 0  # the renderer left: its session is gone here too
 
 
 def test_a_fence_not_yet_reached_is_waited_for_natively(
     served: tuple[Runtime, IpcServer, list[str]],
 ) -> None:
-    _, server, python_runs = served
+    runtime, server, python_runs = served
     got = _renderer(server, "add_64x64", "late_fence")
     assert got == {"signal": 1, "y": 3.0}
     assert python_runs == []
-    counts = server.run_table.counts()
-    assert (counts["answered"], counts["waited"], counts["handed_back"]) == (1, 1, 0), counts
+    counts = runtime.runs.counts()
+    assert (counts["answered"], counts["waited"], counts["failed"]) == (1, 1, 0), counts
 
 
 def test_runs_in_flight_ahead_of_their_fences_wait_natively_and_time_out_as_python_does(
     served: tuple[Runtime, IpcServer, list[str]],
 ) -> None:
-    _, server, python_runs = served
+    runtime, server, python_runs = served
     got = _renderer(server, "add_64x64", "pipelined")
     assert got["ys"] == [[1, 2.0], [2, 3.0], [3, 4.0]]
     code, message, details = got["timeout"]
@@ -176,18 +179,18 @@ def test_runs_in_flight_ahead_of_their_fences_wait_natively_and_time_out_as_pyth
                        "is ready")
     assert details == {"queued": False, "wait_value": 9, "signal_value": 9}
     assert python_runs == []
-    counts = server.run_table.counts()
-    assert (counts["answered"], counts["failed"], counts["handed_back"]) == (3, 1, 0), counts
+    counts = runtime.runs.counts()
+    assert (counts["answered"], counts["failed"]) == (3, 1), counts
     # The one that timed out waited here; the others did unless their fence came first.
     assert 1 <= counts["waited"] <= 4, counts
 
 
-def test_failed_runs_answer_as_the_python_path_does(
+def test_failed_runs_are_answered_by_the_engine(
     served: tuple[Runtime, IpcServer, list[str]],
 ) -> None:
     runtime, server, python_runs = served
     got = _renderer(server, "nan_guard_64x64", "errors")
-    assert python_runs == []  # the two conflicts and the model error came from the native path
+    assert python_runs == []  # the two conflicts and the model error came from the engine
     assert got["codes"] == ["conflict", "conflict", "model_error", 5.0]
     assert got["message"].startswith("model 'nan_guard_64x64' failed: ")
     errors = {s.labels["code"]: s.value for m in runtime.metrics.registry.collect()
@@ -198,59 +201,54 @@ def test_failed_runs_answer_as_the_python_path_does(
 NBYTES = 3 * 64 * 64 * 4
 
 
-def _native_session(runtime: Runtime, table: Any, owner: str, frame: SharedFrame, a: Fence,
+def _native_session(runtime: Runtime, owner: str, frame: SharedFrame, a: Fence,
                     b: Fence) -> str:
-    """A session of ``owner`` over ``frame`` (input, then output) between ``a`` and ``b``,
-    registered with ``table`` as the IPC server registers a connection's sessions."""
+    """A session of ``owner`` over ``frame`` (input, then output) between ``a`` and ``b``:
+    the runtime hands it to its run engine (``runtime.runs``)."""
     mem = runtime.import_memory(owner, "host_fd", fd=os.dup(frame.fd))["id"]
     fa = runtime.import_fence(owner, "host_timeline", fd=os.dup(a.fd))["id"]
     fb = runtime.import_fence(owner, "host_timeline", fd=os.dup(b.fd))["id"]
     sid = str(runtime.create_session(
         owner, "add_64x64", {"x": ViewSpec(mem, 0, "FP32", [1, 3, 64, 64])},
-        {"y": ViewSpec(mem, NBYTES, "FP32", [1, 3, 64, 64])}, fa, fb)["id"])
-    session = runtime.session(owner, sid)
-    assert isinstance(session, HostSession)
-    session.run_natively(table, bytes.fromhex(sid), owner,
-                         runtime.metrics.run_series("add_64x64", "ipc"))
+        {"y": ViewSpec(mem, NBYTES, "FP32", [1, 3, 64, 64])}, fa, fb, transport="ipc")["id"])
+    assert isinstance(runtime.session(owner, sid), HostSession)
     return sid
-
-
-def _runner(runtime: Runtime) -> Any:
-    s = runtime.settings
-    return _native.RunTable(runtime.closing, s.max_timeout_ms, s.default_timeout_ms, s.spin_ns)
 
 
 def test_the_table_serves_only_its_owner_and_answers_unavailable_once_stopping(
         repo: Path) -> None:
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
-    table = _runner(runtime)
+    table = runtime.runs
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         with ours, theirs, SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
             owner = "ipc:7"
-            sid = _native_session(runtime, table, owner, f, a, b)
+            sid = _native_session(runtime, owner, f, a, b)
             assert len(table) == 1
 
-            # The loop serves the RUNs it can and hands back the first frame it cannot: a HELLO
-            # sent after each RUN ends the loop, and says whether the RUN was served.
+            # The loop serves RUNs, refusals included, and hands back the first frame that is
+            # no RUN: a HELLO sent after each RUN ends the loop once the RUN was answered.
             hello = codec.encode_json(codec.Kind.HELLO, 99, {})
             gate, spin = _native.SpinGate(0), _native.ReceiveSpin(0)
 
-            def served(value: int, who: str = owner) -> bool:
+            def served(value: int, who: str = owner) -> object:
                 a.signal(value)
                 frame = codec.encode_run(value, codec.Run(bytes.fromhex(sid), value, None, None, 0))
                 theirs.send(frame)
                 theirs.send(hello)
                 data, fds, problem, failure = table.serve_loop(ours.fileno(), who, gate, spin)
-                assert fds == [] and problem is None and failure is None
+                assert fds == [] and problem is None
                 if data == hello:
-                    return True
-                assert data == frame  # handed back untouched
+                    assert failure is None
+                    return None
+                assert data == frame  # its failure, for the transport to answer
                 assert table.serve_loop(ours.fileno(), who, gate, spin)[0] == hello
-                return False
+                return failure
 
-            assert not served(1, "ipc:8")  # another connection's session
-            assert served(2)
+            refused = served(1, "ipc:8")  # another connection's session: not found, as any
+            assert isinstance(refused, NotFound)
+            assert refused.message == f"no session with id {sid!r}" and b.value == 0
+            assert served(2) is None
             reply = codec.decode(theirs.recv(codec.MAX_FRAME))
             assert reply.request_id == 2 and codec.decode_run_reply(reply.body).signal_value == 2
             assert b.value == 2
@@ -277,11 +275,11 @@ def test_the_table_serves_only_its_owner_and_answers_unavailable_once_stopping(
 def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> None:
     """serve_bytes: the entry of a transport that receives in Python (the Windows pipe)."""
     runtime = Runtime(ModelRepository.from_sources(repo, {}))
-    table = _runner(runtime)
+    table = runtime.runs
     try:
         with SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
             owner = "pipe:3"
-            sid = _native_session(runtime, table, owner, f, a, b)
+            sid = _native_session(runtime, owner, f, a, b)
             gate = _native.SpinGate(1)
             replies: list[tuple[bytes, int]] = []
 
@@ -295,7 +293,8 @@ def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> 
             assert failure.details == {"queued": False, "wait_value": 1, "signal_value": 1}
             frame = codec.encode_run(5, codec.Run(bytes.fromhex(sid), 1, None, None))
             a.signal(1)
-            assert table.serve_bytes(frame, "pipe:4", False, gate, None, send) == (None, None)
+            sent, failure = table.serve_bytes(frame, "pipe:4", False, gate, None, send)
+            assert sent is None and isinstance(failure, NotFound)  # not its session
             assert b.value == 0 and replies == []
             assert table.serve_bytes(frame, owner, False, gate, None, send) == (True, None)
             [(reply, runs_then)] = replies
@@ -307,3 +306,39 @@ def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> 
     finally:
         runtime.close()
     assert len(table) == 0
+
+
+def test_a_run_from_python_enters_the_same_engine_with_every_refusal(repo: Path) -> None:
+    """Runtime.run (HTTP's, and any caller in Python) is the engine's entry too: its runs and
+    its refusals (another client's session, the in-flight quota, the shutdown) are the engine's,
+    counted there."""
+    runtime = Runtime(ModelRepository.from_sources(repo, {}),
+                      settings=RuntimeSettings(max_inflight_runs_per_owner=1))
+    try:
+        with SharedFrame(2 * NBYTES) as f, Fence() as a, Fence() as b:
+            sid = _native_session(runtime, "http", f, a, b)
+            a.signal(1)
+            assert runtime.run("http", sid, 1).signal_value == 1 and b.value == 1
+            assert runtime.runs.counts()["answered"] == 1
+            with pytest.raises(NotFound):
+                runtime.run("ipc:1", sid, 2)
+            with pytest.raises(NotFound, match="no session with id 'not-an-id'"):
+                runtime.run("http", "not-an-id", 2)
+            # One run in flight, waiting for its fence: a second one of the client is refused.
+            late = threading.Thread(target=runtime.run, args=("http", sid, 2))
+            late.start()
+            wait_until(lambda: runtime.runs.counts()["waited"] == 1, what="the run waiting")
+            with pytest.raises(ResourceExhausted, match="at most 1 runs in flight per client"):
+                runtime.run("http", sid, 3)
+            a.signal(2)
+            late.join()
+            assert b.value == 2
+            runtime.closing.set()
+            a.signal(3)
+            with pytest.raises(Unavailable, match="the service is shutting down"):
+                runtime.run("http", sid, 3)
+            assert b.value == 2
+            assert runtime.runs.counts() == {"answered": 2, "failed": 4, "waited": 1}
+    finally:
+        runtime.close()
+    assert len(runtime.runs) == 0

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from fenceline import _native
-from fenceline.config import ServeSettings
 from fenceline.models import build_repository
 from fenceline.soak import hostile
 from tests.conftest import TEST_MODELS
@@ -26,14 +25,6 @@ from tests.support.service import Service, running
 STATES = ["send-blocked", "fence-wait"]
 # Its runs queued behind a slow one in progress, on the socket without and with the run page.
 QUEUED = ["queued", "queued-page"]
-# Both run paths where the service has the switch (docs/ipc.md, "The run path").
-RUN_PATHS = ["native", "python"] if "run_path" in ServeSettings.model_fields else ["default"]
-
-
-def run_path_flags(path: str) -> list[str]:
-    return [] if path == "default" else ["--run-path", path]
-
-
 SEND_TIMEOUT_S = 60
 
 
@@ -99,15 +90,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("models"), [*TEST_MODELS, "slow_add_64x64"])
 
 
-@pytest.fixture(scope="module", params=RUN_PATHS)
-def svc(
-    request: pytest.FixtureRequest, repo: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Service]:
+@pytest.fixture(scope="module")
+def svc(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     # A send timeout far above the release bound: only the renderer's death can explain a
     # release within it.
-    tmp = tmp_path_factory.mktemp(f"run-path-{request.param}-")
-    with running(repo, tmp, "--ipc-send-timeout-s", str(SEND_TIMEOUT_S),
-                 *run_path_flags(request.param)) as s:
+    tmp = tmp_path_factory.mktemp("service-")
+    with running(repo, tmp, "--ipc-send-timeout-s", str(SEND_TIMEOUT_S)) as s:
         yield s
 
 
@@ -165,12 +153,10 @@ def test_a_renderer_killed_with_runs_queued_is_released_and_its_queued_runs_neve
     assert metric(svc, "fenceline_ipc_open_connections") == 0
 
 
-@pytest.mark.parametrize("run_path", RUN_PATHS)
 def test_a_renderer_that_does_not_take_its_replies_is_dropped_after_the_send_timeout(
-    repo: Path, tmp_path: Path, run_path: str
+    repo: Path, tmp_path: Path
 ) -> None:
-    with running(repo, tmp_path, "--ipc-send-timeout-s", "0.5",
-                 *run_path_flags(run_path)) as s:
+    with running(repo, tmp_path, "--ipc-send-timeout-s", "0.5") as s:
         _, fds_before, maps_before = snapshot(s)
         proc, ready = own_end(s, "send-blocked")  # alive, and its end never hangs up
         try:

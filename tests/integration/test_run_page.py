@@ -177,14 +177,14 @@ def raw_session(raw: RawPageClient, service: Service
             frame.array(np.float32, shape, nbytes), ready.signal)
 
 
-def test_a_page_run_the_native_path_does_not_serve_is_answered_on_the_socket(
+def test_a_page_run_the_engine_refuses_is_answered_on_the_socket(
         service: Service) -> None:
     raw = RawPageClient(service)
     try:
         raw.open_page()
         sid, x, y, wait = raw_session(raw, service)
         x[:] = 3
-        raw.post(sid, 1)  # the input fence is not there yet: the native runner waits for it
+        raw.post(sid, 1)  # the input fence is not there yet: the engine waits for it
         wait(1)
         assert raw.reply()[1] == ANSWERED and np.all(y == 4)  # and answers on the page
         raw.post(sid, 1)  # not above the output fence's value: an error, on the socket

@@ -1,8 +1,8 @@
-"""What a run does, the same over every client (HTTP, Python IPC, the C client) and on each run
-path (``--run-path native`` and its Python reference): the model runs in place in the renderer's
-memory, between the renderer's fences, and every refusal carries the same stable code.
-Transport-only behaviour stays in test_interop_http.py and test_interop_ipc.py; the two run
-paths' answers are compared frame by frame in test_run_paths.py."""
+"""What a run does, the same over every client (HTTP, Python IPC, the C client), all through the
+one run engine: the model runs in place in the renderer's memory, between the renderer's
+fences, and every refusal carries the same stable code. Transport-only behaviour stays in
+test_interop_http.py and test_interop_ipc.py; every kind of answer a RUN frame can get, with the
+engine's counts, is in test_run_paths.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from fenceline.client import Fence, HttpClient, SharedFrame, View
-from fenceline.config import RUN_PATHS
 from tests.support.metrics import metric
 from tests.support.service import Service, running
 from tests.support.transports import Failed, Ran, Transport
@@ -54,13 +53,10 @@ class Scene:
             obj.close()
 
 
-@pytest.fixture(scope="module", params=RUN_PATHS)
-def service(
-    request: pytest.FixtureRequest, model_repo: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Service]:
-    """The service of the ``transport`` fixture, once per run path."""
-    with running(model_repo, tmp_path_factory.mktemp("service"), "--run-path",
-                 request.param) as svc:
+@pytest.fixture(scope="module")
+def service(model_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The service of the ``transport`` fixture."""
+    with running(model_repo, tmp_path_factory.mktemp("service")) as svc:
         yield svc
 
 

@@ -20,12 +20,10 @@ import numpy as np
 import pytest
 
 from fenceline.client import IpcClient
-from fenceline.config import RUN_PATHS
 from fenceline.protocol import codec
 from tests.conftest import TEST_MODELS
 from tests.integration.test_run_page import (
     ANSWERED,
-    ON_SOCKET,
     REPLY_FLAGS_AT,
     RawPageClient,
     raw_session,
@@ -97,12 +95,12 @@ def status_row(service: Service, s: FrameSession) -> dict[str, Any]:
     return next(row for row in r.json()["sessions"] if s.session_id.startswith(row["id"]))
 
 
-@pytest.fixture(params=RUN_PATHS)
-def two_cpus(request: pytest.FixtureRequest, model_repo: Path, tmp_path: Path) -> Iterator[Service]:
-    """A service of its own on two CPUs, on each run path."""
+@pytest.fixture
+def two_cpus(model_repo: Path, tmp_path: Path) -> Iterator[Service]:
+    """A service of its own on two CPUs."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the model has no pool, so its runs never fill the CPUs")
-    with running(model_repo, tmp_path, "--run-path", request.param, cpus=2) as svc:
+    with running(model_repo, tmp_path, cpus=2) as svc:
         yield svc
 
 
@@ -233,23 +231,22 @@ def test_large_frames_take_turns_while_the_runs_in_flight_fill_the_cpus(two_cpus
             two.close()
 
 
-@pytest.fixture(params=RUN_PATHS)
-def pools_yield_here(request: pytest.FixtureRequest, model_repo: Path,
-                     tmp_path: Path) -> Iterator[tuple[Service, str]]:
-    """A service of its own, and its run path (each in turn), whose pools yield with two
-    sessions on the CPU on this machine too (from one usable CPU on, not four)."""
-    with running(model_repo, tmp_path, "--run-path", request.param, yield_cpus=1) as svc:
-        yield svc, request.param
+@pytest.fixture
+def pools_yield_here(model_repo: Path, tmp_path: Path) -> Iterator[Service]:
+    """A service of its own whose pools yield with two sessions on the CPU on this machine too
+    (from one usable CPU on, not four)."""
+    with running(model_repo, tmp_path, yield_cpus=1) as svc:
+        yield svc
 
 
 def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_stay(
-        pools_yield_here: tuple[Service, str]) -> None:
+        pools_yield_here: Service) -> None:
     """Every RUN reply says whether the service's runs on the CPU share its cores now (the
     pools at idle priority: docs/ipc.md, "RUN reply"), on the socket and on the run page alike;
     while they do, the Python client waits for its replies without napping or staying runnable
     (docs/fences.md), and once they no longer do it may again. Both clients asked for the
     flags in HELLO."""
-    (service, path), shared = pools_yield_here, codec.REPLY_CPUS_SHARED
+    service, shared = pools_yield_here, codec.REPLY_CPUS_SHARED
     shape = [1, 3, 720, 1280]
 
     def run(client: IpcClient, s: FrameSession, v: int) -> int:
@@ -274,13 +271,9 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
             x[:] = 1
             wait(1)
             raw.post(sid, 1)
-            if path == "native":  # answered on the page, its flags there
-                assert raw.reply()[1] == ANSWERED
-                on_page = memoryview(raw.page).cast("I")[REPLY_FLAGS_AT // 4]  # type: ignore[arg-type]
-                assert on_page == shared
-            else:  # the Python path answers on the socket
-                assert raw.reply()[1] == ON_SOCKET
-                assert codec.decode_run_reply(raw.recv().body).flags == shared
+            assert raw.reply()[1] == ANSWERED  # on the page, its flags there
+            on_page = memoryview(raw.page).cast("I")[REPLY_FLAGS_AT // 4]  # type: ignore[arg-type]
+            assert on_page == shared
             assert np.all(y == 2)
             x[:] = 2
             wait(2)
@@ -308,12 +301,12 @@ def test_renderers_are_told_while_the_cores_are_shared_and_then_neither_nap_nor_
 
 
 def test_a_client_written_before_the_reply_flags_reads_zero_there_while_the_cores_are_shared(
-        pools_yield_here: tuple[Service, str]) -> None:
+        pools_yield_here: Service) -> None:
     """A renderer written to docs that called offset 20 of the RUN reply "reserved, 0" never
     asked for the flags (docs/ipc.md, "HELLO"): with no HELLO, or a HELLO without "features",
-    every reply it gets has that word 0, on the socket and on the run page, on both run paths,
+    every reply it gets has that word 0, on the socket and on the run page,
     while the cores are shared and a client beside it that asked is told so."""
-    (service, path), shared = pools_yield_here, codec.REPLY_CPUS_SHARED
+    service, shared = pools_yield_here, codec.REPLY_CPUS_SHARED
     with IpcClient(service.socket, name="asks-for-flags") as a:
         one = open_session(a, "add_720p", [1, 3, 720, 1280])
         told = 0  # session one's frames
@@ -335,13 +328,8 @@ def test_a_client_written_before_the_reply_flags_reads_zero_there_while_the_core
                     x[:] = v
                     wait(v)
                     raw.post(sid, v)
-                    status = raw.reply()[1]
-                    if path == "native":  # answered on the page, its flags there
-                        assert status == ANSWERED
-                        words.append(memoryview(raw.page).cast("I")[REPLY_FLAGS_AT // 4])  # type: ignore[arg-type]
-                    else:  # the Python path answers on the socket
-                        assert status == ON_SOCKET
-                        words.append(codec.decode_run_reply(raw.recv().body).flags)
+                    assert raw.reply()[1] == ANSWERED  # on the page, its flags there
+                    words.append(memoryview(raw.page).cast("I")[REPLY_FLAGS_AT // 4])  # type: ignore[arg-type]
                     assert np.all(y == v + 1)
                     x[:] = v + 1
                     wait(v + 1)

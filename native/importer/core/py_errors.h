@@ -13,7 +13,7 @@ namespace fl {
 pybind11::object python_error_type(const Error &e);
 // An instance of it, with e's message.
 pybind11::object python_error(const Error &e);
-// What an unexpected failure answers, as in the Python path: "internal", the detail logged.
+// What an unexpected failure answers: "internal", the detail logged.
 pybind11::object internal_failure(const char *what);
 
 }  // namespace fl

@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <mutex>
 #include <string>
 
@@ -215,43 +214,7 @@ std::int64_t take_turn_kept_until() {
 
 bool cpus_shared() { return shared.load(std::memory_order_relaxed); }
 
-namespace {
-
-// CpuRun as a context manager, for the Python path: one per session (HostSession._cpu_run),
-// entered by each of its runs, one at a time.
-class PyCpuRun {
- public:
-  PyCpuRun(std::uintptr_t who, std::int64_t frame_bytes, int full)
-      : who_(who), frame_bytes_(frame_bytes), full_(full) {}
-  PyCpuRun &enter() {
-    run_.emplace(reinterpret_cast<const void *>(who_), frame_bytes_, full_);
-    return *this;
-  }
-  void exit(const py::object &, const py::object &, const py::object &) { run_.reset(); }
-  bool single() const { return run_ && run_->single; }
-
- private:
-  std::uintptr_t who_;
-  std::int64_t frame_bytes_;
-  int full_;
-  std::optional<CpuRun> run_;
-};
-
-}  // namespace
-
 void bind_cpu_runs(py::module_ &mod) {
-  py::class_<PyCpuRun>(mod, "CpuRun",
-                       "A session's model runs on the CPU for the Python path: each run "
-                       "is counted in while the context is open (one at a time); a large "
-                       "frame's run waits for its turn on entering (the GIL let go) when the "
-                       "CPUs are full (runtime/ort_options.py, 'Large frames take turns').")
-      .def(py::init<std::uintptr_t, std::int64_t, int>(), py::arg("who"),
-           py::arg("frame_bytes"), py::arg("full"))
-      .def("__enter__", &PyCpuRun::enter, py::return_value_policy::reference)
-      .def("__exit__", &PyCpuRun::exit)
-      .def_property_readonly("single", &PyCpuRun::single,
-                             "Whether the run takes the model's one-thread session: no turn, "
-                             "and the runs in flight are `full` or more.");
   mod.def(
       "set_cpus_shared", [](bool on) { shared.store(on, std::memory_order_relaxed); },
       py::arg("on"),

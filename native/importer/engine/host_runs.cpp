@@ -1,13 +1,14 @@
-// The native runner of a host session's RUN: a frame is decoded, checked, waited for, run,
-// signalled, answered and counted here, so a frame costs the interpreter one call and the GIL only
-// for the model's Python binding (onnxruntime releases it while the model runs). A RUN sent ahead
-// of its input fence waits here too, with the GIL released (wait_late). Anything this path would
-// not answer exactly as the Python path does (a frame it cannot read, a session it does not hold,
-// a refusal it has no words for) goes back to Python untouched: fenceline.ipc.server then
-// serves it as before (docs/ipc.md, "The run path"). The refusals of a session it holds
-// (shutdown, timeout, signal value) it answers itself, worded as the Python path words them.
+// The run engine: the one entry of every session's run, whatever carried it (the Unix socket
+// and its run page, the Windows pipe, HTTP interop runs, a streaming session's frames). A run is
+// admitted (the session, its owner, its mode, the owner's runs in flight, shutdown, timeout),
+// waited for, run, signalled, answered and counted here, so a frame costs the interpreter one
+// call and the GIL only for the model's Python binding (onnxruntime releases it while the
+// model runs). A RUN sent ahead of its input fence waits here too, with the GIL released
+// (wait_late). Every refusal is worded here, once; a session whose body stays in Python (a
+// CUDA session: onnxruntime's CUDA binding) is admitted here and then run by that body, the one
+// place a run leaves native code (docs/architecture.md).
 // On the Unix socket the connection's receive runs here too (serve_loop); the Windows pipe
-// receives in Python and hands each frame to serve_bytes.
+// receives in Python and hands each frame to serve_bytes; Python callers call run().
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pybind11/typing.h>
@@ -16,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -48,14 +50,15 @@ namespace {
 
 using Key = std::array<std::uint8_t, FL_WIRE_SESSION_ID_BYTES>;
 
-// What the Python path's HostSession holds for a run, handed over once when the session is
-// made (fenceline.runtime.host_session.HostSession.run_natively).
-class HostRunner {
+// What the engine holds of a session for its runs, handed over once when the session is made:
+// a host session's model, binding and fences (HostSession.runner), or the Python body of a
+// session whose run stays in Python (SessionRunner.python).
+class SessionRunner {
  public:
-  HostRunner(std::string owner, py::object run, py::object binding, py::object session,
+  SessionRunner(std::string owner, py::object run, py::object binding, py::object session,
              std::shared_ptr<HostFence> wait,
              std::shared_ptr<HostFence> signal, std::vector<std::shared_ptr<HostMemory>> unsealed,
-             std::shared_ptr<RunSeries> series)
+             std::shared_ptr<RunSeries> series, bool streaming)
       : owner(std::move(owner)),
         run(std::move(run)),
         binding(std::move(binding)),
@@ -63,7 +66,21 @@ class HostRunner {
         wait(std::move(wait)),
         signal(std::move(signal)),
         unsealed(std::move(unsealed)),
-        series(std::move(series)) {}
+        series(std::move(series)),
+        streaming(streaming) {}
+
+  // A session whose run is `body(wait_value, signal_value or None, timeout_ns, cancel,
+  // asynchronous)`, a Python callable that returns the run's RunResult and counts it.
+  static std::shared_ptr<SessionRunner> python(std::string owner, py::object body,
+                                            std::shared_ptr<RunSeries> series, bool streaming) {
+    auto r = std::make_shared<SessionRunner>(std::move(owner), py::none(), py::none(), py::none(),
+                                          nullptr, nullptr,
+                                          std::vector<std::shared_ptr<HostMemory>>{},
+                                          std::move(series), streaming);
+    r->body = std::move(body);
+    r->in_python = true;
+    return r;
+  }
 
   const std::string owner;
   // onnxruntime's InferenceSession.run_with_iobinding of the C++ session, and the IOBinding's
@@ -78,11 +95,16 @@ class HostRunner {
   py::object session;  // the HostSession: its counters (record_run) and failure texts
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
-  std::shared_ptr<RunSeries> series;
+  std::shared_ptr<RunSeries> series;  // the run metrics of its transport (null: none)
+  // A streaming session: its frames come from its worker (RunTable::run's `stream`); a RUN of
+  // a client is refused.
+  const bool streaming;
+  py::object body = py::none();  // the Python body (SessionRunner.python); None once removed
+  bool in_python = false;        // run by `body`, not here
   std::mutex mu;  // held through a run, its fence wait included; close() takes it
   bool closed = false;
-  // The input fence's spin rule (spin_rule.h), as the Python path's AdaptiveSpin of the session;
-  // its budget set by RunTable::add. Read and written with `mu` held.
+  // The input fence's spin rule (spin_rule.h) of the session; its budget set by
+  // RunTable::add. Read and written with `mu` held.
   fl_spin_rule spin = initial_spin();
   std::uint64_t denied = 0;  // fence waits that blocked at once: every spinner slot was taken
 
@@ -109,18 +131,17 @@ class HostRunner {
   }
 };
 
-// The Python path's slice of a long fence wait (fenceline.interop.host_fence.CANCEL_SLICE_NS):
+// The slice of a long fence wait (as fenceline.interop.host_fence.CANCEL_SLICE_NS, a renderer's):
 // between slices the wait asks whether the client went away or the service stops.
 constexpr std::int64_t kCancelSliceNs = 100000000;
 
-// The input fence's wait of a RUN sent ahead of it, as the Python path waits
-// (HostSession.run, AdaptiveSpin.wait_fence, FenceImport.wait_result): the session's spin rule
+// The input fence's wait of a RUN sent ahead of it: the session's spin rule
 // gives a budget, spun while a slot of `gate` is held; then the wait sleeps, in slices of
 // kCancelSliceNs when `cancel` (a fenceline.waiting.Cancel; None: none) is given, asking it
 // between slices, with the GIL, whether the wait must end. Returns the FL_HTL_* result, or
 // FL_HTL_TIMED_OUT with `cancelled` set to the Cancel's reason. Called with the GIL held and
 // the runner's `mu`; the GIL is let go meanwhile. Throws Error when the fence's page is lost.
-int wait_late(HostRunner &r, std::uint64_t value, std::int64_t timeout_ns, SpinGate &gate,
+int wait_late(SessionRunner &r, std::uint64_t value, std::int64_t timeout_ns, SpinGate &gate,
               const Shutdown &shutdown, const py::object &cancel, std::string &cancelled) {
   py::gil_scoped_release nogil;
   const HostFence &fence = *r.wait;
@@ -183,22 +204,25 @@ struct Answer {
   std::shared_ptr<RunSeries> series;
   // The HostSession, held here so that a remove() meanwhile (which lets go of the runner's
   // reference) cannot take it away before its record_run.
-  py::object session;
+  py::object session = py::none();
   std::int64_t end = 0, wait_ns = 0, infer_ns = 0, total_ns = 0;
-  bool single = false;  // the model ran on one thread (HostRunner::single_run)
+  bool single = false;  // the model ran on one thread (SessionRunner::single_run)
   bool traced = false;  // the trace recorder was on: the reply's send is marked too
   std::uint64_t tag = 0, target = 0;
   // The session's counters have one home: its record_run (runtime/session.py); then the
   // metrics. Called with the GIL held, after the send: another of the service's threads takes
   // the GIL only after both, so none sees the reply's run uncounted (unless the send had to
   // wait for room in the socket, with the GIL released).
+  // A Python body (SessionRunner::body) counted its run itself: `session` is None then.
   void record() const {
-    try {
-      session.attr("record_run")(end, target, wait_ns, infer_ns, total_ns, single);
-    } catch (py::error_already_set &e) {
-      e.discard_as_unraisable("fenceline: recording a native run");  // its reply is sent
+    if (!session.is_none()) {
+      try {
+        session.attr("record_run")(end, target, wait_ns, infer_ns, total_ns, single);
+      } catch (py::error_already_set &e) {
+        e.discard_as_unraisable("fenceline: recording a native run");  // its reply is sent
+      }
     }
-    series->observe(total_ns / 1e9, wait_ns / 1e9, infer_ns / 1e9);
+    if (series) series->observe(total_ns / 1e9, wait_ns / 1e9, infer_ns / 1e9);
   }
   void sent() const {
     if (traced) trace::mark(trace::kReplySent, tag, target, fl_htl_now_ns());
@@ -238,13 +262,14 @@ class RunTable {
   // the timeout of a RUN that names none, and the longest spin of a fence wait
   // (Settings.spin_ns).
   RunTable(std::shared_ptr<const Shutdown> shutdown, std::uint32_t max_timeout_ms,
-           std::uint32_t default_timeout_ms, std::int64_t spin_ns)
+           std::uint32_t default_timeout_ms, std::int64_t spin_ns, int max_inflight)
       : shutdown_(std::move(shutdown)),
         max_timeout_ms_(max_timeout_ms),
         default_timeout_ms_(default_timeout_ms),
-        spin_ns_(spin_ns) {}
+        spin_ns_(spin_ns),
+        max_inflight_(max_inflight) {}
 
-  void add(const py::bytes &key, std::shared_ptr<HostRunner> runner) {
+  void add(const py::bytes &key, std::shared_ptr<SessionRunner> runner) {
     const Key k = to_key(key);
     fl_spin_rule_set_max(&runner->spin, spin_ns_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -254,7 +279,7 @@ class RunTable {
   // Forgets the session and waits for a run of it in flight; then nothing runs it here again.
   void remove(const py::bytes &key) {
     const Key k = to_key(key);
-    std::shared_ptr<HostRunner> r;
+    std::shared_ptr<SessionRunner> r;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = runners_.find(k);
@@ -268,7 +293,7 @@ class RunTable {
       r->closed = true;
     }
     // Drop the references back to the session (it holds this runner: no cycle is left).
-    r->run = r->binding = r->single_run = r->single_binding = r->session = py::none();
+    r->run = r->binding = r->single_run = r->single_binding = r->session = r->body = py::none();
   }
 
   std::size_t size() const {
@@ -276,23 +301,62 @@ class RunTable {
     return runners_.size();
   }
 
-  // What this runner did with the RUNs handed to it: answered (run and replied), failed (a
-  // failure it worded, for the transport to answer), handed back to Python, and, of the
-  // answered and failed, those whose input fence it waited for (sent ahead of it).
+  // What the engine did with the runs that entered it: answered (run and replied), failed (a
+  // refusal or failure it worded, for the transport to answer), and, of them, those whose
+  // input fence it waited for (sent ahead of it).
   py::typing::Dict<py::str, py::int_> counts() const {
     py::dict out;
     out["answered"] = answered_.load(std::memory_order_relaxed);
     out["failed"] = failed_.load(std::memory_order_relaxed);
-    out["handed_back"] = handed_back_.load(std::memory_order_relaxed);
     out["waited"] = waited_.load(std::memory_order_relaxed);
     return out;
+  }
+
+  // The entry for a caller in Python (HTTP interop runs, a streaming session's worker):
+  // (signal_value, wait_ns, infer_ns, total_ns) of the run, or its FencelineError raised.
+  // `session_id`: the id as the client gave it. `timeout_ms` None: the service's default.
+  // `stream`: a streaming session's own frame (its worker's), not a client's RUN. `series`:
+  // the metrics to record it in (None: the session's). `flags`: a RUN frame's.
+  py::typing::Tuple<py::int_, py::int_, py::int_, py::int_> run(
+      const std::string &owner, const py::str &session_id, const py::int_ &wait_value,
+      const py::object &signal_value, const py::object &timeout_ms, SpinGate &gate,
+      const py::object &cancel, const py::object &run_options, bool asynchronous, bool stream,
+      const py::object &series, std::uint32_t flags) {
+    const std::int64_t received = fl_htl_now_ns();
+    py::object failure = py::none();
+    Answer answer;
+    const Waits waits{gate, cancel, run_options};
+    Key key;
+    try {
+      key = id_key(session_id);
+    } catch (const Error &) {
+      failed_.fetch_add(1, std::memory_order_relaxed);  // refused as an unknown session
+      throw;
+    }
+    const Request req{owner,
+                      key,
+                      fence_value(wait_value, true),
+                      signal_value.is_none() ? 0 : fence_value(signal_value, false),
+                      timeout_value(timeout_ms),
+                      flags,
+                      asynchronous,
+                      stream,
+                      series.is_none() ? nullptr : series.cast<std::shared_ptr<RunSeries>>()};
+    if (enter(req, received, waits, failure, answer) != kAnswered) {
+      PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(failure.ptr())), failure.ptr());
+      throw py::error_already_set();
+    }
+    answer.sent();  // handed to the transport
+    answer.record();
+    return py::make_tuple(answer.target, answer.wait_ns, answer.infer_ns, answer.total_ns);
   }
 
   // One received frame, for a transport that receives in Python (the Windows pipe): (sent,
   // None) when it was served here, its reply handed to `send` (the transport's: whether the
   // peer took it) and then counted, as serve_loop counts after its reply; (None, failure) when
-  // its run failed here (the FencelineError to answer); (None, None) when Python must serve
-  // it, untouched. `reply_flags`: as serve_loop's.
+  // its run failed here (the FencelineError to answer); (None, None) when it is no RUN this
+  // engine can read (another kind, a malformed one): Python decodes it, untouched.
+  // `reply_flags`: as serve_loop's.
   py::typing::Tuple<py::typing::Optional<bool>, py::object> serve_bytes(
       const py::bytes &frame, const std::string &owner, bool reply_flags, SpinGate &gate,
       const py::object &cancel, const py::typing::Callable<bool(py::bytes)> &send,
@@ -322,8 +386,9 @@ class RunTable {
                                 py::typing::Optional<py::str>, py::object>;
   //
   // With a run page (`page`, docs/ipc.md "The run page"), the page's RUNs are served too: a RUN
-  // answered here is answered on the page; any other is marked "on the socket" there and
-  // handed to Python as if it had come on the socket, and Python answers it there.
+  // answered here is answered on the page; a refused or failed one is marked "on the socket"
+  // there and its failure handed to Python with the frame's request id, which Python answers
+  // on the socket.
   //
   // `reply_flags` (as serve_bytes's): the connection's client said in HELLO that it reads the
   // RUN reply's flags (docs/ipc.md, "HELLO"); a reply to any other has flags 0. `run_options`:
@@ -468,7 +533,7 @@ class RunTable {
   }
 #endif
 
-  // One received frame: a RUN frame is served as serve_run says, any other is Python's.
+  // One received frame: a RUN frame is served as enter says, any other is Python's.
   int serve(const std::string &owner, bool reply_flags, const std::string &data,
             std::int64_t received, const Waits &waits, py::object &failure, Answer &answer) {
     const auto *p = reinterpret_cast<const std::uint8_t *>(data.data());
@@ -481,89 +546,229 @@ class RunTable {
                  answer);
   }
 
-  // serve_run, with an unexpected failure answered as the Python path answers it, and counted.
-  // `received`: when the RUN came (fl_htl_now_ns), for the trace. `reply_flags`: the client
-  // reads the reply's flags; for any other they are 0, as the reply's last word was before
-  // flags were defined.
+  // A received RUN (or RUN_ASYNC: `kind`; any other kind is Python's), through the entry.
+  // `received`: when it came (fl_htl_now_ns), for the trace. `reply_flags`: the client reads
+  // the reply's flags; for any other they are 0, as the reply's last word was before flags
+  // were defined.
   int serve(const std::string &owner, bool reply_flags, std::uint32_t kind,
             std::uint32_t request_id, const FlWireRun &run, std::int64_t received,
             const Waits &waits, py::object &failure, Answer &answer) {
-    int served = kFailed;
-    try {
-      served = serve_run(owner, kind, request_id, run, received, waits, failure, answer);
-      if (!reply_flags) answer.body.flags = 0;
-    } catch (const Error &e) {
-      failure = python_error(e);
-    } catch (const py::error_already_set &e) {
-      failure = internal_failure(e.what());
-    } catch (const std::exception &e) {
-      // As the Python path: the client gets "internal", the log says what happened.
-      failure = internal_failure(e.what());
-    }
-    if (served != kNotMine || kind == FL_KIND_RUN || kind == FL_KIND_RUN_ASYNC)
-      (served == kAnswered ? answered_ : served == kFailed ? failed_ : handed_back_)
-          .fetch_add(1, std::memory_order_relaxed);
+    if (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC) return kNotMine;
+    Key k;
+    std::memcpy(k.data(), run.session_id, k.size());
+    const Request req{owner, k, run.wait_value, run.signal_value,
+                      run.timeout_ms == FL_WIRE_TIMEOUT_DEFAULT
+                          ? -1
+                          : static_cast<std::int64_t>(run.timeout_ms),
+                      run.flags, kind == FL_KIND_RUN_ASYNC, false, nullptr};
+    const int served = enter(req, received, waits, failure, answer);
+    answer.request_id = request_id;
+    if (!reply_flags) answer.body.flags = 0;
     return served;
   }
 
-  // Serves one RUN (or RUN_ASYNC: `kind`): kAnswered (`answer` holds the reply to send),
-  // kFailed (`failure` is the FencelineError to answer), or kNotMine (Python serves it,
-  // untouched).
-  int serve_run(const std::string &owner, std::uint32_t kind, std::uint32_t request_id,
-                const FlWireRun &run, std::int64_t received, const Waits &waits,
-                py::object &failure, Answer &answer) {
-    if (kind != FL_KIND_RUN && kind != FL_KIND_RUN_ASYNC) return kNotMine;
-    if (run.flags != 0) return kNotMine;
-    const std::uint64_t wait_value = run.wait_value;
-    const std::uint64_t target = run.signal_value ? run.signal_value : wait_value;
-    Key k;
-    std::memcpy(k.data(), run.session_id, k.size());
-    std::shared_ptr<HostRunner> r;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = runners_.find(k);
-      if (it == runners_.end()) return kNotMine;
-      r = it->second;
+  // What a run asks: whose, of which session, its fence values (signal 0: the wait value),
+  // its timeout (-1: the service's default), its flags (none are defined), whether it may
+  // reply once its work is queued (a CUDA session's), whether it is a streaming session's own
+  // frame, and the metrics to record it in (null: the session's).
+  struct Request {
+    const std::string &owner;
+    Key key;
+    std::uint64_t wait_value, signal_value;
+    std::int64_t timeout_ms;
+    std::uint32_t flags;
+    bool asynchronous, stream;
+    std::shared_ptr<RunSeries> series;
+  };
+
+  // The entry: run, with an unexpected failure answered "internal" (the log says what
+  // happened), and counted. kAnswered (`answer` holds the reply to send) or kFailed
+  // (`failure` is the FencelineError to answer).
+  int enter(const Request &req, std::int64_t received, const Waits &waits, py::object &failure,
+            Answer &answer) {
+    int served = kFailed;
+    try {
+      served = run_one(req, received, waits, failure, answer);
+    } catch (const Error &e) {
+      failure = python_error(e);
+    } catch (py::error_already_set &e) {
+      failure = fenceline_error(e);
+    } catch (const std::exception &e) {
+      failure = internal_failure(e.what());
     }
-    if (r->owner != owner) return kNotMine;
-    // The refusals of a session found, in the Python path's order (Runtime.run, then
-    // HostSession.run) and words.
-    if (shutdown_->is_set()) {
+    (served == kAnswered ? answered_ : failed_).fetch_add(1, std::memory_order_relaxed);
+    return served;
+  }
+
+  // The FencelineError a Python call raised, or "internal" for anything else.
+  static py::object fenceline_error(py::error_already_set &e) {
+    if (e.matches(py::module_::import("fenceline.errors").attr("FencelineError")))
+      return e.value();
+    return internal_failure(e.what());
+  }
+
+  // The owner's runs in flight, counted from admission to the end of the run.
+  class InFlight {
+   public:
+    InFlight() = default;
+    InFlight(const InFlight &) = delete;
+    InFlight &operator=(const InFlight &) = delete;
+    void take(RunTable *table, const std::string *owner) {
+      table_ = table;
+      owner_ = owner;
+    }
+    ~InFlight() {
+      if (table_ == nullptr) return;
+      std::lock_guard<std::mutex> lock(table_->mu_);
+      auto it = table_->inflight_.find(*owner_);
+      if (it != table_->inflight_.end() && --it->second == 0) table_->inflight_.erase(it);
+    }
+
+   private:
+    RunTable *table_ = nullptr;
+    const std::string *owner_ = nullptr;
+  };
+
+  // The session's id as the refusals name it.
+  static std::string id_text(const Key &k) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out = "'";
+    for (std::uint8_t b : k) {
+      out += digits[b >> 4];
+      out += digits[b & 15];
+    }
+    return out + "'";
+  }
+
+  // One run: admission and every refusal, in this order and these words, then the session's
+  // run (host: run_host; a Python body: run_body).
+  int run_one(const Request &req, std::int64_t received, const Waits &waits,
+              py::object &failure, Answer &answer) {
+    if (req.flags != 0) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "%x", req.flags);
+      failure = error("InvalidRequest", std::string("unknown RUN flags 0x") + hex);
+      return kFailed;
+    }
+    std::shared_ptr<SessionRunner> r;
+    InFlight counted;
+    enum { kAdmitted, kNoSession, kStreams, kQuota } admitted = kAdmitted;
+    {
+      // No Python is called with mu_ held: a collection could close a session, whose
+      // remove() takes mu_.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = runners_.find(req.key);
+      if (it == runners_.end() || it->second->owner != req.owner) {
+        admitted = kNoSession;
+      } else if (!req.stream && it->second->streaming) {
+        admitted = kStreams;
+      } else if (!req.stream) {
+        int &n = inflight_[req.owner];
+        if (n >= max_inflight_) {
+          if (n == 0) inflight_.erase(req.owner);
+          admitted = kQuota;
+        } else {
+          ++n;
+          counted.take(this, &req.owner);
+        }
+      }
+      if (admitted == kAdmitted) r = it->second;
+    }
+    switch (admitted) {
+      case kNoSession:
+        failure = error("NotFound", "no session with id " + id_text(req.key));
+        return kFailed;
+      case kStreams:
+        failure = error("Conflict",
+                        "this session streams: it runs by itself when its input fence "
+                        "advances; RUN is for sessions created with mode 'request'");
+        return kFailed;
+      case kQuota:
+        failure = error("ResourceExhausted", "at most " + std::to_string(max_inflight_) +
+                                                 " runs in flight per client");
+        return kFailed;
+      case kAdmitted:
+        break;
+    }
+    // A streaming session's own frames are no client's RUNs: its worker stops at shutdown.
+    if (!req.stream && shutdown_->is_set()) {
       failure = error("Unavailable", "the service is shutting down");
       return kFailed;
     }
-    if (run.timeout_ms != FL_WIRE_TIMEOUT_DEFAULT && run.timeout_ms > max_timeout_ms_) {
+    if (req.timeout_ms > static_cast<std::int64_t>(max_timeout_ms_) || req.timeout_ms < -1) {
       failure = error("InvalidArgument",
                       "timeout_ms must be within 0.." + std::to_string(max_timeout_ms_));
       return kFailed;
     }
-    std::unique_lock<std::mutex> hold(r->mu, std::try_to_lock);
-    if (!hold.owns_lock() || r->closed) return kNotMine;
+    const std::int64_t ms = req.timeout_ms < 0 ? default_timeout_ms_ : req.timeout_ms;
+    const std::int64_t timeout_ns = ms * 1000000;
+    const std::shared_ptr<RunSeries> &series = req.series ? req.series : r->series;
+    if (r->in_python)
+      return run_body(*r, req, timeout_ns, waits, series, answer);
+    return run_host(r, req, timeout_ns, received, waits, series, failure, answer);
+  }
+
+  // A session whose run stays in Python: its body runs it and counts it.
+  static int run_body(const SessionRunner &r, const Request &req, std::int64_t timeout_ns,
+                      const Waits &waits, const std::shared_ptr<RunSeries> &series,
+                      Answer &answer) {
+    const py::object body = r.body;  // held through the call: remove() lets go of r.body
+    if (body.is_none()) throw Error(Code::Conflict, "the session is closed");  // removed
+    py::object signal = py::none();
+    if (req.signal_value != 0) signal = py::int_(req.signal_value);
+    const py::tuple got =
+        body(req.wait_value, signal, timeout_ns, waits.cancel, req.asynchronous);
+    answer.target = got[0].cast<std::uint64_t>();
+    answer.wait_ns = got[1].cast<std::int64_t>();
+    answer.infer_ns = got[2].cast<std::int64_t>();
+    answer.total_ns = got[3].cast<std::int64_t>();
+    answer.end = fl_htl_now_ns();
+    answer.series = series;
+    answer.body = FlWireRunReply{answer.target, fl_wire_micros(answer.wait_ns),
+                                 fl_wire_micros(answer.infer_ns),
+                                 fl_wire_micros(answer.total_ns), 0u};
+    return kAnswered;
+  }
+
+  // A host session's run: the signal value, the input fence (waited for here when the RUN
+  // came ahead of it), the model, the signal.
+  int run_host(const std::shared_ptr<SessionRunner> &rp, const Request &req,
+               std::int64_t timeout_ns, std::int64_t received, const Waits &waits,
+               const std::shared_ptr<RunSeries> &series, py::object &failure, Answer &answer) {
+    SessionRunner &r = *rp;
+    const std::uint64_t wait_value = req.wait_value;
+    const std::uint64_t target = req.signal_value ? req.signal_value : wait_value;
+    std::unique_lock<std::mutex> hold(r.mu, std::try_to_lock);
+    if (!hold.owns_lock()) {
+      py::gil_scoped_release nogil;  // the run in flight may need the GIL to finish
+      hold.lock();
+    }
+    if (r.closed) {
+      failure = error("Conflict", "the session is closed");
+      return kFailed;
+    }
     const std::int64_t start = fl_htl_now_ns();
-    const std::uint64_t current = r->signal->value();  // a lost page throws DeviceLost
+    const std::uint64_t current = r.signal->value();  // a lost page throws DeviceLost
     if (target <= current) {
       failure = error("Conflict", "signal_value " + std::to_string(target) +
                                       " is not above the output fence's value " +
                                       std::to_string(current));
       return kFailed;
     }
-    int reached = r->wait->wait(wait_value, 0, 0);
+    int reached = r.wait->wait(wait_value, 0, 0);
     if (reached != FL_HTL_REACHED) {
-      // Sent ahead of its input fence: waited for here, as the Python path would wait.
+      // Sent ahead of its input fence: waited for here.
       waited_.fetch_add(1, std::memory_order_relaxed);
-      const std::uint32_t ms =
-          run.timeout_ms == FL_WIRE_TIMEOUT_DEFAULT ? default_timeout_ms_ : run.timeout_ms;
-      const std::int64_t timeout_ns = static_cast<std::int64_t>(ms) * 1000000;
       std::string cancelled;
       reached =
-          wait_late(*r, wait_value, timeout_ns, waits.gate, *shutdown_, waits.cancel, cancelled);
+          wait_late(r, wait_value, timeout_ns, waits.gate, *shutdown_, waits.cancel, cancelled);
       if (!cancelled.empty()) {
         failure = error("Unavailable", cancelled);
         return kFailed;
       }
       if (reached != FL_HTL_REACHED) {
         // The wording's one home is the Python session's (runtime/host_session.py).
-        failure = r->session.attr("wait_failed")(reached, wait_value, timeout_ns, target);
+        failure = r.session.attr("wait_failed")(reached, wait_value, timeout_ns, target);
         return kFailed;
       }
     }
@@ -571,52 +776,49 @@ class RunTable {
     const bool traced = trace::on();
     std::uint64_t tag = 0;
     if (traced) {
-      std::memcpy(&tag, k.data(), sizeof tag);
+      std::memcpy(&tag, req.key.data(), sizeof tag);
       trace::mark(trace::kReceived, tag, target, received);
       trace::mark(trace::kInputReached, tag, target, waited);
     }
-    for (const auto &m : r->unsealed) m->mapping()->check_size();  // DeviceLost, as in Python
+    for (const auto &m : r.unsealed) m->mapping()->check_size();  // DeviceLost
     if (traced) trace::mark(trace::kModelStart, tag, target, fl_htl_now_ns());
     PyObject *ok;
     bool single;
     {
-      // Counted as the session's, as its Python path counts it (CpuRun(id(session))): one
-      // identity, so its large frames keep their turn whichever path runs them.
-      const CpuRun counted(r->session.ptr(), r->frame_bytes, r->single_from);
+      // Counted as the session's: one identity, so its large frames keep their turn.
+      const CpuRun counted(r.session.ptr(), r.frame_bytes, r.single_from);
       single = counted.single;
-      const py::object &run_model = single ? r->single_run : r->run;
-      const py::object &binding = single ? r->single_binding : r->binding;
+      const py::object &run_model = single ? r.single_run : r.run;
+      const py::object &binding = single ? r.single_binding : r.binding;
       ok = PyObject_CallFunctionObjArgs(run_model.ptr(), binding.ptr(), waits.run_options.ptr(),
                                         nullptr);
     }
     if (ok == nullptr) {
       py::error_already_set e;
       // The message's one home is the Python session's (runtime/session.py).
-      failure = r->session.attr("model_failed")(e.value());
+      failure = r.session.attr("model_failed")(e.value());
       return kFailed;
     }
     Py_DECREF(ok);
     const std::int64_t inferred = fl_htl_now_ns();
-    for (const auto &m : r->unsealed)
+    for (const auto &m : r.unsealed)
       if (m->mapping()->lost()) {
-        failure = r->session.attr("memory_shrank")();
+        failure = r.session.attr("memory_shrank")();
         return kFailed;
       }
-    r->signal->signal(target);
+    r.signal->signal(target);
     const std::int64_t end = fl_htl_now_ns();
-    answer.session = r->session;  // recorded once the reply is sent (Answer::record)
+    answer.session = r.session;  // recorded once the reply is sent (Answer::record)
     hold.unlock();
     if (traced) {
       trace::mark(trace::kModelEnd, tag, target, inferred);
       trace::mark(trace::kSignalled, tag, target, end);
     }
 
-    const FlWireRunReply body{target, fl_wire_micros(waited - start),
-                              fl_wire_micros(inferred - waited), fl_wire_micros(end - start),
-                              cpus_shared() ? FL_WIRE_REPLY_CPUS_SHARED : 0u};
-    answer.request_id = request_id;
-    answer.body = body;
-    answer.series = r->series;
+    answer.body = FlWireRunReply{target, fl_wire_micros(waited - start),
+                                 fl_wire_micros(inferred - waited), fl_wire_micros(end - start),
+                                 cpus_shared() ? FL_WIRE_REPLY_CPUS_SHARED : 0u};
+    answer.series = series;
     answer.end = end;
     answer.wait_ns = waited - start;
     answer.infer_ns = inferred - waited;
@@ -628,7 +830,44 @@ class RunTable {
     return kAnswered;
   }
 
-  // A fenceline.errors class's instance: a refusal worded as the Python path words it.
+  // A session id given as text: its 16 bytes, or a key no session has (then the refusal
+  // names it as given).
+  Key id_key(const py::str &id) {
+    const std::string text = id;
+    Key k{};
+    bool ok = text.size() == 2 * k.size();
+    for (std::size_t i = 0; ok && i < text.size(); ++i) {
+      const char c = text[i];
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) ok = false;
+      else k[i / 2] = static_cast<std::uint8_t>(k[i / 2] << 4 | v);
+    }
+    if (!ok) throw Error(Code::NotFound, "no session with id " + py::repr(id).cast<std::string>());
+    return k;
+  }
+
+  // A fence value given by a Python caller: an unsigned 64-bit integer (a signal value above 0).
+  static std::uint64_t fence_value(const py::handle &v, bool zero_ok) {
+    const unsigned long long n = PyLong_AsUnsignedLongLong(v.ptr());
+    if ((n == static_cast<unsigned long long>(-1) && PyErr_Occurred()) || (n == 0 && !zero_ok)) {
+      PyErr_Clear();
+      throw Error(Code::InvalidArgument, "fence values are unsigned 64-bit integers");
+    }
+    return n;
+  }
+
+  // A timeout given by a Python caller (None: the default, -1); out of range stays out of range.
+  std::int64_t timeout_value(const py::object &ms) const {
+    if (ms.is_none()) return -1;
+    const long long n = PyLong_AsLongLong(ms.ptr());
+    if (n == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return static_cast<std::int64_t>(max_timeout_ms_) + 1;
+    }
+    return n < 0 ? -2 : n;
+  }
+
+  // A fenceline.errors class's instance: a refusal, worded here once.
   static py::object error(const char *cls, const std::string &message) {
     return py::module_::import("fenceline.errors").attr(cls)(message);
   }
@@ -646,22 +885,32 @@ class RunTable {
   const std::shared_ptr<const Shutdown> shutdown_;
   const std::uint32_t max_timeout_ms_, default_timeout_ms_;
   const std::int64_t spin_ns_;
-  std::atomic<std::uint64_t> answered_{0}, failed_{0}, handed_back_{0}, waited_{0};
+  const int max_inflight_;  // a client's runs in flight at once, over all its sessions
+  std::map<std::string, int> inflight_;  // by owner; guarded by mu_
+  std::atomic<std::uint64_t> answered_{0}, failed_{0}, waited_{0};
   mutable std::mutex mu_;
-  std::map<Key, std::shared_ptr<HostRunner>> runners_;
+  std::map<Key, std::shared_ptr<SessionRunner>> runners_;
 };
 
 }  // namespace
 
 void bind_host_runs(py::module_ &mod) {
-  py::class_<HostRunner, std::shared_ptr<HostRunner>>(mod, "HostRunner")
+  py::class_<SessionRunner, std::shared_ptr<SessionRunner>>(
+      mod, "SessionRunner",
+      "What the run engine holds of one session: a host session's model, binding and fences, "
+      "or the Python body of a session whose run stays in Python.")
       .def(py::init<std::string, py::object, py::object, py::object,
                     std::shared_ptr<HostFence>, std::shared_ptr<HostFence>,
-                    std::vector<std::shared_ptr<HostMemory>>, std::shared_ptr<RunSeries>>(),
+                    std::vector<std::shared_ptr<HostMemory>>, std::shared_ptr<RunSeries>, bool>(),
            py::arg("owner"), py::arg("run"), py::arg("binding"), py::arg("session"),
            py::arg("wait_fence"), py::arg("signal_fence"),
-           py::arg("unsealed"), py::arg("series"))
-      .def("set_single", &HostRunner::set_single, py::arg("run"), py::arg("binding"),
+           py::arg("unsealed"), py::arg("series"), py::arg("streaming") = false)
+      .def_static("python", &SessionRunner::python, py::arg("owner"), py::arg("body"),
+                  py::arg("series"), py::arg("streaming") = false,
+                  "A session run by body(wait_value, signal_value or None, timeout_ns, cancel, "
+                  "asynchronous) -> (signal_value, wait_ns, infer_ns, total_ns), which counts "
+                  "the run itself; admitted by the engine first.")
+      .def("set_single", &SessionRunner::set_single, py::arg("run"), py::arg("binding"),
            py::arg("single_from"), py::arg("frame_bytes"),
            "The model's one-thread session and its binding, taken by a run that starts while "
            "the runs on the CPU in flight, itself included, are single_from or more, unless "
@@ -676,38 +925,51 @@ void bind_host_runs(py::module_ &mod) {
   py::class_<Shutdown, std::shared_ptr<Shutdown>>(
       mod, "Shutdown",
       "The service's one shutdown flag (Runtime.closing): set once, read by every transport "
-      "and by the native runner without the GIL.")
+      "and by the run engine without the GIL.")
       .def(py::init<>())
       .def("set", &Shutdown::set, "From now on every RUN is answered unavailable.")
       .def("is_set", &Shutdown::is_set);
   py::class_<RunTable, std::shared_ptr<RunTable>>(mod, "RunTable")
       .def(py::init<std::shared_ptr<const Shutdown>, std::uint32_t, std::uint32_t,
-                    std::int64_t>(),
+                    std::int64_t, int>(),
            py::arg("shutdown"), py::arg("max_timeout_ms"), py::arg("default_timeout_ms"),
-           py::arg("spin_ns"))
+           py::arg("spin_ns"), py::arg("max_inflight"))
+      .def("run", &RunTable::run, py::arg("owner"), py::arg("session_id"),
+           py::arg("wait_value"), py::arg("signal_value"), py::arg("timeout_ms"),
+           py::arg("gate"), py::arg("cancel") = py::none(), py::arg("run_options") = py::none(),
+           py::arg("asynchronous") = false, py::arg("stream") = false,
+           py::arg("series") = py::none(), py::arg("flags") = 0,
+           "The entry of a run: admission and every refusal, the input fence's wait (spinning "
+           "as gate allows, ended early by cancel between slices), the model, the signal, the "
+           "counters, metrics (series; None: the session's) and trace marks. Returns "
+           "(signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. "
+           "timeout_ms None: the service's default. stream: a streaming session's own frame. "
+           "flags: a RUN frame's (none are defined).")
       .def("add", &RunTable::add, py::arg("key"), py::arg("runner"))
       .def("remove", &RunTable::remove, py::arg("key"),
            "Forgets a session, after its run in flight (the GIL is released while it waits).")
       .def("__len__", &RunTable::size)
       .def("counts", &RunTable::counts,
-           "RUNs answered here, failed here (the failure handed to the transport), handed back "
-           "to Python, and of the answered and failed those whose input fence was waited for.")
+           "Runs answered, runs failed (the failure handed to the transport or raised), and of "
+           "them those whose input fence was waited for.")
       .def("serve_bytes", &RunTable::serve_bytes, py::arg("frame"), py::arg("owner"),
            py::arg("reply_flags"), py::arg("gate"), py::arg("cancel"), py::arg("send"),
            py::arg("run_options") = py::none(),
            "Serves one received frame: (sent, None) when served here, its reply handed to "
            "send(reply) -> bool and then counted; (None, failure) when its run failed here; "
-           "(None, None) when Python serves it. reply_flags: the client reads the RUN reply's "
-           "flags (else they are 0). A RUN sent ahead of its input fence waits here, spinning "
-           "as gate allows, ended early by cancel (a fenceline.waiting.Cancel) between slices. "
+           "(None, None) when it is no RUN the engine can read (Python decodes it). "
+           "reply_flags: the client reads the RUN reply's flags (else they are 0). A RUN sent "
+           "ahead of its input fence waits here, spinning as gate allows, ended early by "
+           "cancel (a fenceline.waiting.Cancel) between slices. "
            "run_options: onnxruntime's RunOptions for the model's run (None: none).")
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
            py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
            py::arg("page") = py::none(), py::arg("reply_flags") = false,
            py::arg("run_options") = py::none(), py::arg("cancel") = py::none(),
-           "Receives and serves frames until one needs Python: (data, fds, problem, failure) "
-           "for it, failure being the FencelineError of a run that failed here; (None, [], "
+           "Receives and serves frames until one needs Python (no RUN it can read, or a RUN "
+           "that failed): (data, fds, problem, failure) for it, failure being the "
+           "FencelineError of a run that failed here; (None, [], "
            "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
            "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame "
            "queued already is served only while that process lives. Raises when the socket "

@@ -1,5 +1,5 @@
 // The service's one shutdown flag (fenceline.runtime.service.Runtime.closing): set once, when
-// the service starts to stop, and read by every transport and by the native runner, which
+// the service starts to stop, and read by every transport and by the run engine, which
 // reads it without the GIL. From then on every RUN is answered `unavailable`.
 #pragma once
 

@@ -129,7 +129,7 @@ async def post_run(id: str, body: RunRequest, request: Request) -> RunResponse:
     try:
         result = await run_in_threadpool(
             rt.run, OWNER, id, body.wait_value, body.signal_value, body.timeout_ms,
-            transport="http", cancel=Cancel(rt.closing, gone.is_set),
+            cancel=Cancel(rt.closing, gone.is_set),
         )
     finally:
         watcher.cancel()

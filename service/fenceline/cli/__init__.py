@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fenceline import __version__
-from fenceline.config import LOG_LEVELS, RUN_PATHS, setting_help
+from fenceline.config import LOG_LEVELS, setting_help
 from fenceline.errors import FencelineError, InvalidArgument, Unsupported
 from fenceline.logs import LOG_FORMATS
 from fenceline.runtime.model_config import CONTROL_MODES
@@ -49,9 +49,6 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "max_spinners", "most waiters of the service (fence waits, socket receives) that spin at "
         "once (0: never spin); "
         "docs/streaming.md", default="half the CPUs it may use, at least 1"))
-    p.add_argument("--run-path", default=S, choices=RUN_PATHS, help=h(
-        "run_path", "which code serves a RUN frame: the native runner or its Python reference; "
-        "docs/ipc.md, \"The run path\""))
     p.add_argument("--log-level", default=S, choices=LOG_LEVELS, help=h("log_level"))
     p.add_argument("--log-format", default=S, choices=LOG_FORMATS, help=h(
         "log_format", "text for a terminal, json: one object per line with request/session ids"))

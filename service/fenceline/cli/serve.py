@@ -180,14 +180,13 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         # Windows: the per-user named pipe; --socket, when given, is the pipe's name.
         ipc = PipeServer(
             runtime, str(settings.socket) if settings.socket else None,
-            spin_ns=settings.ipc_spin_us * 1000, run_path=settings.run_path,
+            spin_ns=settings.ipc_spin_us * 1000,
         )
         ipc.limits = settings.connection_limits()
     else:
         ipc = IpcServer(
             runtime, settings.socket, spin_ns=settings.ipc_spin_us * 1000,
             allow_uids=settings.allow_uids, limits=settings.connection_limits(),
-            run_path=settings.run_path,
         )
     ipc.start()
     token = settings.token()

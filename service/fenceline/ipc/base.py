@@ -13,8 +13,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fenceline import _native
-from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied, ResourceExhausted, Unavailable
 from fenceline.interop.owners import Caller
 from fenceline.ipc.limits import ConnectionLimits
@@ -42,18 +40,10 @@ class Connection(Protocol):
 class ServerBase:
     def __init__(
         self, runtime: Runtime, spin_ns: int, limits: ConnectionLimits | None = None,
-        run_path: RunPath = "native",
     ) -> None:
         self.runtime = runtime
         self.spin_ns = spin_ns
         self.limits = limits or ConnectionLimits()
-        self.run_path = run_path
-        # The native runner: the RUN frames of the host sessions each connection registers with
-        # it (run path "native"; "python" registers none). docs/ipc.md, "The run path".
-        s = runtime.settings
-        self.run_table: Any = _native.RunTable(
-            runtime.closing, s.max_timeout_ms, s.default_timeout_ms, s.spin_ns)
-        runtime.metrics.watch_runner(self.run_table)
         self._connections: set[Connection] = set()
         self._per_peer: dict[str, int] = {}  # connections held by each peer (user)
         self._lock = threading.Lock()

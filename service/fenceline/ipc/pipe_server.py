@@ -17,7 +17,6 @@ import threading
 from typing import Any
 
 from fenceline import _native
-from fenceline.config import RunPath
 from fenceline.errors import FencelineError, PermissionDenied
 from fenceline.interop.handles import close_nt_handles
 from fenceline.interop.owners import Caller
@@ -98,9 +97,8 @@ class PipeServer(ServerBase):
         name: str | None = None,
         spin_ns: int = 100_000,
         allowed_sids: frozenset[str] | None = None,
-        run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns, run_path=run_path)
+        super().__init__(runtime, spin_ns)
         self.path = (name or default_pipe_name()).rstrip("\\")
         if not self.path.lower().startswith(PIPE_PREFIX):
             self.path = PIPE_PREFIX + self.path

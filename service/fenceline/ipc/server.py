@@ -18,7 +18,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fenceline import __version__, _native, logs, waiting
-from fenceline.config import RunPath
 from fenceline.errors import (
     BY_IPC_CODE,
     Conflict,
@@ -46,9 +45,7 @@ from fenceline.ipc.limits import (
 from fenceline.protocol import codec
 from fenceline.protocol.codec import Kind
 from fenceline.protocol.schemas import FenceImportRequest, MemoryImportRequest, SessionCreateRequest
-from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.service import Runtime
-from fenceline.runtime.session import RunResult
 from fenceline.waiting import Cancel
 
 log = logging.getLogger("fenceline.ipc")
@@ -89,7 +86,6 @@ class Connection:
         self.peer = caller.user
         self.runtime = server.runtime
         self._spin = _native.ReceiveSpin(server.spin_ns)  # serve_loop's receive wait
-        self._replied = True  # False once a RUN's reply could not be sent: the peer is gone
         # The process that connected, watched beside the socket: its end of the socket may
         # outlive it (docs/reliability.md, "A renderer dies"). The Windows pipe watches its own.
         self._process = (
@@ -136,7 +132,7 @@ class Connection:
         # The Unix socket's frames are received, and a host session's RUNs served, in native
         # code (docs/ipc.md, "The run path"); the Windows pipe receives here and hands each
         # frame to the same runner first.
-        table = self.server.run_table
+        table = self.runtime.runs
         loop = isinstance(self.sock, socket.socket)
         fd = self.sock.fileno() if loop else -1
         try:
@@ -179,7 +175,7 @@ class Connection:
                         break
                     continue
                 request_id = 0
-                reply: bytes | None
+                reply: bytes
                 try:
                     try:
                         if problem is not None:  # too long, too many fds (closed) or empty
@@ -195,8 +191,7 @@ class Connection:
                         self._close_fds(fds)
                         if fds:
                             raise InvalidRequest("RUN carries no fds")
-                        self._run(frame)  # replies itself, before the metrics are recorded
-                        reply = None
+                        reply = self._run(frame)
                     else:
                         reply = self._control(frame, fds)
                 except FencelineError as e:
@@ -208,9 +203,7 @@ class Connection:
                     metrics.errors.labels("ipc", "internal").inc()
                     internal = FencelineError("internal error; see the service log")
                     reply = codec.encode_error(request_id, internal)
-                if reply is not None and not self._send(reply):
-                    break
-                if not self._replied:
+                if not self._send(reply):
                     break
         finally:
             self.close()
@@ -280,24 +273,17 @@ class Connection:
             self._close_fds(fds)
         return codec.encode_json(frame.kind | codec.REPLY_BIT, frame.request_id, result or {})
 
-    def _run(self, frame: codec.Frame) -> None:
+    def _run(self, frame: codec.Frame) -> bytes:
+        """A RUN that the engine's own reading of the frame left to Python, through the same
+        entry."""
         run = codec.decode_run(frame.body)
-        request_id = frame.request_id
-
-        def reply(r: RunResult) -> None:
-            self._replied = self._send(codec.encode_run_reply(
-                request_id,
-                codec.RunReply(r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000,
-                               r.total_ns // 1000,
-                               codec.REPLY_CPUS_SHARED
-                               if self._reply_flags and _native.cpus_shared() else 0),
-            ))
-
-        self.runtime.run(
+        r = self.runtime.run(
             self.owner, run.session_id.hex(), run.wait_value, run.signal_value, run.timeout_ms,
-            transport="ipc", asynchronous=frame.kind == Kind.RUN_ASYNC, reply=reply,
-            cancel=self._cancel,
+            asynchronous=frame.kind == Kind.RUN_ASYNC, cancel=self._cancel, flags=run.flags,
         )
+        return codec.encode_run_reply(frame.request_id, codec.RunReply(
+            r.signal_value, r.wait_ns // 1000, r.infer_ns // 1000, r.total_ns // 1000,
+            codec.REPLY_CPUS_SHARED if self._reply_flags and _native.cpus_shared() else 0))
 
     # -- control handlers -----------------------------------------------------------------
 
@@ -377,20 +363,11 @@ class Connection:
 
     def _create_session(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         req = _parse(SessionCreateRequest, body)
-        info = self.runtime.create_session(
+        return self.runtime.create_session(
             self.owner, req.model, req.input_specs(), req.output_specs(), req.wait_fence,
             req.signal_fence, mode=req.mode, policy=req.policy, spin_us=req.spin_us,
-            start=req.start,
+            start=req.start, transport="ipc",
         )
-        table = self.server.run_table
-        if self.server.run_path == "native":
-            session = self.runtime.session(self.owner, info["id"])
-            if isinstance(session, HostSession) and session.stream is None:
-                # One thread serves a connection, so its runs are in flight one at a time:
-                # within the in-flight quota the native path need not count them.
-                session.run_natively(table, bytes.fromhex(info["id"]), self.owner,
-                                     self.runtime.metrics.run_series(req.model, "ipc"))
-        return info
 
     def _open_run_page(self, body: bytes, fds: list[int]) -> dict[str, Any]:
         """The client's run page: RUNs posted there are served beside the socket's."""
@@ -510,9 +487,8 @@ class IpcServer(ServerBase):
         spin_ns: int = 100_000,
         allow_uids: frozenset[int] | None = None,
         limits: ConnectionLimits | None = None,
-        run_path: RunPath = "native",
     ) -> None:
-        super().__init__(runtime, spin_ns, limits, run_path)
+        super().__init__(runtime, spin_ns, limits)
         self.path = Path(path) if path is not None else default_socket_path()
         # The service's own user always may connect: --allow-uid adds users, it replaces nobody.
         self.allow_uids = frozenset({os.geteuid(), *(allow_uids or ())})

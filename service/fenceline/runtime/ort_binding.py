@@ -1,13 +1,13 @@
 """The one place that reaches past onnxruntime's public Python API.
 
-The native runner (native/importer/engine/host_runs.cpp) calls the model as ``run(binding, None)``.
+The run engine (native/importer/engine/host_runs.cpp) calls the model as ``run(binding, None)``.
 Given the C++ session's ``run_with_iobinding`` and the C++ IOBinding, it skips the Python
 wrapper's work on every frame (0.35 us of 3.6 us per run of add_64x64 on the 2-core CI machine,
 with the GIL held). Those two are private attributes of onnxruntime's binding
 (``InferenceSession._sess``, ``IOBinding._iobinding``), so :func:`native_entry` hands them out
 only on an onnxruntime version it was tested with that has them; on any other it hands out the
 public ``InferenceSession.run_with_iobinding`` and the ``IOBinding`` itself, which take the same
-arguments, and a warning says so once. Either way the native runner serves the session; only
+arguments, and a warning says so once. Either way the run engine serves the session; only
 that fraction of a microsecond differs.
 
 Why not onnxruntime's C API instead: no onnxruntime wheel ships its headers, and the PyPI binding
@@ -25,12 +25,12 @@ import onnxruntime
 
 log = logging.getLogger("fenceline.runtime")
 
-# The onnxruntime releases whose private binding objects the native runner is known to work
+# The onnxruntime releases whose private binding objects the run engine is known to work
 # with: 1.17 (the oldest pyproject.toml allows) to 1.32 (the newest tested). Extend after running
 # tests/integration/test_run_paths.py and tests/unit/test_ort_binding.py on a newer one.
 TESTED = ((1, 17), (1, 32))
 
-_checked: str | None = None  # why the native runner cannot use this onnxruntime; "" once it can
+_checked: str | None = None  # why the run engine cannot use this onnxruntime; "" once it can
 
 
 def _version() -> tuple[int, int]:
@@ -42,7 +42,7 @@ def _version() -> tuple[int, int]:
 
 
 def unusable(session: Any, binding: Any) -> str | None:
-    """Why the native runner cannot call this onnxruntime (None: it can)."""
+    """Why the run engine cannot call this onnxruntime (None: it can)."""
     low, high = TESTED
     if not low <= _version() <= high:
         return (f"onnxruntime {onnxruntime.__version__} is not one the native run path was "
@@ -55,7 +55,7 @@ def unusable(session: Any, binding: Any) -> str | None:
 
 
 def native_entry(session: Any, binding: Any) -> tuple[Any, Any]:
-    """(run, binding) for the native runner, called as ``run(binding, None)``: the C++ session's
+    """(run, binding) for the run engine, called as ``run(binding, None)``: the C++ session's
     ``run_with_iobinding`` and the C++ IOBinding behind ``binding`` (an ``onnxruntime.IOBinding``
     of ``session``) where :func:`unusable` finds nothing against them, else the public method
     and ``binding`` itself (logged once per process)."""

@@ -29,8 +29,8 @@ unless a model's ``config.json`` asks (``intra_op_threads``).
   that starts while the service's model runs on the CPU in flight, itself included, are as many
   as the usable CPUs takes that one: every core has a run already, and a pool's threads would
   only take turns with the other runs' (on 2 CPUs, 8 renderers at 720p: 1,867-1,912 us of CPU
-  a frame against 2,104-2,366 us with the pool). Both run paths count the
-  runs in flight in one place (``_native.CpuRun``).
+  a frame against 2,104-2,366 us with the pool). The run engine counts the
+  runs in flight in one place (``CpuRun``, native/importer/engine/cpu_runs.h).
 - Large frames take turns: a run whose frame (its session's inputs and outputs) is at least a
   quarter of the last-level cache, and which starts while the runs in flight fill the CPUs,
   waits for the one turn of the large frames instead, and then runs on every core (the pool).

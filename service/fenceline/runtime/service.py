@@ -8,11 +8,9 @@ import logging
 import os
 import secrets
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-from fenceline import _native, trace
+from fenceline import _native, trace, waiting
 from fenceline.errors import (
     Conflict,
     InvalidArgument,
@@ -43,6 +41,8 @@ from fenceline.interop.owners import SERVICE, Caller, check_import
 from fenceline.interop.vk_fence import VK_FENCE_TYPES, import_vk_fence
 from fenceline.metrics import Metrics
 from fenceline.runtime import backends
+from fenceline.runtime.cuda_session import CudaSession
+from fenceline.runtime.host_session import HostSession
 from fenceline.runtime.models import Model, ModelRepository
 from fenceline.runtime.ort_options import pool_yields, usable_cpus
 from fenceline.runtime.session import RunResult, Session
@@ -72,13 +72,19 @@ class Runtime:
         # The worker of each streaming session, by session id (request-mode sessions have none).
         self.streams: dict[str, StreamWorker] = {}
         self._lock = threading.RLock()
-        self._inflight: dict[str, int] = {}
         # Sessions being built outside the lock: (owner, device label or "") by reserved id.
         self._pending: dict[str, tuple[str, str]] = {}
         # The model of each session being built, by reserved id (an unload waits for none).
         self._pending_models: dict[str, Model] = {}
-        # The one shutdown flag: set once, read by every transport and by the native runner.
+        # The one shutdown flag: set once, read by every transport and by the run engine.
         self.closing = _native.Shutdown()
+        # The run engine: every session's runs enter it (Runtime.run, the IPC transports'
+        # native loops, the streaming workers), and it holds every session from its creation.
+        s = self.settings
+        self.runs: Any = _native.RunTable(
+            self.closing, s.max_timeout_ms, s.default_timeout_ms, s.spin_ns,
+            s.max_inflight_runs_per_owner)
+        self.metrics.watch_runner(self.runs)
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -318,9 +324,11 @@ class Runtime:
         policy: Policy = "latest",
         spin_us: int | None = None,
         start: bool = True,
+        transport: str = "http",
     ) -> dict[str, Any]:
         """A session; ``mode="streaming"`` gives it a worker that runs each new input fence
         value by itself (runtime/streaming.py), started at once unless ``start`` is false.
+        ``transport``: the metrics label of its owner's runs (its owner's transport).
 
         Checks and reserves under the table lock, then builds the session (the onnxruntime
         session, a CUDA stream) outside it: building takes long, and on a busy or stalled GPU
@@ -417,6 +425,8 @@ class Runtime:
             else:
                 entry = self.sessions.add(owner, session, sid)
                 session.trace_tag = trace.tag(entry.id)
+                self._register(owner, sid, session, stream is not None,
+                               self.metrics.run_series(m.name, transport))
                 if stream is not None:
                     self.streams[sid] = stream
                 self._set_pool_priority()
@@ -438,6 +448,19 @@ class Runtime:
             if start:
                 stream.start()
         return self._session_info(entry)
+
+    def _register(self, owner: str, sid: str, session: Session, streaming: bool,
+                  series: Any) -> None:
+        """Hands ``session`` to the run engine, which runs it for ``owner`` from now on: a
+        host session natively, a CUDA session through its Python ``run`` (the one place a run
+        leaves native code). Called with the table lock held."""
+        if isinstance(session, HostSession):
+            session.register(self.runs, sid, owner, None if streaming else series, streaming)
+            return
+        assert isinstance(session, CudaSession)
+        self.runs.add(bytes.fromhex(sid), _native.SessionRunner.python(
+            owner, _python_body(session, self.settings.spin_ns, self.metrics), series,
+            streaming))
 
     def _set_pool_priority(self) -> None:
         """The models' onnxruntime pools at idle priority while several sessions run on the
@@ -515,7 +538,8 @@ class Runtime:
             self._set_pool_priority()
         if stream is not None:
             stream.stop()  # joins the worker; outside the table lock
-        entry.obj.close()  # waits for a run in flight, outside the table lock
+        self.runs.remove(bytes.fromhex(id))  # waits for a run in flight, outside the table lock
+        entry.obj.close()
         with self._lock:
             for users in [m.users for m in self.memory.entries.values()] + [
                 f.users for f in self.fences.entries.values()
@@ -539,75 +563,23 @@ class Runtime:
         signal_value: int | None = None,
         timeout_ms: int | None = None,
         *,
-        transport: str,
         asynchronous: bool = False,
-        reply: Callable[[RunResult], object] | None = None,
         cancel: Cancel | None = None,
+        flags: int = 0,
     ) -> RunResult:
-        """The one entry for a request-mode run, whatever the transport: the owner's in-flight
-        quota, the argument checks, the run, ``reply`` (a transport answers the renderer before
-        the metrics are recorded, so it is not kept waiting for them), then the metrics.
+        """A request-mode run through the run engine (``self.runs``), the one entry of every
+        run whatever the transport: admission and every refusal, the wait, the model, the
+        signal, the counters, metrics and trace marks are the engine's. Raises the
+        FencelineError of a refused or failed run.
 
         ``asynchronous``: a CUDA session replies once the work is enqueued; host sessions
         always run to completion. ``cancel`` ends the fence wait early (default: when the
-        service shuts down)."""
-        session = self.session(owner, session_id)
-        with self._lock:
-            if session_id in self.streams:
-                raise Conflict(
-                    "this session streams: it runs by itself when its input fence advances; RUN "
-                    "is for sessions created with mode 'request'"
-                )
-            n = self._inflight.get(owner, 0)
-            if n >= self.settings.max_inflight_runs_per_owner:
-                raise ResourceExhausted(
-                    f"at most {self.settings.max_inflight_runs_per_owner} runs in flight per client"
-                )
-            self._inflight[owner] = n + 1
-        received = time.perf_counter_ns() if trace.active() else 0
-        try:
-            result = self._run(
-                session, wait_value, signal_value, timeout_ms, asynchronous,
-                cancel if cancel is not None else self.closing,
-            )
-        finally:
-            with self._lock:
-                self._inflight[owner] -= 1
-        if reply is not None:
-            reply(result)
-        if received:
-            trace.mark(trace.RECEIVED, session.trace_tag, result.signal_value, received)
-            trace.mark(trace.REPLY_SENT, session.trace_tag, result.signal_value)
-        self.metrics.observe_run(
-            session.model.name, transport, result.total_ns / 1e9, result.wait_ns / 1e9,
-            result.infer_ns / 1e9,
-        )
-        if session.device_label:
-            self.metrics.observe_gpu_run(session.device_label)
-        return result
-
-    def _run(
-        self,
-        session: Session,
-        wait_value: int,
-        signal_value: int | None,
-        timeout_ms: int | None,
-        asynchronous: bool,
-        cancel: Flag,
-    ) -> RunResult:
-        s = self.settings
-        if self.closing.is_set():
-            raise Unavailable("the service is shutting down")
-        if timeout_ms is None:
-            timeout_ms = s.default_timeout_ms
-        if not 0 <= timeout_ms <= s.max_timeout_ms:
-            raise InvalidArgument(f"timeout_ms must be within 0..{s.max_timeout_ms}")
-        if not 0 <= wait_value < 2**64 or not (signal_value is None or 0 < signal_value < 2**64):
-            raise InvalidArgument("fence values are unsigned 64-bit integers")
-        return session.run(
-            wait_value, signal_value, timeout_ms * 1_000_000, s.spin_ns, cancel,
-            asynchronous=asynchronous,
-        )
+        service shuts down). ``flags``: a RUN frame's (none are defined)."""
+        if cancel is None:
+            cancel = Cancel(self.closing, _never)
+        return RunResult(*self.runs.run(
+            owner, session_id, wait_value, signal_value, timeout_ms, waiting.gate().native,
+            cancel, cancel.run_options, asynchronous, flags=flags))
 
     # -- models ---------------------------------------------------------------------------
 
@@ -675,6 +647,23 @@ class Runtime:
         for owner in self.owners():
             self.release_owner(owner)
 
+
+
+def _never() -> bool:
+    return False
+
+
+def _python_body(session: CudaSession, spin_ns: int, metrics: Metrics) -> Any:
+    """A CUDA session's run as the run engine calls it, once it admitted the run."""
+
+    def body(wait_value: int, signal_value: int | None, timeout_ns: int, cancel: Flag | None,
+             asynchronous: bool) -> RunResult:
+        result = session.run(wait_value, signal_value, timeout_ns, spin_ns, cancel,
+                             asynchronous=asynchronous)
+        metrics.observe_gpu_run(session.device_label)
+        return result
+
+    return body
 
 
 def _ids(owner: str, session_id: str) -> dict[str, str]:

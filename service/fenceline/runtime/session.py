@@ -13,7 +13,6 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 from fenceline.errors import DeviceLost, ModelError
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
-from fenceline.waiting import Flag
 
 
 class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest record
@@ -41,9 +40,11 @@ class StreamControl(Protocol):
 
 
 class Session(Protocol):
-    """One model bound to imported views between a wait fence and a signal fence. Runs are
-    serialized per session; different sessions run in parallel. ``close()`` waits for a run in
-    flight and is safe to call twice; a run after it raises Conflict."""
+    """One model bound to imported views between a wait fence and a signal fence. Every run
+    enters the run engine (``Runtime.runs``, native/importer/engine/host_runs.cpp), which
+    admits it and runs a host session itself; a CUDA session's own ``run`` is the one body
+    the engine calls in Python. Runs are serialized per session; different sessions run in
+    parallel. ``close()`` waits for a run in flight and is safe to call twice."""
 
     # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
     recent: deque[tuple[int, RunResult]]
@@ -68,21 +69,6 @@ class Session(Protocol):
 
     @property
     def signal_fence(self) -> FenceHandle: ...
-
-    def run(
-        self,
-        wait_value: int,
-        signal_value: int | None,
-        timeout_ns: int,
-        spin_ns: int,
-        cancel: Flag | None = None,
-        *,
-        asynchronous: bool = False,
-    ) -> RunResult:
-        """wait(input fence >= wait_value) -> the model -> signal(output fence := signal_value
-        or wait_value). ``asynchronous``: reply once the work is queued, where the
-        implementation has a queue (host sessions always run to completion)."""
-        ...
 
     def use_single_thread(self) -> None:
         """Lets a run take the model's one-thread session while the CPUs are full (host
@@ -147,7 +133,7 @@ class SessionBase(Generic[B, F]):
                    total_ns: int, single_thread: bool = False) -> RunResult:
         """Counts a run that ended at ``end_ns`` (perf_counter_ns) having signalled
         ``signal_value``, ``single_thread`` when the model ran on its one-thread session: the
-        one place the counters change, on every run path (the native runner calls it too)."""
+        one place the counters change (the run engine calls it after each run it served)."""
         self.runs += 1
         if single_thread:
             self.single_thread_runs += 1
@@ -156,7 +142,7 @@ class SessionBase(Generic[B, F]):
         self.recent.append((end_ns, result))
         return result
 
-    # The failures of a run, worded once for every run path (the native runner calls these).
+    # The failures of a run, worded once (the run engine calls these).
 
     def model_failed(self, error: BaseException) -> ModelError:
         """onnxruntime raised ``error`` while the model ran."""

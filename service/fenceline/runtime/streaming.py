@@ -3,7 +3,8 @@
 
 A :class:`StreamWorker` owns one thread per running session and drives a backend's
 :class:`StreamDriver` step by step: the host driver waits on the input fence on the CPU (adaptive
-spin, then futex), runs the model and signals the output fence with the same value. A failed
+spin, then futex), then hands the frame to the run engine (``HostSession.run_frame``), which
+runs the model and signals the output fence with the same value. A failed
 frame is still signalled, with the output fence's status set to error, so a renderer waiting on
 it never stalls; the next good frame sets the status back to live.
 
@@ -26,7 +27,7 @@ from fenceline import _native, logs
 from fenceline.errors import Conflict, DeviceLost, FencelineError, ModelError, Unsupported
 from fenceline.metrics import Metrics
 from fenceline.runtime.host_session import HostSession
-from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.session import Session
 from fenceline.waiting import AdaptiveSpin
 
 log = logging.getLogger("fenceline.streaming")
@@ -137,23 +138,27 @@ class HostStreamDriver(StreamDriver):
         if r == _native.WAIT_ERRORED:
             self._fail(target, "input_error", f"the input fence reports an error at {reached}")
             return
+        if self._errored:
+            self._out.set_status(STATUS_LIVE)  # before the value: waiters on it see live
         try:
-            infer_ns = self.host.infer()
+            # The frame through the run engine, as every run: the model, the signal, the
+            # session's counters (HostSession.run_frame).
+            self.host.run_frame(target)
         except ModelError as e:
             self._fail(target, "model_error", e.message)
             return
+        except Conflict as e:  # someone else signalled the output fence to this value or past it
+            self._conflict(e)
+            return
         if self._errored:
-            self._out.set_status(STATUS_LIVE)  # before the value: waiters on it see live
             self._errored = False
             if self.stats.failed:
                 log.info("frame %d ran: the output fence is live again", target)
-        if self._signal(target):
-            end = time.perf_counter_ns()
-            self.stats.frames += 1
-            # For the status page: no request waited, so wait is 0 and total is seen -> signalled.
-            self.session.recent.append((end, RunResult(target, 0, infer_ns, end - seen)))
-            self._m_frames.inc()
-            self._m_seconds.observe((end - seen) / 1e9)
+        end = time.perf_counter_ns()
+        self.stats.frames += 1
+        self.stats.last_value = target
+        self._m_frames.inc()
+        self._m_seconds.observe((end - seen) / 1e9)
 
     def _fail(self, target: int, reason: str, message: str) -> None:
         if not self._errored:  # one line per run of failures, not one per frame
@@ -176,17 +181,20 @@ class HostStreamDriver(StreamDriver):
         if self._out.status == STATUS_ABANDONED:
             self._out.set_status(STATUS_LIVE)
 
-    def _signal(self, target: int) -> bool:
+    def _signal(self, target: int) -> None:
+        """A failed frame's value, signalled with the error status set."""
         try:
             self._out.signal(target)
-        except Conflict as e:  # someone else signalled the output fence past this value
-            self.stats.failed += 1
-            self.stats.last_error = e.message
-            self._m_failed["conflict"].inc()
-            return False
+        except Conflict as e:
+            self._conflict(e)
+            return
         self.stats.last_value = target
         self.session.last_signal_value = target
-        return True
+
+    def _conflict(self, e: Conflict) -> None:
+        self.stats.failed += 1
+        self.stats.last_error = e.message
+        self._m_failed["conflict"].inc()
 
 
 DRIVERS: dict[str, type[StreamDriver]] = {"host_timeline": HostStreamDriver}

@@ -313,7 +313,7 @@ class ClientSocket {
 
   // A RUN on the run page while replies come soon enough to spin (or nap) for: posted there (a
   // NUDGE sent when the service sleeps), its reply read there, waited for as receive waits; a
-  // reply the service sends on the socket instead (an error, a run its Python path serves) is
+  // reply the service sends on the socket instead (an ERROR: a refusal or a failed run) is
   // received as receive does. A reply worth sleeping for is a RUN on the socket instead, whose
   // message wakes the sleeper anyway (docs/ipc.md, "The run page"). OSError when a send failed.
   py::object run_page(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
