@@ -1,9 +1,8 @@
 /* spin_rule.h: the one adaptive spin rule of fenceline (docs/streaming.md, "Waiting"), in C for
- * every waiter in C or C++: the service's native receive and the Python client's replies
- * (importer/engine/adaptive_spin.h ReceiveSpin) and the C client's reply and fence waits
- * (client/src/spin.c). fenceline.waiting.AdaptiveSpin is the same rule in Python; it reads these
- * constants from fenceline._native, and tests/unit/test_receive_spin.py feeds both the same
- * waits.
+ * every waiter: the run engine's fence waits, the service's native receive and the Python
+ * client's replies (importer/engine/adaptive_spin.h ReceiveSpin), the C client's reply and fence
+ * waits (client/src/spin.c), and Python's waiters through fenceline.waiting.AdaptiveSpin, which
+ * calls it (tests/unit/test_receive_spin.py).
  *
  * The rule: keep two moving averages (weight 1/8, a wait counting for at most OUTLIER times the
  * average) of the waits that spun first and of those that blocked at once, and use the faster

@@ -12,12 +12,11 @@ once (by default half the CPUs this process may run on, at least one); the other
 once instead of taking the cores that the producers they wait for need. A slot is held through
 a spin, never through a block.
 
-The rule's home is native/common/spin_rule.h: the service's native receive, the Python IPC
-client's replies (``_native.ClientSocket``) and the C client follow it in C. :class:`AdaptiveSpin`
-is the same rule in Python (the same constants, read from ``_native``;
-tests/unit/test_receive_spin.py feeds both the same waits), kept here because its waiters are
-Python calls already: a fence wait of a host session on the Python run path, a streaming
-worker, a renderer's :meth:`Fence.wait <fenceline.client.Fence.wait>`.
+The rule has one home, native/common/spin_rule.h: the run engine's fence waits, the service's
+native receive, the Python IPC client's replies (``_native.ClientSocket``) and the C client
+follow it in C, and :class:`AdaptiveSpin` is that rule (``_native.ReceiveSpin``) for waiters
+that are Python calls already: a streaming worker, a renderer's
+:meth:`Fence.wait <fenceline.client.Fence.wait>`.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ _WAIT_TIMED_OUT = _native.WAIT_TIMED_OUT
 # The rule's constants, read from its one home (native/common/spin_rule.h).
 WINDOW_SHIFT: int = _native.SPIN_WINDOW_SHIFT  # exploration windows of 2.1 ms ...
 WINDOWS_PER_PERIOD: int = _native.SPIN_WINDOWS_PER_PERIOD  # ... one in every 16 (every 34 ms)
-SPIN_SLACK_NS: int = _native.SPIN_SLACK_NS
-OUTLIER = float(_native.SPIN_OUTLIER)  # a wait counts for at most this many times its average
 
 
 class Flag(Protocol):
@@ -130,98 +127,57 @@ def set_spinners(slots: int | None) -> SpinGate:
     return _gate
 
 
-def _ema(avg: float | None, sample: int) -> float:
-    """The moving average (weight 1/8) of a way's waits, each counted as at most OUTLIER times
-    the average: a waiter or its peer preempted by another task makes a rare wait hundreds of
-    microseconds long, and a plain average of such waits would say that the spin does not pay
-    when nearly every spun wait ends within it. Waits that are long every time still move the
-    average, by up to three eighths of it per wait."""
-    if avg is None:
-        return float(sample)
-    return avg + (min(float(sample), OUTLIER * avg) - avg) * 0.125
-
-
 class AdaptiveSpin:
-    """The spin budget of one waiter (one fence wait loop, one socket). Not thread-safe: give
-    each waiting thread its own.
+    """The spin budget of one waiter (one fence wait loop, one socket), by the one spin rule
+    (native/common/spin_rule.h, through ``_native.ReceiveSpin``). Not thread-safe: give each
+    waiting thread its own.
 
-    It keeps two moving averages of how long its waits took, one for waits that spun first and
-    one for waits that blocked at once, and uses whichever has been faster. During one window
-    of ``2**WINDOW_SHIFT`` ns in every ``WINDOWS_PER_PERIOD`` of the monotonic clock it uses
-    the other way, to keep both averages current, and decides again when the window ends.
-    The windows come from the system-wide clock, so a renderer and the service, both waiting on
-    each other, try the other way at the same time: spinning pays only when both sides spin,
-    which two waiters exploring at different times would never see. Spinning is chosen only
-    while spun waits average within the budget, and the budget follows them:
-    ``min(max_spin_ns, 4 * average + 10 us)``.
+    The rule keeps two moving averages of how long its waits took, one for waits that spun
+    first and one for waits that blocked at once, and uses whichever has been faster. During
+    one window of ``2**WINDOW_SHIFT`` ns in every ``WINDOWS_PER_PERIOD`` of the monotonic clock
+    it uses the other way, to keep both averages current, and decides again when the window
+    ends. The windows come from the system-wide clock, so a renderer and the service, both
+    waiting on each other, try the other way at the same time: spinning pays only when both
+    sides spin, which two waiters exploring at different times would never see. Spinning is
+    chosen only while spun waits average within the budget, and the budget follows them:
+    ``min(max_spin_ns, 4 * average + 10 us)``. ``clock``: CLOCK_MONOTONIC in ns (None: the
+    native clock's, one call fewer).
     """
 
-    __slots__ = ("max_spin_ns", "denied", "gate", "clock", "_spin_avg", "_block_avg",
-                 "_spinning", "_exploring")
+    __slots__ = ("denied", "gate", "clock", "_rule")
 
     def __init__(
         self, max_spin_ns: int, spin_gate: SpinGate | None = None,
-        clock: Callable[[], int] = time.monotonic_ns,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
-        self.max_spin_ns = max_spin_ns
+        self._rule = _native.ReceiveSpin(max_spin_ns)
         self.denied = 0  # waits that blocked at once because every spinner slot was taken
         self.gate = spin_gate  # None: the process gate
-        self.clock = clock  # CLOCK_MONOTONIC in ns, shared by every process on the machine
-        self._spin_avg: float | None = None
-        self._block_avg: float | None = None
-        self._spinning = True
-        self._exploring = False
+        self.clock = clock
+
+    @property
+    def max_spin_ns(self) -> int:
+        return int(self._rule.max_spin_ns)
 
     @property
     def average_wait_ns(self) -> float:
         """The moving average of the waits of the way now preferred."""
-        return (self._spin_avg if self._spinning else self._block_avg) or 0.0
+        return float(self._rule.average_wait_ns)
 
     @property
     def spinning(self) -> bool:
         """Whether spinning is preferred now."""
-        return self._spinning and self.max_spin_ns > 0
-
-    def _window(self) -> bool:
-        """Whether the next wait falls in an exploration window (deciding again at the end of
-        one: both averages are fresh then)."""
-        explore = (self.clock() >> WINDOW_SHIFT) % WINDOWS_PER_PERIOD == 0
-        if self._exploring and not explore:
-            self._decide()
-        self._exploring = explore
-        return explore
+        return bool(self._rule.spinning) and self.max_spin_ns > 0
 
     def budget_ns(self) -> int:
         """How long the next wait should spin before it sleeps."""
-        m = self.max_spin_ns
-        if m == 0:
-            return 0
-        explore = self._window()  # first: the end of a window may change the choice
-        if self._spinning == explore:
-            return 0
-        avg = self._spin_avg
-        # Generous against jitter: a miss costs a full wakeup, far more than a few extra
-        # microseconds of spin on a hit.
-        return m if avg is None else int(min(m, 4 * avg + SPIN_SLACK_NS))
+        return int(self._rule.budget_ns(-1 if self.clock is None else self.clock()))
 
     def observe(self, waited_ns: int, budget_ns: int = 0) -> None:
         """Feeds back how long the last wait took and the budget it was given."""
-        if budget_ns:
-            self._spin_avg = _ema(self._spin_avg, waited_ns)
-        else:
-            self._block_avg = _ema(self._block_avg, waited_ns)
-        if not self._exploring:
-            self._decide()
-
-    def _decide(self) -> None:
-        s, b = self._spin_avg, self._block_avg
-        if s is not None and s > self.max_spin_ns:
-            self._spinning = False  # the event comes later than any spin: sleep at once
-        elif s is not None and b is not None:
-            # 10% hysteresis, so two close averages do not flip the choice every wait
-            self._spinning = s < b * (1.1 if self._spinning else 0.9)
+        self._rule.observe(waited_ns, budget_ns)
 
     def _slot(self) -> SpinSlot | None:
         """A spinner slot to hold while this wait spins (release it before blocking), or

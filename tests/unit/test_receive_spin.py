@@ -1,9 +1,9 @@
-"""The native receive spin (the IPC connection's wait in native code) decides as
-fenceline.waiting.AdaptiveSpin does: fed the same waits, both give the same budgets."""
+"""The one spin rule (native/common/spin_rule.h), as Python waiters reach it through
+fenceline.waiting.AdaptiveSpin: it spins for waits that a spin catches, with a budget that
+follows them, blocks at once for waits that come later than any spin, and tries the other way
+in the exploration windows of the clock."""
 
 from __future__ import annotations
-
-import random
 
 import pytest
 
@@ -16,28 +16,41 @@ INSIDE = WINDOWS_PER_PERIOD << WINDOW_SHIFT  # one inside a window
 pytestmark = pytest.mark.skipif(not hasattr(_native, "ReceiveSpin"), reason="no native spin")
 
 
-def test_native_and_python_spins_choose_alike() -> None:
-    rng = random.Random(7)
-    for max_spin in (0, 50_000, 100_000):
-        clock = [OUTSIDE]
-        python = AdaptiveSpin(max_spin, SpinGate(1), clock=lambda c=clock: c[0])
-        native = _native.ReceiveSpin(max_spin)
-        seen: set[tuple[bool, bool]] = set()
-        for i in range(2000):
-            # Phases: waits the spin catches, waits longer than any spin, and a window.
-            clock[0] = INSIDE if i % 300 < 20 else OUTSIDE + i
-            budget = python.budget_ns()
-            assert native.budget_ns(clock[0]) == budget, (max_spin, i)
-            slow = (i // 500) % 2 == 1
-            waited = rng.randint(150_000, 900_000) if slow else rng.randint(2_000, 30_000)
-            python.observe(waited, budget)
-            native.observe(waited, budget)
-            assert native.spinning == python.spinning, (max_spin, i)
-            seen.add((native.spinning, budget > 0))
-        assert native.average_wait_ns == pytest.approx(python.average_wait_ns)
-        # Both ways were chosen (a spinner needs a budget: with none it never spins).
-        assert seen == ({(False, False)} if max_spin == 0 else
-                        {(True, True), (False, False), (True, False), (False, True)}), seen
+def _fed(spin: AdaptiveSpin, clock: list[int], waited: int, n: int = 40) -> list[int]:
+    """The budgets of n waits of ``waited`` ns outside the windows."""
+    budgets = []
+    for i in range(n):
+        clock[0] = OUTSIDE + i
+        budget = spin.budget_ns()
+        budgets.append(budget)
+        spin.observe(waited, budget)
+    return budgets
+
+
+def test_the_rule_spins_for_waits_a_spin_catches_and_blocks_for_later_ones() -> None:
+    clock = [OUTSIDE]
+    spin = AdaptiveSpin(100_000, SpinGate(1), clock=lambda: clock[0])
+    assert spin.budget_ns() == 100_000  # no wait yet: the whole budget
+    budgets = _fed(spin, clock, 5_000)
+    assert spin.spinning and spin.average_wait_ns == pytest.approx(5_000)
+    # The budget follows the spun waits: four times their average and the slack, not the most.
+    assert budgets[-1] == pytest.approx(4 * 5_000 + 10_000, abs=1)
+    # In a window it tries blocking at once, to keep that way's average current.
+    clock[0] = INSIDE
+    assert spin.budget_ns() == 0
+    # Waits that come later than any spin: it blocks at once from then on.
+    budgets = _fed(spin, clock, 900_000)
+    assert not spin.spinning and budgets[-5:] == [0] * 5
+    clock[0] = INSIDE + (WINDOWS_PER_PERIOD << WINDOW_SHIFT)
+    assert spin.budget_ns() > 0  # and tries a spin in the next window
+
+
+def test_a_waiter_with_no_spin_budget_never_spins() -> None:
+    clock = [OUTSIDE]
+    spin = AdaptiveSpin(0, SpinGate(1), clock=lambda: clock[0])
+    assert _fed(spin, clock, 5_000) == [0] * 40 and not spin.spinning
+    clock[0] = INSIDE
+    assert spin.budget_ns() == 0
 
 
 def test_the_gate_is_shared_by_python_and_native_waiters() -> None:
