@@ -293,9 +293,8 @@ def test_c_client_calls_time_out_against_a_service_that_never_answers(
         silent.communicate(timeout=30)
 
 
-@pytest.mark.parametrize("run_path", ["native", "python"])
 def test_a_run_whose_c_client_gave_up_is_stopped_not_run_to_its_end(
-    programs: dict[str, Path], tmp_path: Path, run_path: str
+    programs: dict[str, Path], tmp_path: Path
 ) -> None:
     """A C client whose deadline passes during a slow run closes its connection (and lives on):
     the service stops the run at its model's next node or Loop iteration (docs/ipc.md, "A client
@@ -304,7 +303,7 @@ def test_a_run_whose_c_client_gave_up_is_stopped_not_run_to_its_end(
     the service has let the connection go, which it can only do after the run ended."""
     repo = build_repository(tmp_path / "models", ["slow_add_64x64"])
     (tmp_path / "svc").mkdir()
-    with running(repo, tmp_path / "svc", "--run-path", run_path) as svc, subprocess.Popen(
+    with running(repo, tmp_path / "svc") as svc, subprocess.Popen(
         [str(programs["test_client"]), str(svc.socket), "give-up"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     ) as proc:
