@@ -157,6 +157,10 @@ class Metrics:
         that entered it."""
         self._runners.tables.append(table)
 
+    def native_runs(self) -> dict[str, int]:
+        """What the native runners did with the RUNs handed to them, by outcome, summed."""
+        return self._runners.totals()
+
     def observe_gpu_run(self, device: str) -> None:
         child = self._gpu_run_series.get(device)
         if child is None:
@@ -272,13 +276,16 @@ class _NativeRunners(Collector):
             "and failed, those sent ahead of their input fence).",
             labels=["outcome"],
         )
+        for outcome, n in sorted(self.totals().items()):
+            family.add_metric([outcome], float(n))
+        yield family
+
+    def totals(self) -> dict[str, int]:
         totals: dict[str, int] = {}
         for table in self.tables:
             for outcome, n in table.counts().items():
                 totals[outcome] = totals.get(outcome, 0) + n
-        for outcome, n in sorted(totals.items()):
-            family.add_metric([outcome], float(n))
-        yield family
+        return totals
 
 
 # Triton's per-model inference metrics (its docs/user_guide/metrics.md): name, help.

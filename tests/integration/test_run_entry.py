@@ -1,20 +1,23 @@
-"""Which engine serves a run, per transport and session kind, driven against a real service
-process by real clients: the Python IPC client over the Unix socket and over its run page. Each
-test reads the native engine's counters (``fenceline_native_runs_total{outcome}``) before and
-after, and asserts the exact change: a cell whose runs the engine did not serve fails, however
-right its replies are.
+"""Every transport x session kind cell of docs/architecture.md ("Who serves a run"), driven
+against a real service process by real clients: the Python IPC client over the Unix socket and
+over its run page, and httpx over HTTP. Each test reads the native engine's counters
+(``fenceline_native_runs_total{outcome}``) before and after, and asserts the exact change: a
+cell whose runs the engine did not serve fails, however right its replies are.
 
-Beside the cells, the scenarios a run can meet on each transport: a fence signalled late (the
-service is seen asleep on it first), several RUNs in flight on one connection, a session closed
-while its RUN waits."""
+Beside the cells, the scenarios a run can meet on each transport: a fence signalled late
+(the service is seen asleep on it first), several RUNs in flight on one connection, two
+connections and one session, a session closed while its RUN waits, and the shutdown."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,8 +26,9 @@ import pytest
 
 from fenceline import _native
 from fenceline.client import Fence, IpcClient, ServiceError, SharedFrame, View
+from tests.support.helpers import open_session
 from tests.support.metrics import changed, native_runs
-from tests.support.service import Service
+from tests.support.service import Service, running, stop_service
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +36,7 @@ pytestmark = pytest.mark.skipif(
 
 SHAPE = [1, 3, 64, 64]
 NBYTES = 3 * 64 * 64 * 4
-TRANSPORTS = ("socket", "page")
+TRANSPORTS = ("socket", "page", "http")
 
 
 @contextlib.contextmanager
@@ -164,6 +168,34 @@ def test_request_mode(service: Service, cells: Callable[..., Cell], transport: s
     assert change == {"answered": 3}
 
 
+@pytest.mark.parametrize("transport", ["socket", "http"])
+def test_streaming(service: Service, cells: Callable[..., Cell], transport: str) -> None:
+    """A streaming session made and started over the transport: the service runs each value of
+    its input fence itself, every frame through the engine."""
+    cell = cells(transport, "streaming")
+    with counted(service) as change:
+        cell.frames(range(1, 4))
+    # The worker waits on the input fence itself and enters the engine once it is there.
+    assert change == {"answered": 3}
+
+
+def test_streaming_takes_no_run_from_the_page(service: Service,
+                                              cells: Callable[..., Cell]) -> None:
+    """The run page carries RUNs, and a streaming session takes none: a RUN posted there for
+    one is refused, and its frames go on."""
+    cell = cells("page", "streaming")
+    request = open_session(cell.client, "add_64x64", SHAPE)  # a first RUN opens the page
+    request.wait.signal(1)
+    assert cell.client.run(request.session_id, 1).signal_value == 1
+    try:
+        with counted(service) as change:
+            assert cell.run(1) == "conflict"
+            cell.frames(range(1, 3))
+    finally:
+        request.close()
+    assert change == {"answered": 2, "failed": 1}
+
+
 # -- scenarios ------------------------------------------------------------------------------
 
 
@@ -199,6 +231,49 @@ def test_several_in_flight_on_one_connection(service: Service,
 
 
 @pytest.mark.parametrize("transport", ["socket", "page"])
+def test_two_connections_one_session(service: Service, cells: Callable[..., Cell],
+                                     pool: ThreadPoolExecutor, transport: str) -> None:
+    """While one connection's RUN waits on its session's fence, another connection of the same
+    user that names that session is refused at once (a session is its connection's), and the
+    waiting RUN is then answered."""
+    owner, other = cells(transport), cells(transport)
+    other.wait.signal(1)
+    assert other.run(1) == 1  # the other connection is up, its page open
+    with counted(service) as change:
+        owner.x[:] = 7
+        reply = pool.submit(owner.run, 1)
+        asleep_on(owner.wait)
+        assert other.run(1, session_id=owner.session_id) == "not_found"
+        owner.wait.signal(1)
+        assert reply.result(60) == 1 and np.all(owner.y == 8)
+    assert change == {"answered": 1, "waited": 1, "failed": 1}
+
+
+def test_two_http_clients_one_session(service: Service, cells: Callable[..., Cell],
+                                      pool: ThreadPoolExecutor) -> None:
+    """HTTP's sessions belong to no connection: a second client's RUN of the same session,
+    sent while the first waits on its fence, is run after it, with its own value."""
+    cell = cells("http")
+    second = httpx.Client(base_url=service.url, timeout=60)
+    try:
+        with counted(service) as change:
+            cell.x[:] = 2
+            first = pool.submit(cell.run, 1)
+            asleep_on(cell.wait)
+            then = pool.submit(lambda: second.post(
+                f"/v2/interop/sessions/{cell.session_id}/run",
+                json={"wait_value": 1, "signal_value": 2, "timeout_ms": 60_000}))
+            cell.wait.signal(1)
+            assert first.result(60) == 1
+            answer = then.result(60)
+            assert answer.status_code == 200 and answer.json()["signal_value"] == 2
+            assert cell.done.value == 2 and np.all(cell.y == 3)
+    finally:
+        second.close()
+    assert change == {"answered": 2, "waited": 1}
+
+
+@pytest.mark.parametrize("transport", ["socket", "page"])
 def test_session_closed_mid_run(service: Service, cells: Callable[..., Cell],
                                 pool: ThreadPoolExecutor, transport: str) -> None:
     """A connection that closes while its RUN waits on the input fence: the engine's wait ends
@@ -215,3 +290,55 @@ def test_session_closed_mid_run(service: Service, cells: Callable[..., Cell],
         cell.wait.signal(1)
     assert cell.done.value == 0
     assert change == {"failed": 1, "waited": 1}
+
+
+def test_http_session_released_mid_run(service: Service, cells: Callable[..., Cell],
+                                       pool: ThreadPoolExecutor) -> None:
+    """An HTTP session released while its RUN waits on the input fence: it is gone at once for
+    everyone else, the release waits for the run, and the run ends as it would have."""
+    cell = cells("http")
+    path = f"/v2/interop/sessions/{cell.session_id}"
+    with counted(service) as change:
+        cell.x[:] = 4
+        reply = pool.submit(cell.run, 1)
+        asleep_on(cell.wait)
+        released = pool.submit(cell.http.delete, path)
+        wait_until(lambda: cell.http.get(path).status_code == 404, 30,
+                   what="the session gone from the table")
+        assert cell.run(1, 2) == "not_found"
+        cell.wait.signal(1)
+        assert reply.result(60) == 1 and np.all(cell.y == 5)
+        assert released.result(60).status_code == 204
+    assert change == {"answered": 1, "waited": 1, "failed": 1}  # the refusal, the engine's
+
+
+def test_shutdown_answers_every_waiting_run_unavailable(model_repo: Path, tmp_path: Path) -> None:
+    """SIGTERM while a RUN waits on its fence on each transport: each is answered
+    ``unavailable`` at once, none signals, and the engine counted each as its failure (the
+    service logs its counters when it stops)."""
+    with running(model_repo, tmp_path, "--log-format", "json") as svc, ThreadPoolExecutor(3) as pool:
+        made = [Cell(svc, transport) for transport in TRANSPORTS]
+        try:
+            for cell in made:  # the page opened: a first frame
+                cell.wait.signal(1)
+                assert cell.run(1) == 1
+            before = native_runs(svc)
+            replies = [pool.submit(cell.run, 2) for cell in made]
+            for cell in made:
+                asleep_on(cell.wait)
+            svc.proc.send_signal(signal.SIGTERM)
+            assert [r.result(60) for r in replies] == ["unavailable"] * 3
+            assert [cell.done.value for cell in made] == [1, 1, 1]
+        finally:
+            for cell in made:
+                with contextlib.suppress(Exception):
+                    cell.close()
+        stop_service(svc)
+    stopped = stopped_counts(svc)
+    assert changed(before, stopped) == {"failed": 3, "waited": 3}
+
+
+def stopped_counts(svc: Service) -> dict[str, int]:
+    """The engine's counters as the service logged them when it stopped."""
+    lines = [json.loads(line) for line in svc.log_text().splitlines()]
+    return dict(next(line["native_runs"] for line in lines if line["message"] == "fenceline stopped"))

@@ -126,15 +126,15 @@ def _run_table() -> list[list[str]]:
     section = PAGE.read_text().split("## Who serves a run", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in section.splitlines() if line.startswith("|")]
-    return rows[2:]  # past the header and its rule
+    return [row for row in rows[2:] if row]  # past the header and its rule
 
 
 def test_every_test_the_run_table_names_exists() -> None:
     rows = _run_table()
     assert [row[0] for row in rows] == ["Unix socket", "run page", "Windows pipe", "HTTP interop"]
-    assert all(len(row) == 5 for row in rows)
     named = [m for row in rows for cell in row[1:] for m in CELL_TEST.findall(cell)]
-    assert len(named) >= 3
+    assert all(CELL_TEST.search(row[1]) for row in rows)  # every transport's host request cell
+    assert len(named) >= 10
     for path, name, param in named:
         source = (ROOT / path).read_text()
         assert re.search(rf"^def {name}\(", source, re.M), f"{path} has no {name}"

@@ -80,3 +80,17 @@ def test_pipe_late_fence(service: WinService, renderer: PipeRenderer) -> None:
             renderer.ready.signal(v)
             assert reply.result(60).signal_value == v and np.all(renderer.y == v + 1)
     assert changed(before, native_runs(service)) == {"answered": 2, "waited": 2}
+
+
+def test_pipe_streaming(service: WinService, unique: str) -> None:
+    r = PipeRenderer(service, unique, mode="streaming", policy="every")
+    try:
+        before = native_runs(service)
+        for v in (1, 2, 3):
+            r.x[:] = v
+            r.asleep()
+            r.ready.signal(v)
+            assert r.done.wait(v, 60) and np.all(r.y == v + 1), v
+        assert changed(before, native_runs(service)) == {"answered": 3}  # its worker waits
+    finally:
+        r.close()

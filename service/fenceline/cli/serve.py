@@ -233,5 +233,6 @@ def _serve(settings: ServeSettings, http_sock: socket.socket) -> int:
         runtime.close()
         if control is not None and control_path is not None:
             control_token.remove_token(control_path, control)
-        log.info("fenceline stopped")
+        # With what the native runners did, whole: the metrics end with the HTTP server.
+        log.info("fenceline stopped", extra={"native_runs": runtime.metrics.native_runs()})
     return 0
