@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fenceline.errors import Unsupported
+from fenceline import _native, waiting
+from fenceline.errors import Conflict, Unsupported
+from fenceline.metrics import Metrics
 from fenceline.runtime import backends
 from fenceline.runtime.gpu_streaming import (
     DEPTH,
@@ -18,6 +20,8 @@ from fenceline.runtime.gpu_streaming import (
     check_gpu_policy,
     check_gpu_stream,
 )
+from fenceline.runtime.service import _python_body
+from fenceline.runtime.session import RunResult
 from fenceline.runtime.streaming import DRIVERS, HostStreamDriver
 
 
@@ -120,3 +124,34 @@ def test_each_fence_kind_streams_through_its_backends_driver() -> None:
         assert DRIVERS[kind] is CudaStreamDriver
     assert DRIVERS["host_timeline"] is HostStreamDriver
     assert DEPTH >= 2  # below 2 the stream runs dry at every event
+
+
+class Enqueues:
+    """A CUDA session's frame body, recorded: what the run engine hands it."""
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self.device_label = "cuda:0"
+
+    def enqueue_frame(self, value: int) -> int:
+        self.values.append(value)
+        return 7_000
+
+
+def test_a_streaming_cuda_frame_enters_the_run_engine_which_calls_its_enqueue() -> None:
+    """A streaming CUDA session's body as Runtime._register hands it to the engine: each frame
+    its driver enters is admitted and counted there, then enqueued by the session (no model
+    runs here); a client's RUN of that session is refused before the body."""
+    table = _native.RunTable(_native.Shutdown(), 60_000, 10_000, 0, 4)
+    session = Enqueues()
+    sid = "ab" * 16
+    table.add(bytes.fromhex(sid), _native.SessionRunner.python(
+        "owner", _python_body(session, 0, Metrics(), True), None, True))  # type: ignore[arg-type]
+    for value in (1, 2):
+        got = RunResult(*table.run("owner", sid, value, value, None, waiting.gate().native,
+                                   asynchronous=True, stream=True))
+        assert (got.signal_value, got.infer_ns) == (value, 7_000)
+    with pytest.raises(Conflict, match="this session streams"):
+        table.run("owner", sid, 3, 3, None, waiting.gate().native)
+    assert session.values == [1, 2]
+    assert table.counts() == {"answered": 2, "failed": 1, "waited": 0}

@@ -182,6 +182,10 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
         self._max_wait_value = 0
         # (wait_value, signal_value) of a run that timed out and is still queued on the stream.
         self._timed_out: tuple[int, int] | None = None
+        # A streaming session's frames enter the run engine here (set by Runtime._register),
+        # which admits and counts each and calls enqueue_frame back as the session's body:
+        # frame_entry(value) -> the engine's RunResult fields.
+        self.frame_entry: Callable[[int], tuple[int, int, int, int]] | None = None
         self._stream: _native.CudaStream | None = _native.CudaStream(device)
         so = cuda_session_options()
         provider = ("CUDAExecutionProvider", {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fenceline.errors import ModelError, Unsupported
+from fenceline.errors import Conflict, ModelError, Unsupported
 from fenceline.metrics import Metrics
 from fenceline.runtime.cuda_session import DRAIN_GRACE_NS, CudaSession
 from fenceline.runtime.session import RunResult, Session
@@ -172,8 +172,13 @@ class CudaStreamDriver(StreamDriver):
     def _enqueue_next(self) -> None:
         value = self._next
         self._next += 1
+        entry = self.cuda.frame_entry
+        if entry is None:
+            raise Conflict("the session is closed")
         try:
-            self._frames[value] = (self.cuda.enqueue_frame(value), True)
+            # Through the run engine, as every run: it admits and counts the frame and calls
+            # CudaSession.enqueue_frame, the session's body (Runtime._register).
+            self._frames[value] = (RunResult(*entry(value)).infer_ns, True)
         except ModelError as e:
             self._frames[value] = (0, False)
             self._fail(value, e.message)

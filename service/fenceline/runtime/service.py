@@ -458,9 +458,15 @@ class Runtime:
             session.register(self.runs, sid, owner, None if streaming else series, streaming)
             return
         assert isinstance(session, CudaSession)
+        frames: Any = None if streaming else series  # a frame is no run of a client's
         self.runs.add(bytes.fromhex(sid), _native.SessionRunner.python(
-            owner, _python_body(session, self.settings.spin_ns, self.metrics), series,
-            streaming))
+            owner, _python_body(session, self.settings.spin_ns, self.metrics, streaming),
+            frames, streaming))
+        if streaming:  # its driver's frames (runtime/gpu_streaming.py) enter the engine too
+            runs = self.runs
+            session.frame_entry = lambda value: runs.run(
+                owner, sid, value, value, None, waiting.gate().native, asynchronous=True,
+                stream=True)
 
     def _set_pool_priority(self) -> None:
         """The models' onnxruntime pools at idle priority while several sessions run on the
@@ -653,11 +659,15 @@ def _never() -> bool:
     return False
 
 
-def _python_body(session: CudaSession, spin_ns: int, metrics: Metrics) -> Any:
-    """A CUDA session's run as the run engine calls it, once it admitted the run."""
+def _python_body(session: CudaSession, spin_ns: int, metrics: Metrics, streaming: bool) -> Any:
+    """A CUDA session's run as the run engine calls it, once it admitted the run: a RUN, or a
+    streaming session's frame, which is enqueued only (its driver waits for the GPU)."""
 
     def body(wait_value: int, signal_value: int | None, timeout_ns: int, cancel: Flag | None,
              asynchronous: bool) -> RunResult:
+        if streaming:
+            took = session.enqueue_frame(wait_value)
+            return RunResult(wait_value, 0, took, took)
         result = session.run(wait_value, signal_value, timeout_ns, spin_ns, cancel,
                              asynchronous=asynchronous)
         metrics.observe_gpu_run(session.device_label)
