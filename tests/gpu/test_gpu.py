@@ -4,6 +4,7 @@ device that exports timeline semaphores, or no onnxruntime CUDA EP."""
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import sys
 import threading
@@ -287,7 +288,7 @@ def test_foreign_device_uuid_is_a_clear_error_and_the_fd_is_closed(
     from fenceline.client.vulkan import Buffer, close_fd
 
     buf = Buffer(device, 1 << 16)
-    before = len(gpu_service.fds())
+    before = collections.Counter(gpu_service.fds())
     fd = buf.export_fd()
     try:
         with pytest.raises(ServiceError) as e:
@@ -298,9 +299,9 @@ def test_foreign_device_uuid_is_a_clear_error_and_the_fd_is_closed(
     assert e.value.code == "invalid_argument"
     assert "device UUID" in e.value.message
     deadline = time.monotonic() + 2
-    while len(gpu_service.fds()) > before and time.monotonic() < deadline:
+    while (new := collections.Counter(gpu_service.fds()) - before) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert len(gpu_service.fds()) <= before
+    assert not new, f"the service holds new fds after the refusal: {dict(new)}"
 
 
 def test_closing_the_connection_releases_gpu_imports(
