@@ -450,7 +450,7 @@ class Acceptor:
         """
     def greet(self, replies: typing.Any, features: collections.abc.Sequence[str], max_features: typing.SupportsInt | typing.SupportsIndex, uids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_per_uid: typing.SupportsInt | typing.SupportsIndex, max_total: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Greets these uids' connections here from now on, while a uid's connections (admitted() and greeted here) are below max_per_uid and all below max_total: a HELLO of {} or {"client":"NAME","features":["NAME",...]} (either field or none, no spaces, at most max_features features, names printable ASCII) is answered with replies[bits], an encoded HELLO reply (its request id set), bit i set when it asked for features[i] (at most 8 names: 2^len(features) replies); paced as refusals are. The connection goes to Python with its next frame (left queued), or after greet_s, as ('peer', (fd, pid, uid, bits)), and is closed here when the peer closes first. None: no more greetings.
+        Greets these uids' connections here from now on, while a uid's connections (admitted() and greeted here) are below max_per_uid and all below max_total: a HELLO of {} or {"client":"NAME","features":["NAME",...]} (either field or none, no spaces, at most max_features features, names printable ASCII) is answered with replies[bits], an encoded HELLO reply (its request id set), bit i set when it asked for features[i] (at most 8 names: 2^len(features) replies); paced as refusals are. The connection goes to Python with its next frame (left queued), or after greet_s, as ('peer', (fd, pid, uid, bits, client)), and is closed here when the peer closes first. None: no more greetings.
         """
     def greeting(self, uid: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int]:
         """
@@ -462,7 +462,7 @@ class Acceptor:
         """
     def next_event(self) -> typing.Any:
         """
-        Runs the loop (the GIL released) until something needs Python: ('peer', (fd, pid, uid, features)), the caller owning fd (features: the bits of greet()'s names that the HELLO answered here asked for, 0 when none was); ('refused', [(uid, error code, count), ...]), at most once a second while refusals are made here; ('out_of_fds', why) for each round without fds (one waiting connection shed, accepting paused); ('accepting', None) once it accepts again; None once stopped. Raises OSError when accepting fails otherwise. One thread at a time.
+        Runs the loop (the GIL released) until something needs Python: ('peer', (fd, pid, uid, features, client)), the caller owning fd (features: the bits of greet()'s names that the HELLO answered here asked for, 0 when none was; client: the name it gave, '?' when it named none, None when no HELLO was answered here, for Python to log); ('refused', [(uid, error code, count), ...]), at most once a second while refusals are made here; ('out_of_fds', why) for each round without fds (one waiting connection shed, accepting paused); ('accepting', None) once it accepts again; None once stopped. Raises OSError when accepting fails otherwise. One thread at a time.
         """
     def refuse(self, fd: typing.SupportsInt | typing.SupportsIndex, frame: bytes) -> None:
         """

@@ -200,7 +200,7 @@ def greeted_loop(tmp_path: Path) -> Iterator[Loop]:
         yield loop
 
 
-def peers(loop: Loop, n: int) -> list[tuple[int, ...]]:
+def peers(loop: Loop, n: int) -> list[tuple[Any, ...]]:
     deadline = time.monotonic() + 5
     while len(got := [v for k, v in loop.events if k == "peer"]) < n:
         assert time.monotonic() < deadline, loop.events
@@ -221,7 +221,8 @@ def test_a_hello_is_answered_for_the_features_it_asks_and_python_hears_which(
     tmp_path: Path, hello: dict[str, Any], features: list[str]
 ) -> None:
     # The clients' own HELLO (features included) is answered here; a connection that closes
-    # next never reaches Python, one that goes on reaches it with what it was answered for.
+    # next never reaches Python, one that goes on reaches it with what it was answered for and
+    # the client's name, which Python logs.
     for loop in greeted_loop(tmp_path):
         with loop.connect() as s:
             s.send(codec.encode_json(codec.Kind.HELLO, 7, hello))
@@ -232,8 +233,9 @@ def test_a_hello_is_answered_for_the_features_it_asks_and_python_hears_which(
             s.send(codec.encode_json(codec.Kind.HELLO, 8, hello))
             s.recv(codec.MAX_FRAME)
             s.send(codec.encode_json(codec.Kind.DESCRIBE, 9, {}))
-            (_, _, uid, bits), = peers(loop, 1)
+            (_, _, uid, bits, client), = peers(loop, 1)
             assert uid == os.geteuid() and bits == (1 if features else 0)
+            assert client == hello.get("client", "?")
             frame = codec.decode(loop.kept[0].recv(codec.MAX_FRAME))  # left queued for Python
             assert (frame.kind, frame.request_id) == (codec.Kind.DESCRIBE, 9)
         assert loop.acceptor.greeted == 2
@@ -254,8 +256,8 @@ def test_any_other_hello_goes_to_python_unanswered_and_still_queued(
     for loop in greeted_loop(tmp_path):
         with loop.connect() as s:
             s.send(codec.encode(codec.Kind.HELLO, 5, body))
-            (_, _, _, bits), = peers(loop, 1)
-            assert bits == 0
+            (_, _, _, bits, client), = peers(loop, 1)
+            assert bits == 0 and client is None  # Python answers and logs it
             frame = codec.decode(loop.kept[0].recv(codec.MAX_FRAME))
             assert (frame.kind, frame.request_id, frame.body) == (codec.Kind.HELLO, 5, body)
         assert loop.acceptor.greeted == 0

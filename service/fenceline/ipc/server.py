@@ -74,9 +74,9 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
 
 class Connection:
     def __init__(self, server: ServerBase, sock: socket.socket, number: int, caller: Caller,
-                 greeted: list[str] | None = None) -> None:
-        """``greeted``: the features the accept loop's answer to the HELLO gave, for a
-        connection greeted there (IpcServer.start)."""
+                 greeted: list[str] | None = None, client: str | None = None) -> None:
+        """``greeted`` and ``client``: the features the accept loop's answer to the HELLO gave
+        and the client's name it named, for a connection greeted there (IpcServer.start)."""
         self.server = server
         self.sock = sock
         self.owner = f"{IPC_OWNER}{number}"
@@ -97,6 +97,7 @@ class Connection:
         # Its HELLO asked for the RUN reply's flags (docs/ipc.md, "HELLO"): a client that did
         # not reads the reply's last word as reserved, 0.
         self._reply_flags = codec.FEATURE_REPLY_FLAGS in (greeted or ())
+        self._greeted_client = client
         # A long fence wait ends early when the renderer dies: nobody reads the channel
         # meanwhile, so the wait itself asks the transport whether its peer is gone. (A function
         # of the channel, not a bound method: the connection must not reach itself, or it and
@@ -128,6 +129,8 @@ class Connection:
     def _serve(self) -> None:
         logs.owner.set(self.owner)  # this thread's context: every record it logs names the client
         logs.peer.set(self.peer)
+        if self._greeted_client is not None:  # its HELLO, answered by the accept loop
+            self._log_hello(self._greeted_client)
         metrics = self.runtime.metrics
         # The Unix socket's frames are received, and a host session's RUNs served, in native
         # code (docs/ipc.md, "The run path"); the Windows pipe receives here and hands each
@@ -315,8 +318,12 @@ class Connection:
                 f"{codec.MAX_FEATURES} names, e.g. [\"{codec.FEATURE_REPLY_FLAGS}\"]")
         features = known_features(asked)
         self._reply_flags = codec.FEATURE_REPLY_FLAGS in features
-        log.info("%s: hello from %s", self.owner, str(hello.get("client", "?"))[:64])
+        self._log_hello(str(hello.get("client", "?")))
         return hello_reply(self.runtime, features)
+
+    def _log_hello(self, client: str) -> None:
+        """The connection's line (docs/ipc.md, "HELLO is optional"), whoever answered it."""
+        log.info("%s: hello from %s", self.owner, client[:64])
 
     def _take_handles(self, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
         """The handles a request names in the renderer's process, duplicated into this one and
@@ -571,10 +578,10 @@ class IpcServer(ServerBase):
                 log.info("IPC accepts connections again")
                 short = False
 
-    def _take(self, fd: int, pid: int, uid: int, greeted: int) -> None:
+    def _take(self, fd: int, pid: int, uid: int, greeted: int, client: str | None) -> None:
         """A connection the refusal table did not refuse: admitted, or refused here.
-        ``greeted``: the features (bits of codec.FEATURES) the accept loop's answer to its
-        HELLO gave."""
+        ``greeted`` and ``client``: the features (bits of codec.FEATURES) the accept loop's
+        answer to its HELLO gave and the client's name it named (None: no HELLO answered)."""
         try:
             conn = socket.socket(fileno=fd)
         except OSError:
@@ -587,7 +594,7 @@ class IpcServer(ServerBase):
             refused = self._admit(conn, f"uid {uid}", pid, allowed,
                                   lambda number: Connection(
                                       self, conn, number, Caller(uid, transport="ipc"),
-                                      features_of(greeted)),
+                                      features_of(greeted), client),
                                   self._acceptor.greeting(uid))
             if isinstance(refused, PermissionDenied):  # for good: the allow-list is fixed
                 with self._lock:

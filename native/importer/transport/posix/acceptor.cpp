@@ -29,7 +29,8 @@
 // closes never reaches Python (no thread, no interpreter time). Its next frame, one this loop
 // does not answer (anything but a HELLO greeting.h reads: fds, another kind, a name it does not
 // read as printable ASCII), or greet_s without either hands it to Python, that frame still
-// queued, with the features its HELLO was answered for. The
+// queued, with the features its HELLO was answered for and the client's name, which Python
+// logs as it logs a HELLO it answers. The
 // greetings are paced as the refusals are, in the same uid's bucket, and held within
 // max_pending with them; past the pace's waiting room one is closed unanswered, past
 // max_pending it goes to Python at once.
@@ -57,6 +58,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -114,12 +116,14 @@ struct Bucket {
 };
 
 // A connection being greeted: its peer, its file status flags to give back with it, and the
-// features its last HELLO answered here asked for (bits of greet()'s names).
+// features its last HELLO answered here asked for (bits of greet()'s names) and the client's
+// name it gave ("?": none; no value: no HELLO answered here), which Python logs.
 struct Greeting {
   std::uint32_t uid = 0;
   int pid = 0, flags = 0;
   std::uint64_t seq = 0;
   std::uint32_t features = 0;
+  std::optional<std::string> client;
 };
 
 // greet()'s HELLO replies, one for each set of the features it names (replies[bits]).
@@ -134,6 +138,7 @@ struct Event {
   enum Kind { None, Stopped, Peer, OutOfFds, Accepting, Refused, Failed } kind = None;
   int fd = -1, pid = 0, err = 0;
   std::uint32_t uid = 0, features = 0;
+  std::optional<std::string> client;
   std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>> refused;
 };
 
@@ -261,9 +266,9 @@ class Acceptor {
   std::uint64_t dropped() const { return dropped_.load(); }
   std::uint64_t greeted() const { return greeted_count_.load(); }
 
-  // Runs the loop until something needs Python: ("peer", (fd, pid, uid, features)) for a
-  // connection the table does not refuse (the caller owns fd; features: what the HELLO
-  // answered here asked for); ("refused", [(uid, error code, count), ...])
+  // Runs the loop until something needs Python: ("peer", (fd, pid, uid, features, client))
+  // for a connection the table does not refuse (the caller owns fd; features and client: what
+  // the HELLO answered here asked for and the name it gave); ("refused", [(uid, error code, count), ...])
   // at most once a second while refusals are made here; ("out_of_fds", message) for each
   // round without fds; ("accepting", None) once it accepts again; None once stopped.
   py::object next_event() {
@@ -278,7 +283,9 @@ class Acceptor {
     }
     switch (ev.kind) {
       case Event::Peer:
-        return py::make_tuple("peer", py::make_tuple(ev.fd, ev.pid, ev.uid, ev.features));
+        return py::make_tuple("peer", py::make_tuple(ev.fd, ev.pid, ev.uid, ev.features,
+                                                    ev.client ? py::object(py::str(*ev.client))
+                                                              : py::object(py::none())));
       case Event::Refused: {
         py::list l;
         for (const auto &[uid, code, n] : ev.refused) l.append(py::make_tuple(uid, code, n));
@@ -512,13 +519,15 @@ class Acceptor {
     --greeting_total_;
   }
 
-  void hand_over(int fd, int pid, std::uint32_t uid, std::uint32_t features = 0) {
+  void hand_over(int fd, int pid, std::uint32_t uid, std::uint32_t features = 0,
+                 std::optional<std::string> client = std::nullopt) {
     Event e;
     e.kind = Event::Peer;
     e.fd = fd;
     e.pid = pid;
     e.uid = uid;
     e.features = features;
+    e.client = std::move(client);
     events_.push_back(std::move(e));
   }
 
@@ -704,7 +713,7 @@ class Acceptor {
     }
     ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
     ::fcntl(fd, F_SETFL, g.flags);
-    hand_over(fd, g.pid, g.uid, g.features);
+    hand_over(fd, g.pid, g.uid, g.features, g.client);
   }
 
   void expire_greetings(std::int64_t now) {
@@ -751,10 +760,11 @@ class Acceptor {
         hello = hello_;
       }
       long asked = -1;
+      std::string client = "?";  // as Python logs a HELLO that names none
       if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) == 0 && size <= FL_WIRE_MAX_FRAME &&
           fl_wire_header_ok(buf_.data(), size, &h) && h.kind == FL_KIND_HELLO && hello)
         asked = HelloReader(buf_.data() + FL_WIRE_HEADER_SIZE, size - FL_WIRE_HEADER_SIZE)
-                    .features(hello->features, hello->max_features);
+                    .features(hello->features, hello->max_features, &client);
       if (asked < 0) {
         greeting_done(fd, true);
         return;
@@ -770,6 +780,7 @@ class Acceptor {
         return;
       }
       greeting_[fd].features = static_cast<std::uint32_t>(asked);
+      greeting_[fd].client = std::move(client);
       ++greeted_count_;
     }
   }
@@ -873,7 +884,8 @@ void bind_acceptor(py::module_ &mod) {
            "is answered with replies[bits], an encoded HELLO reply (its request id set), bit i "
            "set when it asked for features[i] (at most 8 names: 2^len(features) replies); "
            "paced as refusals are. The connection goes to Python with its next frame (left "
-           "queued), or after greet_s, as ('peer', (fd, pid, uid, bits)), and is closed here "
+           "queued), or after greet_s, as ('peer', (fd, pid, uid, bits, client)), and is closed "
+           "here "
            "when the peer closes first. None: no more greetings.")
       .def("limit", &Acceptor::limit, py::arg("uid"), py::arg("frame"),
            "Refuses uid's connections with this ERROR frame from now on (None: no more).")
@@ -883,8 +895,10 @@ void bind_acceptor(py::module_ &mod) {
            "Refuses a connection that next_event handed over, with this ERROR frame; owns fd.")
       .def("next_event", &Acceptor::next_event,
            "Runs the loop (the GIL released) until something needs Python: ('peer', (fd, pid, "
-           "uid, features)), the caller owning fd (features: the bits of greet()'s names that "
-           "the HELLO answered here asked for, 0 when none was); ('refused', [(uid, error code, count), ...]), at most "
+           "uid, features, client)), the caller owning fd (features: the bits of greet()'s "
+           "names that the HELLO answered here asked for, 0 when none was; client: the name it "
+           "gave, '?' when it named none, None when no HELLO was answered here, for Python to "
+           "log); ('refused', [(uid, error code, count), ...]), at most "
            "once a second while refusals are made here; ('out_of_fds', why) for each round "
            "without fds (one waiting connection shed, accepting paused); ('accepting', None) "
            "once it accepts again; None once stopped. Raises OSError when accepting fails "

@@ -21,7 +21,9 @@ class HelloReader {
   // or an object of "client" (a string) and "features" (a list of at most max_features
   // strings), each at most once, in either order, every string printable ASCII without quotes
   // or backslashes. Names it does not know are left out, as Python does. -1: any other body.
-  long features(const std::vector<std::string> &known, std::size_t max_features) {
+  // `name` (if given) gets the client's name when the body names one.
+  long features(const std::vector<std::string> &known, std::size_t max_features,
+                std::string *name = nullptr) {
     if (p_ == end_) return 0;
     long mask = 0;
     bool client = false, features = false;
@@ -34,6 +36,7 @@ class HelloReader {
       if (is(key, len, "client") && !client) {
         client = true;
         if (!string(&key, &len)) return -1;
+        if (name) name->assign(key, len);
       } else if (is(key, len, "features") && !features) {
         features = true;
         if (!eat('[')) return -1;
