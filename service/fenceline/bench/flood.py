@@ -251,6 +251,9 @@ def run_flood(attempts: int, *, seconds: float = 2.0, json_path: Path | None = N
                 held.append(IpcClient(sock))
         for c in held:
             stack.callback(c.close)
+            # The accept loop answers a HELLO itself and hands the connection on: the service
+            # has taken it (its socket and pidfd counted below) once it answered a request.
+            c.model_metadata(MODEL)
         threads_before, fds_before = _threads(pid), _fds(pid)
         watch = _Watch(pid)
         cpu = [engine.tree_cpu_s([pid])]
