@@ -139,19 +139,69 @@ def _outside_a_window() -> None:
         time.sleep(0.001)
 
 
-def test_the_clients_wait_spins_only_with_a_spinner_slot(
-        pair: tuple[socket.socket, socket.socket]) -> None:
-    a, b = pair
-    end = _native.ClientSocket(b.fileno(), 1_000_000, codec.RunReply)
-    _outside_a_window()
-    threading.Timer(0.02, lambda: a.send(b"ok")).start()
-    assert end.receive(1, SpinGate(0).native) == b"ok"
-    assert end.denied == 1  # no slot: it blocked at once
-    gate = SpinGate(1)
-    _outside_a_window()
-    threading.Timer(0.005, lambda: a.send(b"there")).start()
-    assert end.receive(2, gate.native) == b"there"
-    assert end.denied == 1 and gate.spinning() == 0  # it spun, and gave the slot back
+def _asleep_on(tid: int, fd: int) -> bool:
+    """Whether thread ``tid`` of this process sleeps in a system call on ``fd``: its receive
+    blocked, neither spinning (running) nor waiting for the GIL (a futex)."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            call = f.read().split()
+    except OSError:
+        return False
+    return state == "S" and len(call) > 1 and call[0] != "running" and int(call[1], 16) == fd
+
+
+def _reply_once_asleep(a: socket.socket, fd: int, data: bytes, sent: list[int]) -> None:
+    """Sends ``data`` on ``a`` once the calling thread sleeps in its receive on ``fd`` (at most
+    30 s: then the reply was there before any wait), appending the time it saw that to ``sent``;
+    however long either thread is descheduled, the reply never comes before the wait."""
+    tid = threading.get_native_id()
+
+    def send() -> None:
+        deadline = time.monotonic() + 30
+        while not _asleep_on(tid, fd) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        sent.append(time.monotonic_ns())
+        a.send(data)
+
+    threading.Thread(target=send, daemon=True).start()
+
+
+def _touches_a_window(start_ns: int, end_ns: int) -> bool:
+    """Whether [start_ns, end_ns] of the monotonic clock meets an exploration window, in which
+    a wait blocks at once instead of asking for a spinner slot (native/common/spin_rule.h)."""
+    return any(w % WINDOWS_PER_PERIOD == 0
+               for w in range(start_ns >> WINDOW_SHIFT, (end_ns >> WINDOW_SHIFT) + 1))
+
+
+def test_the_clients_wait_spins_only_with_a_spinner_slot() -> None:
+    """Without a slot the wait blocks at once; with one it spins (or naps, then spins) to the
+    end of its budget (the reply is sent only once the receive sleeps), then blocks, and gives
+    the slot back. A try whose wait may have begun in an exploration window is made again."""
+    for _ in range(20):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with a, b:
+            end = _native.ClientSocket(b.fileno(), 1_000_000, codec.RunReply)
+            sent: list[int] = []
+            _outside_a_window()
+            t0 = time.monotonic_ns()
+            _reply_once_asleep(a, b.fileno(), b"ok", sent)
+            assert end.receive(1, SpinGate(0).native) == b"ok"
+            denied, blocked = end.denied, dict(end.waits)
+            gate = SpinGate(1)
+            _outside_a_window()
+            t1 = time.monotonic_ns()
+            _reply_once_asleep(a, b.fileno(), b"there", sent)
+            assert end.receive(2, gate.native) == b"there"
+            if _touches_a_window(t0, sent[0]) or _touches_a_window(t1, sent[1]):
+                continue
+            assert (denied, blocked["blocked"], blocked["spun"]) == (1, 1, 0), blocked
+            assert end.denied == 1 and gate.spinning() == 0  # it had the slot, and gave it back
+            w = end.waits  # it spun, or napped and then spun (a nap holds the slot too)
+            assert (w["spun"] + w["napped"], w["blocked"]) == (1, 1), w
+            return
+    pytest.fail("every try's waits met an exploration window")
 
 
 def test_the_clients_end_reads_its_runs_reply_natively_and_hands_back_anything_else(
