@@ -9,7 +9,6 @@ one relaxed atomic load. One trace records at a time, for the whole service.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import struct
@@ -19,6 +18,9 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from fenceline import _native
 from fenceline.errors import Conflict, InvalidArgument
@@ -47,7 +49,8 @@ MOMENTS_PER_FRAME = 8
 # took 26 ms there). Written pieces go out once they add up to CHUNK_BYTES.
 EVENTS_PER_DUMP = 100
 CHUNK_BYTES = 256 << 10
-_FRAME_MASK = (1 << 64) - 1
+# Frames turned into Python objects at a time while the answer is written (FrameTable).
+FRAMES_PER_BLOCK = 256
 
 # Spans drawn for each frame, between two of its moments: (name, from, to, track). Track
 # "gpu" is the session's second row, for the stream's own time.
@@ -133,6 +136,79 @@ class Recording:
     ended_ns: int
 
 
+# Packed's records as numpy reads them: (t_ns, session, frame, thread, moment) and 3 bytes of
+# padding, in the machine's byte order.
+_EVENT = np.dtype({"names": ["t_ns", "session", "frame", "thread", "moment"],
+                   "formats": ["=i8", "=u8", "=u8", "=u4", "u1"],
+                   "offsets": [0, 8, 16, 24, 28], "itemsize": Packed.SIZE})
+
+
+@dataclass(frozen=True)
+class FrameTable:
+    """A recording's frames, one row each, in numpy arrays: a trace's 20,000 frames as dicts of
+    ints were ~13 MB of small objects alive at once, which the interpreter's 1 MiB arenas kept
+    for good once anything long-lived was allocated among them (docs/reliability.md, "Memory");
+    arrays this size are mapped on their own and unmapped when freed (runtime/heap.py).
+    Rows in order of each frame's first moment in time, ties by first appearance."""
+
+    sessions: npt.NDArray[np.uint64]
+    frames: npt.NDArray[np.uint64]
+    times: npt.NDArray[np.int64]  # (rows, MOMENTS_PER_FRAME) ns, where ``marked``
+    marked: npt.NDArray[np.bool_]
+    threads: npt.NDArray[np.int64]  # the thread that received the frame, -1 if none did
+
+    @classmethod
+    def of(cls, events: Collection[tuple[int, int, int, int, int]]) -> FrameTable:
+        """From (t_ns, moment, session, frame, thread) events; a moment seen twice (cannot
+        happen on one path) keeps its first time."""
+        if isinstance(events, Packed):
+            ev = np.frombuffer(events.data, dtype=_EVENT)
+        else:
+            ev = np.array([(t, s, f, th, m) for t, m, s, f, th in events], dtype=_EVENT)
+        if (ev["moment"] >= MOMENTS_PER_FRAME).any():  # none from the recorder, which refuses them
+            ev = ev[ev["moment"] < MOMENTS_PER_FRAME]
+        # Grouped by (session, frame) with sorts of plain integers, which numpy runs mostly
+        # without the interpreter (a unique over (session, frame) records held it 300 to 600
+        # ms); the sort is stable, so each frame's first event comes first.
+        by = np.lexsort((ev["frame"], ev["session"]))
+        s, f = ev["session"][by], ev["frame"][by]
+        starts = np.ones(len(ev), np.bool_)
+        starts[1:] = (s[1:] != s[:-1]) | (f[1:] != f[:-1])
+        row = np.empty(len(ev), np.int64)
+        row[by] = np.cumsum(starts) - 1
+        first = by[starts]  # each frame's first event
+        n = len(first)
+        cell = row * MOMENTS_PER_FRAME + ev["moment"]
+        _, once = np.unique(cell, return_index=True)  # each (frame, moment)'s first event
+        flat_times = np.zeros(n * MOMENTS_PER_FRAME, np.int64)
+        flat_marked = np.zeros(n * MOMENTS_PER_FRAME, np.bool_)
+        flat_times[cell[once]] = ev["t_ns"][once]
+        flat_marked[cell[once]] = True
+        times = flat_times.reshape(n, MOMENTS_PER_FRAME)
+        marked = flat_marked.reshape(n, MOMENTS_PER_FRAME)
+        threads = np.full(n, -1, np.int64)
+        got = once[ev["moment"][once] == RECEIVED]
+        threads[row[got]] = ev["thread"][got]
+        earliest = np.where(marked, times, np.iinfo(np.int64).max).min(axis=1)
+        order = np.lexsort((first, earliest))
+        return cls(ev["session"][first][order], ev["frame"][first][order], times[order],
+                   marked[order], threads[order])
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def rows(self) -> Iterator[tuple[int, int, dict[int, int], int | None]]:
+        """(session, frame, {moment: ns}, receiving thread or None) per frame, in order, made
+        FRAMES_PER_BLOCK at a time."""
+        for i in range(0, len(self), FRAMES_PER_BLOCK):
+            b = slice(i, i + FRAMES_PER_BLOCK)
+            for session, frame, times, marked, thread in zip(
+                    self.sessions[b].tolist(), self.frames[b].tolist(), self.times[b].tolist(),
+                    self.marked[b].tolist(), self.threads[b].tolist(), strict=True):
+                moments = {m: t for m, (t, on) in enumerate(zip(times, marked, strict=True)) if on}
+                yield session, frame, moments, None if thread < 0 else thread
+
+
 def record(limits: Limits, cancel: Flag | None = None) -> Recording:
     """Records until ``limits.seconds`` pass, ``limits.frames`` frames were received,
     :func:`stop` is called or ``cancel`` is set; raises Conflict while another trace records.
@@ -194,19 +270,8 @@ def chrome_trace_chunks(rec: Recording, labels: Mapping[int, str],
     recording's start. ``labels``: a name per session tag (e.g. ``session 1a2b3c4d
     (add_720p)``); an unknown tag gets its hex."""
     pid = os.getpid() if pid is None else pid
-    # Keyed by one int, session << 64 | frame, and holding ints only: neither the keys nor the
-    # per-frame dicts are objects the garbage collector tracks, so 20,000 frames do not set off
-    # a full collection (one took 30 ms with the interpreter held).
-    frames: dict[int, dict[int, int]] = {}
-    threads: dict[int, int] = {}
-    for t_ns, moment, session, frame, thread in rec.events:
-        key = session << 64 | frame
-        moments = frames.setdefault(key, {})
-        # A moment seen twice (cannot happen on one path) keeps its first time.
-        moments.setdefault(moment, t_ns)
-        if moment == RECEIVED:
-            threads[key] = thread
-    sessions = sorted({k >> 64 for k in frames})
+    frames = FrameTable.of(rec.events)
+    sessions = np.unique(frames.sessions).tolist()
     rows: dict[tuple[int, str], int] = {}
     out: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
@@ -250,15 +315,14 @@ def chrome_trace_chunks(rec: Recording, labels: Mapping[int, str],
 
     for session in sessions:
         row(session, "cpu")
-    for key in sorted(frames, key=lambda k: min(frames[k].values())):
-        session, frame, moments = key >> 64, key & _FRAME_MASK, frames[key]
+    for session, frame, moments, thread in frames.rows():
         first, last = min(moments.values()), max(moments.values())
         cpu_end = max(t for m, t in moments.items() if m != GPU_DONE) if any(
             m != GPU_DONE for m in moments) else first
         args: dict[str, Any] = {"frame": frame,
                                 **{MOMENTS[m]: us(t) for m, t in sorted(moments.items())}}
-        if key in threads:
-            args["thread"] = threads[key]
+        if thread is not None:
+            args["thread"] = thread
         if len(moments) > 1:
             args["total_us"] = round((last - first) / 1e3, 3)
         out.append({"name": f"frame {frame}", "cat": "frame", "ph": "X", "pid": pid,
@@ -287,46 +351,42 @@ def chrome_trace_chunks(rec: Recording, labels: Mapping[int, str],
     yield f'], "displayTimeUnit": "ns", "otherData": {json.dumps(other)}}}'
 
 
-def summary(frames: Mapping[int, Mapping[int, int]]) -> dict[str, Any]:
-    """Where the frames' time went (docs/tracing.md, "The summary"), from each frame's moments
-    (ns) keyed by ``session << 64 | frame``: the model's run, the service's part of a frame
-    (``received`` to ``reply_sent``), the time between a reply and the same session's next
-    frame (the renderer's part when it runs one frame at a time: its wakeup, its own work, its
-    next RUN), each as p50 / mean / p90 in microseconds (None without a sample), and the model
-    runs in progress on average from the first model start to the last model end."""
-    model: list[int] = []
-    service: list[int] = []
-    between: list[int] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    by_session: dict[int, list[Mapping[int, int]]] = {}
-    for key, m in frames.items():
-        by_session.setdefault(key >> 64, []).append(m)
-        if MODEL_START in m and MODEL_END in m and m[MODEL_END] >= m[MODEL_START]:
-            model.append(m[MODEL_END] - m[MODEL_START])
-            starts.append(m[MODEL_START])
-            ends.append(m[MODEL_END])
-        if RECEIVED in m and REPLY_SENT in m and m[REPLY_SENT] >= m[RECEIVED]:
-            service.append(m[REPLY_SENT] - m[RECEIVED])
-    for rows in by_session.values():
-        got = sorted((m for m in rows if RECEIVED in m), key=lambda m: m[RECEIVED])
-        between += [b[RECEIVED] - a[REPLY_SENT] for a, b in itertools.pairwise(got)
-                    if REPLY_SENT in a and b[RECEIVED] >= a[REPLY_SENT]]
+def summary(frames: FrameTable) -> dict[str, Any]:
+    """Where the frames' time went (docs/tracing.md, "The summary"), from each frame's moments:
+    the model's run, the service's part of a frame (``received`` to ``reply_sent``), the time
+    between a reply and the same session's next frame (the renderer's part when it runs one
+    frame at a time: its wakeup, its own work, its next RUN), each as p50 / mean / p90 in
+    microseconds (None without a sample), and the model runs in progress on average from the
+    first model start to the last model end."""
+    t, on = frames.times, frames.marked
+    ran = on[:, MODEL_START] & on[:, MODEL_END] & (t[:, MODEL_END] >= t[:, MODEL_START])
+    model = t[ran, MODEL_END] - t[ran, MODEL_START]
+    served = on[:, RECEIVED] & on[:, REPLY_SENT] & (t[:, REPLY_SENT] >= t[:, RECEIVED])
+    service = t[served, REPLY_SENT] - t[served, RECEIVED]
+    # Each session's received frames in order of arrival (rows are in order of first moment,
+    # so a stable sort keeps ties as they came): a reply, then the next frame's arrival.
+    got = np.flatnonzero(on[:, RECEIVED])
+    got = got[np.lexsort((t[got, RECEIVED], frames.sessions[got]))]
+    a, b = got[:-1], got[1:]
+    pair = ((frames.sessions[a] == frames.sessions[b]) & on[a, REPLY_SENT]
+            & (t[b, RECEIVED] >= t[a, REPLY_SENT]))
+    between = t[b[pair], RECEIVED] - t[a[pair], REPLY_SENT]
     in_flight = None
-    if starts:
-        window = max(ends) - min(starts)
-        in_flight = round((sum(ends) - sum(starts)) / window, 2) if window > 0 else 1.0
-    return {"sessions": len(by_session), "model_us": _stats(model),
+    if len(model):
+        window = int(t[ran, MODEL_END].max() - t[ran, MODEL_START].min())
+        in_flight = round(int(model.sum()) / window, 2) if window > 0 else 1.0
+    return {"sessions": len(np.unique(frames.sessions)), "model_us": _stats(model),
             "service_us": _stats(service), "between_frames_us": _stats(between),
             "models_in_flight": in_flight}
 
 
-def _stats(ns: list[int]) -> dict[str, float | None]:
-    if not ns:
+def _stats(ns: npt.NDArray[np.int64]) -> dict[str, float | None]:
+    if not len(ns):
         return {"p50": None, "mean": None, "p90": None}
-    ns = sorted(ns)
-    return {"p50": round(ns[len(ns) // 2] / 1e3, 1), "mean": round(sum(ns) / len(ns) / 1e3, 1),
-            "p90": round(ns[min(len(ns) - 1, len(ns) * 9 // 10)] / 1e3, 1)}
+    ns = np.sort(ns)
+    return {"p50": round(int(ns[len(ns) // 2]) / 1e3, 1),
+            "mean": round(int(ns.sum()) / len(ns) / 1e3, 1),
+            "p90": round(int(ns[min(len(ns) - 1, len(ns) * 9 // 10)]) / 1e3, 1)}
 
 
 def summary_line(s: Mapping[str, Any]) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -225,8 +226,29 @@ def test_the_summary_says_where_the_frames_time_went() -> None:
     assert "model 100 / 100 / 100 us" in line and "models in flight 1.25 (2 sessions)" in line
 
 
+def test_an_answer_holds_few_python_objects_while_it_is_written() -> None:
+    """A 20,000-frame recording is written from arrays, a block of frames at a time: as dicts of
+    ints, its frames were ~180,000 small objects alive until the answer ended, which left the
+    interpreter's arenas they filled with the process (docs/reliability.md, "Memory")."""
+    import struct
+
+    frames = 20_000
+    data = b"".join(struct.pack(trace.Packed.FORMAT, 10**13 + f * 100_000 + m * 1_000, 5, f, 7, m)
+                    for f in range(frames) for m in range(6))
+    rec = trace.Recording(trace.Packed(data), 0, 10**13, 10**13 + frames * 100_000)
+    written: list[str] = []
+    held = []  # objects alive beside the answer's own text after each chunk
+    before = sys.getallocatedblocks()
+    for chunk in trace.chrome_trace_chunks(rec, {}, pid=1):
+        written.append(chunk)
+        held.append(sys.getallocatedblocks() - before - len(written))
+    assert len(written) > 10 and max(held) < 30_000, held
+    doc = json.loads("".join(written))
+    assert doc["otherData"]["frames"] == frames and doc["otherData"]["moments"] == 6 * frames
+
+
 def test_a_summary_without_frames_says_so() -> None:
-    s = trace.summary({})
+    s = trace.summary(trace.FrameTable.of([]))
     assert s["sessions"] == 0 and s["models_in_flight"] is None
     assert s["between_frames_us"] == {"p50": None, "mean": None, "p90": None}
     assert "between a reply and the session's next frame -" in trace.summary_line(s)
