@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,6 +97,9 @@ class SessionRunner {
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
   std::shared_ptr<RunSeries> series;  // the run metrics of its transport (null: none)
+  // Its owner's runs in flight, over all the owner's sessions: one counter, shared by them
+  // (RunTable::add), so a RUN's quota check is one atomic step, no lookup and no lock.
+  std::shared_ptr<std::atomic<int>> inflight;
   // A streaming session: its frames come from its worker (RunTable::run's `stream`); a RUN of
   // a client is refused.
   const bool streaming;
@@ -273,6 +277,12 @@ class RunTable {
     const Key k = to_key(key);
     fl_spin_rule_set_max(&runner->spin, spin_ns_);
     std::lock_guard<std::mutex> lock(mu_);
+    std::weak_ptr<std::atomic<int>> &shared = owners_[runner->owner];
+    runner->inflight = shared.lock();
+    if (!runner->inflight) {
+      runner->inflight = std::make_shared<std::atomic<int>>(0);
+      shared = runner->inflight;
+    }
     runners_[k] = std::move(runner);
   }
 
@@ -286,6 +296,10 @@ class RunTable {
       if (it == runners_.end()) return;
       r = std::move(it->second);
       runners_.erase(it);
+      // Counters no session holds any more go (a run in flight holds its own till it ends).
+      r->inflight.reset();
+      for (auto o = owners_.begin(); o != owners_.end();)
+        o = o->second.expired() ? owners_.erase(o) : std::next(o);
     }
     {
       py::gil_scoped_release nogil;  // the run in flight needs the GIL to finish
@@ -607,26 +621,28 @@ class RunTable {
     return internal_failure(e.what());
   }
 
-  // The owner's runs in flight, counted from admission to the end of the run.
+  // The owner's runs in flight (SessionRunner::inflight), counted from admission to the end
+  // of the run.
   class InFlight {
    public:
     InFlight() = default;
     InFlight(const InFlight &) = delete;
     InFlight &operator=(const InFlight &) = delete;
-    void take(RunTable *table, const std::string *owner) {
-      table_ = table;
-      owner_ = owner;
+    // Counts one more run unless `limit` are in flight already (false then).
+    bool take(std::shared_ptr<std::atomic<int>> counter, int limit) {
+      int n = counter->load(std::memory_order_relaxed);
+      do {
+        if (n >= limit) return false;
+      } while (!counter->compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+      counter_ = std::move(counter);
+      return true;
     }
     ~InFlight() {
-      if (table_ == nullptr) return;
-      std::lock_guard<std::mutex> lock(table_->mu_);
-      auto it = table_->inflight_.find(*owner_);
-      if (it != table_->inflight_.end() && --it->second == 0) table_->inflight_.erase(it);
+      if (counter_) counter_->fetch_sub(1, std::memory_order_relaxed);
     }
 
    private:
-    RunTable *table_ = nullptr;
-    const std::string *owner_ = nullptr;
+    std::shared_ptr<std::atomic<int>> counter_;
   };
 
   // The session's id as the refusals name it.
@@ -662,15 +678,8 @@ class RunTable {
         admitted = kNoSession;
       } else if (!req.stream && it->second->streaming) {
         admitted = kStreams;
-      } else if (!req.stream) {
-        int &n = inflight_[req.owner];
-        if (n >= max_inflight_) {
-          if (n == 0) inflight_.erase(req.owner);
-          admitted = kQuota;
-        } else {
-          ++n;
-          counted.take(this, &req.owner);
-        }
+      } else if (!req.stream && !counted.take(it->second->inflight, max_inflight_)) {
+        admitted = kQuota;
       }
       if (admitted == kAdmitted) r = it->second;
     }
@@ -886,7 +895,9 @@ class RunTable {
   const std::uint32_t max_timeout_ms_, default_timeout_ms_;
   const std::int64_t spin_ns_;
   const int max_inflight_;  // a client's runs in flight at once, over all its sessions
-  std::map<std::string, int> inflight_;  // by owner; guarded by mu_
+  // Each owner's counter of runs in flight (SessionRunner::inflight), while it has a session
+  // here; guarded by mu_.
+  std::map<std::string, std::weak_ptr<std::atomic<int>>> owners_;
   std::atomic<std::uint64_t> answered_{0}, failed_{0}, waited_{0};
   mutable std::mutex mu_;
   std::map<Key, std::shared_ptr<SessionRunner>> runners_;
