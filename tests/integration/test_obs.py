@@ -311,18 +311,24 @@ def test_every_source_shows_onnxruntimes_output_on_obs_own_output(
     packed formats (filtered in place) and YUV (filtered after OBS's own GPU conversion). The
     inputs are OBS's output of the same source without the filter, until it has shown all of its
     frames; every filtered output is onnxruntime's result on one of them, byte for byte."""
-    inputs: list[np.ndarray] = []
-    for attempt in range(5):  # the source repeats obs.PERIOD frames; a busy OBS skips some
-        inputs = distinct([*inputs, *obs_output(
-            display, tmp_path, f"none{attempt}", source=source, format=fmt, filter="none",
-            seconds=3)])
-        if len(inputs) >= obs.PERIOD:
-            break
-    assert len(inputs) >= obs.PERIOD, len(inputs)
+    inputs = obs_inputs(display, tmp_path, source=source, format=fmt)
     got = obs_output(display, tmp_path, "filtered", source=source, format=fmt,
                      model="image_filter_rgba8", socket=obs_service.socket, seconds=DEADLINE_S,
                      until_filtered=RESULTS)
     check_filtered(classify(without_blanks(got), inputs, model_on_bgra(obs_repo, inputs)))
+
+
+def obs_inputs(display: str, tmp: Path, **settings: object) -> list[np.ndarray]:
+    """The obs.PERIOD distinct frames of OBS's BGRA output of a source without the filter (the
+    source repeats them; a busy OBS skips some, so up to five runs gather them)."""
+    inputs: list[np.ndarray] = []
+    for attempt in range(5):
+        inputs = distinct([*without_blanks(obs_output(
+            display, tmp, f"none{attempt}", filter="none", seconds=3, **settings)), *inputs])
+        if len(inputs) >= obs.PERIOD:
+            break
+    assert len(inputs) == obs.PERIOD, len(inputs)
+    return inputs
 
 
 def without_blanks(got: np.ndarray) -> np.ndarray:
@@ -524,3 +530,56 @@ def test_the_bench_formats_rows_measure_both_sides(obs_service: Service, display
     assert fl["stage_ms_per_frame"] + fl["own_ms_per_frame"] == pytest.approx(
         fl["filter_ms_per_frame"]), row
     assert row["fenceline"]["results_per_s"] > 0, row
+
+
+FFMPEG = obs.ffmpeg_module()
+if isinstance(FFMPEG, str) and os.environ.get("FENCELINE_REQUIRE_OBS"):
+    raise RuntimeError(f"FENCELINE_REQUIRE_OBS is set but {FFMPEG}")
+
+
+def media_file(tmp: Path, fmt: str) -> dict[str, object]:
+    """A media file of the source's obs.PERIOD known frames, which FFmpeg decodes to the bytes
+    written, and the media source's settings that play it in a loop: raw RGBA frames (FFmpeg's
+    rawvideo, the frame size and format given as FFmpeg options), or YUV 4:2:0 (I420) in a
+    YUV4MPEG2 file, the frames of native/obs/driver.c's fill_yuv."""
+    settings: dict[str, object] = {"is_local_file": True, "looping": True, "hw_decode": False}
+    if fmt == "rgba":
+        path = tmp / "known.rgb"  # the extension FFmpeg's rawvideo demuxer answers to
+        path.write_bytes(b"".join(obs.known_frame(k, W, H).tobytes() for k in range(obs.PERIOD)))
+        settings["ffmpeg_options"] = f"video_size={W}x{H} pixel_format=rgba framerate={FPS}"
+    else:
+        path = tmp / "known.y4m"
+        x, y = np.arange(W)[None, :], np.arange(H)[:, None]
+        cx, cy = np.arange(W // 2)[None, :], np.arange(H // 2)[:, None]
+        frames = []
+        for k in range(obs.PERIOD):
+            planes = [(x * 3 + y * 7 + k * 13) % 256, (cx * 5 + cy * 3 + k * 7 + 64) % 256,
+                      (cx * 2 + cy * 9 + k * 5 + 128) % 256]
+            frames.append(b"FRAME\n" + b"".join(p.astype(np.uint8).tobytes() for p in planes))
+        path.write_bytes(f"YUV4MPEG2 W{W} H{H} F{FPS}:1 Ip A1:1 C420jpeg XCOLORRANGE=FULL\n"
+                         .encode() + b"".join(frames))
+    settings["local_file"] = str(path)
+    return settings
+
+
+@pytest.mark.skipif(isinstance(FFMPEG, str), reason=str(FFMPEG))
+@pytest.mark.parametrize("fmt", ["rgba", "i420"])
+def test_obs_own_media_source_shows_onnxruntimes_output(
+        obs_service: Service, obs_repo: Path, display: str, tmp_path: Path, fmt: str) -> None:
+    """OBS's own media source (ffmpeg_source, from its obs-ffmpeg module) playing a file of
+    known frames in a loop: raw RGBA, which OBS hands the filter as packed frames (filtered in
+    place), and I420, which OBS converts on the GPU first (the filter reads it back). OBS's
+    BGRA output without the filter gives the inputs (for RGBA: exactly the file's frames);
+    with the filter every frame after the first results is onnxruntime's output on one of them,
+    byte for byte."""
+    assert not isinstance(FFMPEG, str)
+    common: dict[str, object] = {"source": "ffmpeg_source", "plugins": (FFMPEG,),
+                                 "source_settings": json.dumps(media_file(tmp_path, fmt))}
+    inputs = obs_inputs(display, tmp_path, **common)
+    if fmt == "rgba":  # the file's own frames, as OBS's BGRA output carries them
+        known = {obs.known_frame(k, W, H)[..., [2, 1, 0, 3]].tobytes() for k in range(obs.PERIOD)}
+        assert {i.tobytes() for i in inputs} == known
+    got = obs_output(display, tmp_path, "filtered", model="image_filter_rgba8",
+                     socket=obs_service.socket, seconds=DEADLINE_S, until_filtered=RESULTS,
+                     **common)
+    check_filtered(classify(without_blanks(got), inputs, model_on_bgra(obs_repo, inputs)))

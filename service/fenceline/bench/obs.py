@@ -50,6 +50,45 @@ def image_source_module() -> Path | None:
     return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
 
 
+@dataclass(frozen=True)
+class Module:
+    """An OBS module for the driver's ``plugin2=``, and the LD_LIBRARY_PATH it loads with ("":
+    the system's libraries suffice)."""
+
+    path: Path
+    library_path: str = ""
+
+
+def ffmpeg_module() -> Module | str:
+    """OBS's own ``obs-ffmpeg`` module (the media source, ``ffmpeg_source``), or why it cannot
+    load here. Debian ships it in obs-studio; it links FFmpeg's libavdevice, libsrt and libpci,
+    which a system without OBS Studio lacks, so .ci/obs-modules takes the module out of the
+    package into ``<venv>/lib/obs-plugins`` and those libraries into ``obs-ffmpeg-libs`` beside
+    it. Looked for there, at ``$FENCELINE_OBS_FFMPEG``, and where an installed OBS Studio keeps
+    it; the dynamic linker must find every library it links (``ldd``)."""
+    local = Path(sys.prefix) / "lib" / "obs-plugins"
+    candidates = [os.environ.get("FENCELINE_OBS_FFMPEG", ""), str(local / "obs-ffmpeg.so"),
+                  "/usr/lib/x86_64-linux-gnu/obs-plugins/obs-ffmpeg.so",
+                  "/usr/lib/obs-plugins/obs-ffmpeg.so"]
+    path = next((Path(c) for c in candidates if c and Path(c).is_file()), None)
+    if path is None:
+        return ("OBS's obs-ffmpeg module is not here (Debian: obs-studio; .ci/obs-modules takes "
+                "it out of the package)")
+    libs = path.parent / "obs-ffmpeg-libs"
+    module = Module(path, str(libs) if libs.is_dir() else "")
+    env = dict(os.environ, LD_LIBRARY_PATH=module.library_path) if module.library_path else None
+    try:
+        out = subprocess.run(["ldd", str(path)], capture_output=True, text=True, env=env,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot check {path}'s libraries with ldd: {e}"
+    missing = sorted({line.split()[0] for line in out.stdout.splitlines() if "not found" in line})
+    if missing:
+        return (f"{path} cannot load: the dynamic linker finds no {', '.join(missing)} "
+                "(.ci/obs-modules unpacks them beside the venv)")
+    return module
+
+
 def known_frame(k: int, width: int, height: int) -> np.ndarray:
     """Frame k of the driver's source, RGBA (native/obs/driver.c makes the same bytes)."""
     x = np.arange(width, dtype=np.int64)[None, :]
@@ -121,13 +160,19 @@ class Run:
         return self.log.read_text(errors="replace")
 
 
-def start(display: str, log: Path, *, plugins: tuple[Path, ...] = (), **settings: object) -> Run:
-    """Starts ``fenceline-obs-driver run`` with key=value settings (native/obs/driver.c)."""
+def start(display: str, log: Path, *, plugins: tuple[Path | Module, ...] = (),
+          **settings: object) -> Run:
+    """Starts ``fenceline-obs-driver run`` with key=value settings (native/obs/driver.c), loading
+    ``plugins`` too (with their libraries' path)."""
     args = [str(driver()), "run", str(plugin())]
-    for extra in plugins:
-        args.append(f"plugin2={extra}")
-    args += [f"{k}={v}" for k, v in settings.items()]
     env = dict(os.environ, DISPLAY=display)
+    for extra in plugins:
+        module = extra if isinstance(extra, Module) else Module(extra)
+        args.append(f"plugin2={module.path}")
+        if module.library_path:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (module.library_path, env.get("LD_LIBRARY_PATH", "")) if p)
+    args += [f"{k}={v}" for k, v in settings.items()]
     with log.open("w") as err:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     return Run(proc, log)
