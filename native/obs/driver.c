@@ -494,6 +494,37 @@ static void keep_loaded(void *param, obs_source_t *source) {
     loaded[1] = obs_source_get_ref(source);
 }
 
+/* Releases the sources and waits, at most 10 s, until libobs has destroyed them. libobs frees a
+ * source on its destroy thread once the last reference is gone, and the video thread holds one
+ * while it renders, so the last release may come after ours; obs_shutdown waits only for the
+ * destroys queued when it starts, then frees the hotkeys and the video output while a later
+ * destroy still runs (a scene's item unregistering its hotkeys: a double free, and heap
+ * corruption). So the sources' weak references are watched until none yields its source (every
+ * destroy queued), then the destroy queue is waited for twice: a source's destroy queues those of
+ * its filters (the probe's too), and the second wait covers them. */
+static void release_and_wait(obs_source_t *sources[3]) {
+  obs_weak_source_t *weak[3];
+  for (size_t i = 0; i < 3; i++) {
+    weak[i] = sources[i] ? obs_source_get_weak_source(sources[i]) : NULL;
+    obs_source_release(sources[i]);
+  }
+  for (int tries = 0; tries < 1000; tries++) {
+    size_t alive = 0;
+    for (size_t i = 0; i < 3; i++) {
+      obs_source_t *s = weak[i] ? obs_weak_source_get_source(weak[i]) : NULL;
+      alive += s != NULL;
+      obs_source_release(s);
+    }
+    if (alive == 0)
+      break;
+    os_sleep_ms(10);
+  }
+  for (size_t i = 0; i < 3; i++)
+    obs_weak_source_release(weak[i]);
+  obs_wait_for_destroy_queue();
+  obs_wait_for_destroy_queue();
+}
+
 /* SIGINT ends a run early, as if its seconds were up. */
 static volatile sig_atomic_t interrupted;
 static void on_interrupt(int sig) {
@@ -630,11 +661,10 @@ static int cmd_run(int argc, char **argv) {
     obs_data_array_release(sources);
     obs_data_release(all);
   }
-  obs_source_release(filter);
+  obs_source_t *gone[3] = {scene_source, source, filter};
   obs_source_remove(source);
-  obs_source_release(source);
   obs_source_remove(scene_source);
-  obs_source_release(scene_source);
+  release_and_wait(gone);
   obs_shutdown();
   if (probe_out)
     fclose(probe_out);

@@ -494,12 +494,15 @@ void fl_obs_runner_destroy(fl_obs_runner *r) {
   /* The worker releases the pool and the connection itself: those calls reach the service, and
    * OBS's destroy thread must not wait for it. */
   live_add(1);
+  /* Detached before it is told to stop: once the lock is released the worker may free r at any
+   * moment, so nothing of r is read after that (reading r->thread there handed pthread_detach
+   * whatever the freed memory held next, and it wrote through it). */
+  pthread_detach(r->thread);
   pthread_mutex_lock(&r->mu);
   r->stop = 1;
   r->orphaned = 1;
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
-  pthread_detach(r->thread);
 }
 
 int fl_obs_runner_wait_all(int timeout_ms) {
