@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SessionRunner', 'Shutdown', 'SpinGate', 'TRACE_EVENT_FORMAT', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'RUN_PAGE_SLOTS', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SessionRunner', 'Shutdown', 'SpinGate', 'TRACE_EVENT_FORMAT', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -393,8 +393,15 @@ class RunPage:
     """
     A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.
     """
-    def __init__(self, fd: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
+    def __init__(self, fd: typing.SupportsInt | typing.SupportsIndex, slots: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        The page of fd, serving `slots` RUNs in flight as asked (fl_run_page_slots: a power of two, RUN_PAGE_SLOTS at most).
+        """
+    @property
+    def slots(self) -> int:
+        """
+        The RUNs in flight it serves.
+        """
 class Shutdown:
     """
     The service's one shutdown flag (Runtime.closing): set once, read by every transport and by the run engine without the GIL.
@@ -430,9 +437,9 @@ class RunTable:
         """
         Serves one received frame: (sent, None) when served here, its reply handed to send(reply) -> bool and then counted; (None, failure) when its run failed here; (None, None) when it is no RUN the engine can read (Python decodes it). reply_flags: the client reads the RUN reply's flags (else they are 0). A RUN sent ahead of its input fence waits here, spinning as gate allows, ended early by cancel (a fenceline.waiting.Cancel) between slices. run_options: onnxruntime's RunOptions for the model's run (None: none).
         """
-    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None, reply_flags: bool = False, run_options: typing.Any = None, cancel: typing.Any = None) -> tuple[bytes | None, list[int], str | None, typing.Any]:
+    def serve_loop(self, fd: typing.SupportsInt | typing.SupportsIndex, owner: str, gate: SpinGate, spin: ReceiveSpin, refuse: collections.abc.Callable[[int, typing.Any], bytes], pidfd: typing.SupportsInt | typing.SupportsIndex = -1, send_timeout_ms: typing.SupportsInt | typing.SupportsIndex = -1, page: typing.Any = None, reply_flags: bool = False, run_options: typing.Any = None, cancel: typing.Any = None) -> tuple[bytes | None, list[int], str | None]:
         """
-        Receives and serves frames until one needs Python (no RUN it can read, or a RUN that failed): (data, fds, problem, failure) for it, failure being the FencelineError of a run that failed here; (None, [], None, None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame queued already is served only while that process lives. Raises when the socket itself fails. With a run page, its RUNs are served too. reply_flags: the client reads the RUN reply's flags (else they are 0). run_options: onnxruntime's RunOptions for every model run (None: none). A RUN sent ahead of its input fence waits here, ended early by cancel as serve_bytes says.
+        Receives and serves frames until one needs Python (no RUN it can read): (data, fds, problem) for it; (None, [], None) once the peer is gone: its end closed, the process behind pidfd (-1: none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A RUN refused or failed here is answered here, on the socket, with refuse(request_id, failure) -> the ERROR frame. A frame queued already is served only while that process lives. Raises when the socket itself fails. With a run page, its RUNs are served too, in order, each answered in its slot (a refusal's ERROR on the socket). reply_flags: the client reads the RUN reply's flags (else they are 0). run_options: onnxruntime's RunOptions for every model run (None: none). A RUN sent ahead of its input fence waits here, ended early by cancel as serve_bytes says.
         """
 class Acceptor:
     """
@@ -520,9 +527,9 @@ class ClientSocket:
     """
     def __init__(self, fd: typing.SupportsInt | typing.SupportsIndex, max_spin_ns: typing.SupportsInt | typing.SupportsIndex, reply_type: typing.Any) -> None:
         ...
-    def keep_page(self, taken: bool) -> None:
+    def keep_page(self, taken: bool, slots: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
-        Closes the page's memfd; keeps the page when the service took it.
+        Closes the page's memfd; keeps the page when the service took it, with the slots it serves (RUNs in flight there).
         """
     def make_page(self) -> int:
         """
@@ -548,6 +555,11 @@ class ClientSocket:
     @property
     def napping(self) -> bool:
         ...
+    @property
+    def page_counts(self) -> dict[str, int]:
+        """
+        RUNs posted on the run page, and of them those answered there.
+        """
     @property
     def spinning(self) -> bool:
         ...
@@ -674,6 +686,7 @@ FENCE_PAGE_SIZE: int = 4096
 FENCE_WAKE_SUFFIX: str = '.wake'
 PLATFORM: str = 'posix'
 RUN_PAGE_SIZE: int = 4096
+RUN_PAGE_SLOTS: int = 8
 SPIN_OUTLIER: int = 4
 SPIN_SLACK_NS: int = 10000
 SPIN_WINDOWS_PER_PERIOD: int = 16

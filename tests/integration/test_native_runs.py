@@ -20,7 +20,7 @@ import pytest
 
 from fenceline import _native
 from fenceline.client import Fence, SharedFrame
-from fenceline.errors import NotFound, ResourceExhausted, TimedOut, Unavailable
+from fenceline.errors import FencelineError, NotFound, ResourceExhausted, TimedOut, Unavailable
 from fenceline.ipc.server import IpcServer
 from fenceline.models import build_repository
 from fenceline.protocol import codec
@@ -226,23 +226,33 @@ def test_the_table_serves_only_its_owner_and_answers_unavailable_once_stopping(
             sid = _native_session(runtime, owner, f, a, b)
             assert len(table) == 1
 
-            # The loop serves RUNs, refusals included, and hands back the first frame that is
-            # no RUN: a HELLO sent after each RUN ends the loop once the RUN was answered.
+            # The loop serves RUNs, refusals included (each answered there with the ERROR the
+            # transport's `refuse` makes of it), and hands back the first frame that is no
+            # RUN: a HELLO sent after each RUN ends the loop once the RUN was answered.
             hello = codec.encode_json(codec.Kind.HELLO, 99, {})
             gate, spin = _native.SpinGate(0), _native.ReceiveSpin(0)
+            refusals: list[tuple[int, object]] = []
+
+            def refuse(request_id: int, failure: object) -> bytes:
+                refusals.append((request_id, failure))
+                assert isinstance(failure, FencelineError)
+                return codec.encode_error(request_id, failure)
 
             def served(value: int, who: str = owner) -> object:
                 a.signal(value)
                 frame = codec.encode_run(value, codec.Run(bytes.fromhex(sid), value, None, None, 0))
                 theirs.send(frame)
                 theirs.send(hello)
-                data, fds, problem, failure = table.serve_loop(ours.fileno(), who, gate, spin)
-                assert fds == [] and problem is None
-                if data == hello:
-                    assert failure is None
+                data, fds, problem = table.serve_loop(ours.fileno(), who, gate, spin, refuse)
+                assert (data, fds, problem) == (hello, [], None)
+                if not refusals:
                     return None
-                assert data == frame  # its failure, for the transport to answer
-                assert table.serve_loop(ours.fileno(), who, gate, spin)[0] == hello
+                [(request_id, failure)] = refusals
+                refusals.clear()
+                assert request_id == value
+                error = codec.decode(theirs.recv(codec.MAX_FRAME))  # sent by the loop itself
+                assert (error.kind, error.request_id) == (codec.Kind.ERROR, value)
+                assert codec.decode_error(error.body).message == str(failure)
                 return failure
 
             refused = served(1, "ipc:8")  # another connection's session: not found, as any
@@ -264,8 +274,10 @@ def test_the_table_serves_only_its_owner_and_answers_unavailable_once_stopping(
             a.signal(3)
             frame = codec.encode_run(3, codec.Run(bytes.fromhex(sid), 3, None, None, 0))
             theirs.send(frame)
-            data, _, _, failure = table.serve_loop(ours.fileno(), owner, gate, spin)
-            assert data == frame and isinstance(failure, Unavailable)
+            theirs.send(hello)
+            assert table.serve_loop(ours.fileno(), owner, gate, spin, refuse)[0] == hello
+            [(_, failure)] = refusals
+            assert isinstance(failure, Unavailable)
             assert failure.message == "the service is shutting down" and b.value == 2
     finally:
         runtime.close()

@@ -242,7 +242,7 @@ def test_nudges_are_read_and_dropped_and_leave_nothing_behind(service: Service) 
                what=lambda: diff(service.fds(), fds_before))
 
 
-def test_the_python_client_runs_on_the_page_and_falls_back_for_pipelined_runs(
+def test_the_python_client_runs_on_the_page_one_at_a_time_and_pipelined(
         service: Service) -> None:
     with IpcClient(service.socket) as c:
         s = open_session(c, "add_64x64", [1, 3, 64, 64])
@@ -251,11 +251,14 @@ def test_the_python_client_runs_on_the_page_and_falls_back_for_pipelined_runs(
             s.wait.signal(v)
             assert c.run(s.session_id, v).signal_value == v and np.all(s.y == v + 1)
         assert c._end.has_page
-        # Pipelined RUNs stay on the socket, in order; run() then uses the page again.
+        # Pipelined RUNs take the page's slots, answered in order (test_run_page_ring.py);
+        # run() then uses the page again.
+        posted = c.run_page_counts["posted"]
         s.wait.signal(22)
         first, second = c.send_run(s.session_id, 21), c.send_run(s.session_id, 22)
         assert c.recv_run_reply(first).signal_value == 21
         assert c.recv_run_reply(second).signal_value == 22
+        assert c.run_page_counts["posted"] == posted + 2
         s.wait.signal(23)
         assert c.run(s.session_id, 23).signal_value == 23
 

@@ -243,19 +243,28 @@ struct Answer {
 
 #ifndef _WIN32
 // A connection's run page, as the service holds it (../common/run_page.h, docs/ipc.md): made by
-// fenceline.ipc.server on OPEN_RUN_PAGE, handed to every serve_loop of the connection.
+// fenceline.ipc.server on OPEN_RUN_PAGE with the slots the client asked for, handed to every
+// serve_loop of the connection.
 class RunPage {
  public:
-  explicit RunPage(int fd)
-      : map_(RunPageMap::adopt(fd)), last_(fl_load_u32(&map_->page()->request_seq)) {}
+  RunPage(int fd, std::uint32_t slots)
+      : map_(RunPageMap::adopt(fd)),
+        slots_(fl_run_page_slots(slots)),
+        last_(fl_load_u32(&map_->page()->first.request_seq)) {}
 
-  // The RUN posted since the last one taken, if any.
-  bool take(FlRunPageRun &run) { return fl_run_page_take(map_->page(), &last_, &run) != 0; }
+  // The next RUN in order (the one after the last taken), if it is posted.
+  bool take(FlRunPageRun &run) {
+    return fl_run_page_take(map_->page(), slots_, &last_, &run) != 0;
+  }
+  // Answers a RUN in its slot: true when the client sleeps and must be nudged.
+  bool answer(const FlRunPageReply &r) { return fl_run_page_answer(map_->page(), slots_, &r) != 0; }
   FlRunPage *page() const { return map_->page(); }
+  std::uint32_t slots() const { return slots_; }
 
  private:
   std::unique_ptr<RunPageMap> map_;
-  std::uint32_t last_;
+  const std::uint32_t slots_;  // served: a power of two, FL_RUN_PAGE_SLOTS at most
+  std::uint32_t last_;         // the last RUN taken
 };
 
 #endif
@@ -392,29 +401,46 @@ class RunTable {
 #ifndef _WIN32
   // The connection's loop (fenceline.ipc.server): receives frames, waiting as `spin` says
   // with the GIL released, and serves the RUNs it can until a frame needs Python. Returns
-  // (data, fds, problem, failure) for that frame, as _native.recv_message does plus the
-  // FencelineError of a run that failed here (its reply is Python's to send); (None, [], None,
-  // None) once the peer is gone: its end closed, its process (pidfd) exited, or a reply not
-  // taken within send_timeout_ms.
+  // (data, fds, problem) for that frame, as _native.recv_message does; (None, [], None) once
+  // the peer is gone: its end closed, its process (pidfd) exited, or a reply not taken within
+  // send_timeout_ms.
   using Got = py::typing::Tuple<py::typing::Optional<py::bytes>, py::typing::List<py::int_>,
-                                py::typing::Optional<py::str>, py::object>;
+                                py::typing::Optional<py::str>>;
   //
-  // With a run page (`page`, docs/ipc.md "The run page"), the page's RUNs are served too: a RUN
-  // answered here is answered on the page; a refused or failed one is marked "on the socket"
-  // there and its failure handed to Python with the frame's request id, which Python answers
-  // on the socket.
+  // A RUN the engine refused or whose run failed is answered here too, on the socket: its
+  // ERROR frame is `refuse(request_id, failure)` (the connection's: it counts the error and
+  // encodes it), sent in its turn.
+  //
+  // With a run page (`page`, docs/ipc.md "The run page"), the page's RUNs are served too, in
+  // their order: a RUN answered here is answered in its slot; a refused or failed one is marked
+  // "on the socket" there and its ERROR sent on the socket. A socket frame is served after the
+  // page's RUNs posted before it was sent: the client posts on the page only while nothing of
+  // its own is in flight on the socket, and may send on the socket while page RUNs are in
+  // flight (its ring full, a RUN_ASYNC), so the page is looked at once more when a frame came,
+  // and the frame waits while the page has RUNs. Its receive made every store the client did
+  // before the send visible here, so no RUN posted before it is missed.
   //
   // `reply_flags` (as serve_bytes's): the connection's client said in HELLO that it reads the
   // RUN reply's flags (docs/ipc.md, "HELLO"); a reply to any other has flags 0. `run_options`:
   // onnxruntime's RunOptions for every model run of the connection (None: none), whose
   // terminate flag abandons the run in flight once the peer is gone (fenceline.ipc.abandon).
-  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin, int pidfd,
+  Got serve_loop(int fd, const std::string &owner, SpinGate &gate, ReceiveSpin &spin,
+                 const py::typing::Callable<py::bytes(int, py::object)> &refuse, int pidfd,
                  std::int64_t send_timeout_ms, const py::object &page_arg, bool reply_flags,
                  const py::object &run_options, const py::object &cancel) {
     RunPage *page = page_arg.is_none() ? nullptr : page_arg.cast<RunPage *>();
     const Waits waits{gate, cancel, run_options};
     const std::int64_t send_timeout_ns = send_timeout_ms < 0 ? -1 : send_timeout_ms * 1000000;
-    const auto gone = [] { return py::make_tuple(py::none(), py::list(), py::none(), py::none()); };
+    const auto gone = [] { return py::make_tuple(py::none(), py::list(), py::none()); };
+    // A refusal's ERROR on the socket: false when the peer is gone.
+    const auto refused = [&](std::uint32_t request_id, const py::object &failure) {
+      const py::bytes frame = refuse(request_id, failure);
+      const std::string data = frame;
+      return send_reply(fd, reinterpret_cast<const std::uint8_t *>(data.data()), data.size(),
+                        pidfd, send_timeout_ns);
+    };
+    Message held;  // a socket frame that waits for the page's RUNs posted before it
+    bool holding = false;
     for (;;) {
       Message m;
       FlRunPageRun posted;
@@ -426,6 +452,9 @@ class RunTable {
       bool queued = true;
       if (page != nullptr && page->take(posted)) {
         on_page = true;
+      } else if (holding) {
+        m = std::move(held);
+        holding = false;
       } else if (!try_recv_message(fd, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m)) {
         queued = false;
         py::gil_scoped_release nogil;
@@ -446,12 +475,21 @@ class RunTable {
                                          &page->page()->service_sleeping, news, &w, m);
         }
       }
+      if (!on_page && page != nullptr && !m.eof && page->take(posted)) {
+        if (!drop_nudge(m)) {
+          held = std::move(m);  // sent after that RUN was posted: served after it
+          holding = true;
+        }
+        on_page = true;
+      }
       // A frame that was queued already may be one of many that a renderer left before it
-      // died (its own end among them, so the socket never hangs up): the process is looked at
-      // before each such frame is served, one poll, and what a dead renderer queued is
-      // dropped, not run. The waits above watch the process themselves.
+      // died (its own end among them, so the socket never hangs up), and a page RUN one of a
+      // full ring: the process is looked at before each such frame is served, one poll, and
+      // what a dead renderer queued is dropped, not run. The waits above watch the process
+      // themselves.
       if (queued && process_exited(pidfd)) {
         for (int f : m.fds) ::close(f);
+        if (holding) for (int f : held.fds) ::close(f);
         return gone();
       }
       const std::int64_t received = fl_htl_now_ns();
@@ -459,31 +497,39 @@ class RunTable {
       if (on_page) {
         py::object failure = py::none();
         Answer answer;
-        if (serve(owner, reply_flags, posted.kind, posted.request_id, page_run(posted),
-                  received, waits, failure, answer) == kAnswered) {
+        if (posted.kind != FL_KIND_RUN && posted.kind != FL_KIND_RUN_ASYNC) {
+          char hex[16];
+          std::snprintf(hex, sizeof hex, "%04x", posted.kind);
+          failure = error("InvalidRequest",
+                          std::string("the run page carries RUN and RUN_ASYNC, not kind 0x") + hex);
+        } else if (serve(owner, reply_flags, posted.kind, posted.request_id, page_run(posted),
+                         received, waits, failure, answer) == kAnswered) {
           // A client asleep on the socket is nudged before the counters and metrics, as a
           // reply on the socket is sent before them.
           const FlRunPageReply r{posted.seq, FL_RUN_PAGE_ANSWERED, answer.request_id,
                                  answer.body};
-          const bool sent = !fl_run_page_answer(page->page(), &r) ||
-                            send_reply(fd, nudge_frame().data(), nudge_frame().size(), pidfd,
-                                       send_timeout_ns);
+          const bool sent = !page->answer(r) || send_reply(fd, nudge_frame().data(),
+                                                           nudge_frame().size(), pidfd,
+                                                           send_timeout_ns);
           answer.sent();
           answer.record();
           if (!sent) return gone();
           continue;
         }
-        // Python answers it on the socket; the client, told so by the page, reads it there.
-        const FlRunPageReply diverted{posted.seq, FL_RUN_PAGE_ON_SOCKET, posted.request_id, {}};
-        fl_run_page_answer(page->page(), &diverted);
-        return py::make_tuple(py::bytes(page_frame(posted)), py::list(), py::none(), failure);
+        // Its ERROR comes on the socket; the client, told so by the page (or woken by the
+        // frame itself), reads it there.
+        page->answer(FlRunPageReply{posted.seq, FL_RUN_PAGE_ON_SOCKET, posted.request_id, {}});
+        if (!refused(posted.request_id, failure)) return gone();
+        continue;
       }
       if (m.eof) return gone();
       if (drop_nudge(m)) continue;
-      py::object failure = py::none();
       if (m.problem.empty() && m.fds.empty()) {
+        py::object failure = py::none();
         Answer answer;
-        if (serve(owner, reply_flags, m.data, received, waits, failure, answer) == kAnswered) {
+        const int served =
+            serve(owner, reply_flags, m.data, received, waits, failure, answer);
+        if (served == kAnswered) {
           const auto reply = answer.frame();
           const bool sent = send_reply(fd, reply.data(), reply.size(), pidfd, send_timeout_ns);
           answer.sent();
@@ -491,10 +537,14 @@ class RunTable {
           if (!sent) return gone();
           continue;
         }
+        if (served == kFailed) {
+          if (!refused(answer.request_id, failure)) return gone();
+          continue;
+        }
       }
       py::object problem = py::none();
       if (!m.problem.empty()) problem = py::str(m.problem);
-      return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem, failure);
+      return py::make_tuple(py::bytes(m.data), py::cast(m.fds), problem);
     }
   }
 #endif
@@ -535,16 +585,6 @@ class RunTable {
     return run;
   }
 
-  // A page's RUN as the frame the socket would have carried, for Python to serve.
-  static std::string page_frame(const FlRunPageRun &posted) {
-    std::string data(FL_WIRE_RUN_FRAME_SIZE, '\0');
-    auto *p = reinterpret_cast<std::uint8_t *>(&data[0]);
-    const FlWireRun run = page_run(posted);
-    fl_wire_put_header(p, static_cast<std::uint16_t>(posted.kind), posted.request_id,
-                       sizeof(FlWireRun));
-    fl_wire_put_run(p + FL_WIRE_HEADER_SIZE, &run);
-    return data;
-  }
 #endif
 
   // One received frame: a RUN frame is served as enter says, any other is Python's.
@@ -930,8 +970,12 @@ void bind_host_runs(py::module_ &mod) {
 #ifndef _WIN32
   py::class_<RunPage>(mod, "RunPage",
                       "A connection's run page (docs/ipc.md): the client's sealed memfd, mapped.")
-      .def(py::init<int>(), py::arg("fd"));
+      .def(py::init<int, std::uint32_t>(), py::arg("fd"), py::arg("slots") = 1,
+           "The page of fd, serving `slots` RUNs in flight as asked (fl_run_page_slots: a "
+           "power of two, RUN_PAGE_SLOTS at most).")
+      .def_property_readonly("slots", &RunPage::slots, "The RUNs in flight it serves.");
   mod.attr("RUN_PAGE_SIZE") = FL_RUN_PAGE_SIZE;
+  mod.attr("RUN_PAGE_SLOTS") = FL_RUN_PAGE_SLOTS;
 #endif
   py::class_<Shutdown, std::shared_ptr<Shutdown>>(
       mod, "Shutdown",
@@ -975,16 +1019,18 @@ void bind_host_runs(py::module_ &mod) {
            "run_options: onnxruntime's RunOptions for the model's run (None: none).")
 #ifndef _WIN32
       .def("serve_loop", &RunTable::serve_loop, py::arg("fd"), py::arg("owner"), py::arg("gate"),
-           py::arg("spin"), py::arg("pidfd") = -1, py::arg("send_timeout_ms") = -1,
-           py::arg("page") = py::none(), py::arg("reply_flags") = false,
-           py::arg("run_options") = py::none(), py::arg("cancel") = py::none(),
-           "Receives and serves frames until one needs Python (no RUN it can read, or a RUN "
-           "that failed): (data, fds, problem, failure) for it, failure being the "
-           "FencelineError of a run that failed here; (None, [], "
-           "None, None) once the peer is gone: its end closed, the process behind pidfd (-1: "
-           "none) exited, or a reply not taken within send_timeout_ms (-1: no limit). A frame "
+           py::arg("spin"), py::arg("refuse"), py::arg("pidfd") = -1,
+           py::arg("send_timeout_ms") = -1, py::arg("page") = py::none(),
+           py::arg("reply_flags") = false, py::arg("run_options") = py::none(),
+           py::arg("cancel") = py::none(),
+           "Receives and serves frames until one needs Python (no RUN it can read): (data, fds, "
+           "problem) for it; (None, [], None) once the peer is gone: its end closed, the "
+           "process behind pidfd (-1: none) exited, or a reply not taken within "
+           "send_timeout_ms (-1: no limit). A RUN refused or failed here is answered here, on "
+           "the socket, with refuse(request_id, failure) -> the ERROR frame. A frame "
            "queued already is served only while that process lives. Raises when the socket "
-           "itself fails. With a run page, its RUNs are served too. reply_flags: the client "
+           "itself fails. With a run page, its RUNs are served too, in order, each answered in "
+           "its slot (a refusal's ERROR on the socket). reply_flags: the client "
            "reads the RUN reply's flags (else they are 0). run_options: onnxruntime's "
            "RunOptions for every model run (None: none). A RUN sent ahead of its input fence "
            "waits here, ended early by cancel as serve_bytes says.")

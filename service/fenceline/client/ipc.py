@@ -367,19 +367,21 @@ class IpcClient:
         return self._run_reply(self._received(got), rid)
 
     def _open_page(self) -> bool:
-        """Hands the service a run page; False where it takes none (an older service)."""
+        """Hands the service a run page with a slot for each RUN in flight it may carry; False
+        where it takes none (an older service)."""
         try:
             fd = self._end.make_page()
         except FencelineError:
             return False
-        taken = False
+        taken, slots = False, 1
         try:
-            self._call(Kind.OPEN_RUN_PAGE, {}, [fd])
+            answer = self._call(Kind.OPEN_RUN_PAGE, {"slots": _native.RUN_PAGE_SLOTS}, [fd])
             taken = True
+            slots = answer.get("slots", 1)  # an older service: one RUN at a time
         except ServiceError:
             pass
         finally:
-            self._end.keep_page(taken)
+            self._end.keep_page(taken, slots if type(slots) is int and slots > 0 else 1)
         return taken
 
     def send_run(
@@ -392,8 +394,9 @@ class IpcClient:
         """Sends a RUN and returns at once with its request id; collect the reply with
         :meth:`recv_run_reply`. Several RUNs may be in flight on one connection (frames in
         flight on their own sessions): the service answers them in the order they were sent,
-        so collect the replies in that order; the next RUN then waits in the socket while the
-        service runs this one."""
+        so collect the replies in that order. While the run page has a free slot and no RUN
+        of this connection is in flight on the socket, the RUN is posted on the page and its
+        reply read there (docs/ipc.md, "The run page"); else it goes on the socket."""
         return self._send_run(Kind.RUN, session_id, wait_value, signal_value, timeout_ms)
 
     def run_async(
@@ -418,10 +421,13 @@ class IpcClient:
             sid = codec.session_id_bytes(session_id)
         except (FencelineError, TypeError):
             _bad_session_id(session_id)
-        rid = next(self._ids)
         if self._end is None or self._closed:
+            rid = next(self._ids)
             self._send(codec.run_frame(rid, sid, wait_value, signal_value, timeout_ms, kind=kind))
             return rid
+        if self._page is None and not self._in_flight:
+            self._page = self._open_page()
+        rid = next(self._ids)
         try:
             self._end.send_run(kind, rid & 0xFFFFFFFF, sid, wait_value, signal_value or 0,
                                codec.DEFAULT_TIMEOUT if timeout_ms is None else timeout_ms)
@@ -476,6 +482,13 @@ class IpcClient:
         ``stayed`` runnable first (``stayed_answered``: the answer came meanwhile). A reply that
         was there at once took no wait. Empty over the Windows pipe, whose waits are its own."""
         return {} if self._end is None else dict(self._end.waits)
+
+    @property
+    def run_page_counts(self) -> dict[str, int]:
+        """How this connection's RUNs used the run page: ``posted`` there, and ``answered``
+        there (the others' replies, refusals and failures, came on the socket). Empty without
+        a page's transport (the Windows pipe)."""
+        return {} if self._end is None else dict(self._end.page_counts)
 
     def release_memory(self, id: str) -> None:
         self._call(Kind.RELEASE_MEMORY, {"id": id})

@@ -147,9 +147,10 @@ class Connection:
                 failure: object = None
                 try:
                     if loop:
-                        data, fds, problem, failure = table.serve_loop(
-                            fd, self.owner, waiting.gate().native, self._spin, self._pidfd,
-                            self._send_timeout_ms, self._page, self._reply_flags,
+                        # A RUN the engine refuses is answered there too (self._refusal).
+                        data, fds, problem = table.serve_loop(
+                            fd, self.owner, waiting.gate().native, self._spin, self._refusal,
+                            self._pidfd, self._send_timeout_ms, self._page, self._reply_flags,
                             self._run_options, self._cancel)
                     else:
                         data, fds, problem = self._receive()
@@ -173,7 +174,9 @@ class Connection:
                         # (the Unix socket's send deadline; the pipe has none).
                         self._log_send_timeout()
                     break
-                if isinstance(failure, FencelineError):  # a run that failed in native code
+                # A run that failed in native code, received in Python (the pipe's: the
+                # socket's loop answers its own).
+                if isinstance(failure, FencelineError):
                     if not self._send(self._refusal(codec.peek_request_id(data), failure)):
                         break
                     continue
@@ -377,7 +380,8 @@ class Connection:
         )
 
     def _open_run_page(self, body: bytes, fds: list[int]) -> dict[str, Any]:
-        """The client's run page: RUNs posted there are served beside the socket's."""
+        """The client's run page: RUNs posted there are served beside the socket's, as many in
+        flight as the slots the client asked for and the service serves (answered)."""
         if not isinstance(self.sock, socket.socket):
             raise Unsupported("the run page needs the Unix socket")
         if self._page is not None:
@@ -386,10 +390,16 @@ class Connection:
         if fd is None:
             raise InvalidArgument("OPEN_RUN_PAGE carries the page's memfd")
         try:
-            self._page = _native.RunPage(fd)
+            asked = codec.decode_json(body).get("slots", 1)
+            if type(asked) is not int or not 1 <= asked <= 0xFFFFFFFF:
+                raise InvalidArgument("OPEN_RUN_PAGE's slots is an integer, 1 or more")
+            self._page = _native.RunPage(fd, asked)
         finally:
             os.close(fd)
-        return {"size": _native.RUN_PAGE_SIZE}
+        answer: dict[str, Any] = {"size": _native.RUN_PAGE_SIZE}
+        if self._page.slots > 1:  # a client that asked for none reads what it always read
+            answer["slots"] = self._page.slots
+        return answer
 
     def _release_session(self, body: bytes, fds: list[int]) -> None:
         self.runtime.release_session(self.owner, self._id(body))

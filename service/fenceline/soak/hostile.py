@@ -23,7 +23,8 @@ Modes:
   signalled (600 s timeout), then sleep until killed.
 - ``own-end-queued`` / ``own-end-queued-page``: 20 RUNs of ``slow_add_64x64`` (about half a
   second each) sent at once, then the same frame, then sleep until killed: the runs not yet
-  served wait in the service's receive queue (``-page``: with the connection's run page open).
+  served wait in the service's receive queue (``-page``: with the connection's run page open,
+  the first ones posted in its slots, a full ring, and the rest on the socket behind them).
   Its ready line names its output fence's fd (``done_fd``), so that a test can read through
   ``/proc/PID/fd`` how many runs the service executed.
 - ``hoard``: connections (``--runs`` of them) that each import small memfd frames until the
@@ -317,8 +318,10 @@ QUEUED_RUNS = 20  # own-end-queued: RUNs queued behind the one in progress
 def own_end(sock: str, state: str) -> None:
     c = IpcClient(sock, name="hostile-own-end")
     queued = state.startswith("queued")
-    if state == "queued-page" and not c._open_page():
-        raise SystemExit("the service took no run page")
+    if state == "queued-page":
+        c._page = c._open_page()
+        if not c._page:
+            raise SystemExit("the service took no run page")
     nbytes = _nbytes(SMALL)
     frame, ready, done = TaggedFrame(2 * nbytes), TaggedFence(), TaggedFence()
     mem = _import(c, frame)
@@ -332,7 +335,12 @@ def own_end(sock: str, state: str) -> None:
     if queued:
         ready.handle.signal(1)
         for n in range(1, QUEUED_RUNS + 1):
-            raw.send(codec.encode_run(n, codec.Run(key, 1, n, 10_000)))
+            if state == "queued-page":  # the page's slots while one is free, then the socket
+                c.send_run(sid, 1, n, 10_000)
+            else:
+                raw.send(codec.encode_run(n, codec.Run(key, 1, n, 10_000)))
+        if state == "queued-page" and c.run_page_counts["posted"] != _native.RUN_PAGE_SLOTS:
+            raise SystemExit(f"the run page's ring took {c.run_page_counts}")
     elif state == "send-blocked":
         ready.handle.signal(1)
         sent, batch = 0, 32

@@ -39,7 +39,8 @@ FlStatus *fl_conn_recv(fl_conn *c, uint8_t *buf, size_t cap, size_t *len, int64_
                        int64_t deadline_ns);
 
 /* The run page (native/common/run_page.h, docs/ipc.md "The run page"): one RUN at a time in
- * shared memory beside the socket. fl_conn_page_make maps a new page and gives its memfd, to
+ * shared memory beside the socket, in the page's slot 0 (the client asks for no more slots: it
+ * keeps one RUN in flight). fl_conn_page_make maps a new page and gives its memfd, to
  * send with OPEN_RUN_PAGE (FL_ERROR_UNSUPPORTED where the OS has none: Windows);
  * fl_conn_page_keep closes that fd and keeps the page if the service took it. */
 FlStatus *fl_conn_page_make(fl_conn *c, int *fd);

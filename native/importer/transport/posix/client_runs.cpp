@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -273,8 +274,27 @@ class ClientSocket {
     send_raw(p, static_cast<std::size_t>(n));
   }
 
+  // A RUN sent ahead (IpcClient.send_run), its reply read by receive in the order sent: posted on
+  // the run page while it has a free slot and nothing of this connection is in flight on the
+  // socket (a RUN, i.e. not RUN_ASYNC), else sent on the socket. The service serves a socket
+  // frame after the page's RUNs posted before it (docs/ipc.md, "The run page"), so replies
+  // keep the order sent either way. OSError when a send failed.
   void send_run(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
                 std::uint64_t wait_value, std::uint64_t signal_value, std::uint32_t timeout_ms) {
+    if (page_ && kind == FL_KIND_RUN && on_socket_ == 0 && sent_.size() < slots_) {
+      post(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
+      sent_.push_back({request_id, seq_, true});
+      return;
+    }
+    send_run_frame(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
+    sent_.push_back({request_id, 0, false});
+    ++on_socket_;
+  }
+
+  // The RUN's frame on the socket.
+  void send_run_frame(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
+                      std::uint64_t wait_value, std::uint64_t signal_value,
+                      std::uint32_t timeout_ms) {
     std::uint8_t frame[kRunFrame];
     FlWireRun run;
     copy_session_id(session_id, run.session_id);
@@ -291,7 +311,18 @@ class ClientSocket {
   // reply to `request_id` as a reply_type; any other frame as bytes (the caller decodes it: an
   // error, a control reply); a str saying why a message was no frame; None at the service's
   // end. Fds a message carried are closed: the service sends none to a client.
+  // With `run_reply`, the reply to the oldest RUN in flight (send_run) is read where it comes:
+  // its slot on the run page when it was posted there.
   py::object receive(std::uint32_t request_id, SpinGate &gate, bool run_reply) {
+    if (run_reply && !sent_.empty()) {
+      const Sent oldest = sent_.front();
+      sent_.pop_front();
+      if (oldest.on_page) {
+        nap_.forget();
+        return page_reply(oldest.seq, request_id, make_plan(), gate);
+      }
+      --on_socket_;
+    }
     return receive_planned(request_id, gate, run_reply, nullptr);
   }
 
@@ -302,11 +333,12 @@ class ClientSocket {
   }
 
   // After OPEN_RUN_PAGE: its memfd is closed here; the page is used from now on when the
-  // service took it, else forgotten.
-  void keep_page(bool taken) {
+  // service took it, with the slots it serves (1 when its answer names none), else forgotten.
+  void keep_page(bool taken, std::uint32_t slots) {
     if (!page_) return;
     page_->close_fd();
     if (!taken) page_.reset();
+    slots_ = fl_run_page_slots(slots);
   }
 
   bool has_page() const { return static_cast<bool>(page_); }
@@ -320,24 +352,24 @@ class ClientSocket {
                       std::uint64_t wait_value, std::uint64_t signal_value,
                       std::uint32_t timeout_ms, SpinGate &gate) {
     if (!page_) throw py::value_error("no run page: open one first");
+    if (!sent_.empty()) throw py::value_error("RUNs are in flight: read their replies first");
     nap_.forget();
     const Plan plan = make_plan();
     if (plan.nap == 0 && plan.budget == 0) {
-      send_run(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
+      send_run_frame(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
       return receive_planned(request_id, gate, true, &plan);
     }
-    FlRunPageRun run{++seq_, kind, request_id, timeout_ms, {}, wait_value, signal_value};
-    copy_session_id(session_id, run.session_id);
-    if (fl_run_page_post(page_->page(), &run))
-      send_raw(reinterpret_cast<const char *>(nudge_frame().data()), nudge_frame().size());
-    PageWatch w{page_->page(), run.seq, {}};
-    Message m;
-    if (!PageWatch::news(&w) && !wait(plan, gate, &w, m))
-      return frame_of(m, request_id, true);  // the service's end, or a frame
-    if (w.reply.status == FL_RUN_PAGE_ON_SOCKET) return receive(request_id, gate, true);
-    if (w.reply.status != FL_RUN_PAGE_ANSWERED || w.reply.request_id != request_id)
-      return py::str("the run page's reply does not answer this RUN");
-    return run_reply_of(w.reply.run);
+    post(kind, request_id, session_id, wait_value, signal_value, timeout_ms);
+    return page_reply(seq_, request_id, plan, gate);
+  }
+
+  // How the connection's RUNs used the run page: posted there, and answered there (the others'
+  // replies came on the socket: refusals, failures).
+  py::typing::Dict<py::str, py::int_> page_counts() const {
+    py::typing::Dict<py::str, py::int_> d;
+    d["posted"] = posted_;
+    d["answered"] = page_answered_;
+    return d;
   }
 
   ReceiveSpin &spin() { return spin_; }
@@ -372,16 +404,51 @@ class ClientSocket {
     return {t0, nap, nap_spin, budget, stay};
   }
 
-  // The reply to a RUN posted on the run page, looked for there.
+  // The reply to a RUN posted on the run page, looked for in its slot.
   struct PageWatch {
     FlRunPage *page;
-    std::uint32_t seq;
+    std::uint32_t slots, seq;
     FlRunPageReply reply;
     static bool news(void *arg) {
       auto *w = static_cast<PageWatch *>(arg);
-      return fl_run_page_reply(w->page, w->seq, &w->reply) != 0;
+      return fl_run_page_reply(w->page, w->slots, w->seq, &w->reply) != 0;
     }
   };
+
+  // A RUN in flight: on the page (its seq) or on the socket.
+  struct Sent {
+    std::uint32_t request_id, seq;
+    bool on_page;
+  };
+
+  // Posts a RUN on the page as RUN ++seq_, in its slot (a NUDGE sent when the service sleeps);
+  // the caller knows the slot is free.
+  void post(std::uint16_t kind, std::uint32_t request_id, const py::bytes &session_id,
+            std::uint64_t wait_value, std::uint64_t signal_value, std::uint32_t timeout_ms) {
+    FlRunPageRun run{seq_ + 1, kind, request_id, timeout_ms, {}, wait_value, signal_value};
+    copy_session_id(session_id, run.session_id);
+    ++seq_;
+    ++posted_;
+    if (fl_run_page_post(page_->page(), slots_, &run))
+      send_raw(reinterpret_cast<const char *>(nudge_frame().data()), nudge_frame().size());
+  }
+
+  // The reply to the page's RUN `seq`, waited for as `plan` says: read in its slot, or (a
+  // refusal, a failed run: the slot says so, or the ERROR came first) on the socket, where it
+  // comes before any later RUN's reply.
+  py::object page_reply(std::uint32_t seq, std::uint32_t request_id, const Plan &plan,
+                        SpinGate &gate) {
+    PageWatch w{page_->page(), slots_, seq, {}};
+    Message m;
+    if (!PageWatch::news(&w) && !wait(plan, gate, &w, m))
+      return frame_of(m, request_id, true);  // the service's end, or a frame
+    if (w.reply.status == FL_RUN_PAGE_ON_SOCKET)
+      return receive_planned(request_id, gate, true, nullptr);
+    if (w.reply.status != FL_RUN_PAGE_ANSWERED || w.reply.request_id != request_id)
+      return py::str("the run page's reply does not answer this RUN");
+    ++page_answered_;
+    return run_reply_of(w.reply.run);
+  }
 
   // receive, its first wait planned already when `first` is given (a RUN that run_page sent on
   // the socket).
@@ -530,7 +597,11 @@ class ClientSocket {
   ReplyNap nap_;
   py::object reply_type_;
   std::unique_ptr<RunPageMap> page_;
-  std::uint32_t seq_ = 0;  // the last RUN posted on the page
+  std::uint32_t slots_ = 1;  // the page's slots the service serves
+  std::uint32_t seq_ = 0;    // the last RUN posted on the page
+  std::deque<Sent> sent_;    // the RUNs sent ahead whose replies are to be read, oldest first
+  std::uint32_t on_socket_ = 0;  // of them, those sent on the socket
+  std::uint64_t posted_ = 0, page_answered_ = 0;
   unsigned quiet_stays_ = 0;  // stays in a row whose yields found the core idle
   bool shared_ = false;  // the last RUN reply said the service's cores are shared: no nap, no stay
   const bool stay_on_ = switched_on("FENCELINE_STAY");
@@ -568,8 +639,11 @@ void bind_client_runs(py::module_ &mod) {
            py::arg("timeout_ms"))
       .def("make_page", &ClientSocket::make_page,
            "A new run page (docs/ipc.md): its memfd, to send with OPEN_RUN_PAGE.")
-      .def("keep_page", &ClientSocket::keep_page, py::arg("taken"),
-           "Closes the page's memfd; keeps the page when the service took it.")
+      .def("keep_page", &ClientSocket::keep_page, py::arg("taken"), py::arg("slots") = 1,
+           "Closes the page's memfd; keeps the page when the service took it, with the slots "
+           "it serves (RUNs in flight there).")
+      .def_property_readonly("page_counts", &ClientSocket::page_counts,
+                             "RUNs posted on the run page, and of them those answered there.")
       .def_property_readonly("has_page", &ClientSocket::has_page)
       .def("run_page", &ClientSocket::run_page, py::arg("kind"), py::arg("request_id"),
            py::arg("session_id"), py::arg("wait_value"), py::arg("signal_value"),

@@ -265,17 +265,17 @@ FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
                            int64_t deadline_ns, FlRunPageReply *reply, int *answered) {
   FlRunPage *page = c->page;
   *answered = 0;
-  if (fl_run_page_post(page, run)) {
+  if (fl_run_page_post(page, 1u, run)) {
     uint8_t nudge[FL_WIRE_HEADER_SIZE];
     int fatal = 0;
     fl_wire_put_header(nudge, FL_KIND_NUDGE, 0, 0);
     FlStatus *st = fl_conn_send(c, nudge, sizeof nudge, -1, deadline_ns, &fatal);
     if (st != NULL) return st;
   }
-  int got = fl_run_page_reply(page, run->seq, reply);
+  int got = fl_run_page_reply(page, 1u, run->seq, reply);
   if (!got && spin_ns > 0) {
     int64_t end = fl_htl_now_ns() + spin_ns;
-    for (unsigned i = 1; !(got = fl_run_page_reply(page, run->seq, reply)); ++i) {
+    for (unsigned i = 1; !(got = fl_run_page_reply(page, 1u, run->seq, reply)); ++i) {
       /* The socket every microsecond or so: a reply sent there, or the service's end. */
       if ((i & 31u) == 0 && socket_news(c) == 0) return NULL;
       fl_cpu_pause();
@@ -290,7 +290,7 @@ FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
     }
     if (news == 0) break;
     fl_run_page_sleeping(&page->client_sleeping, 1);
-    if ((got = fl_run_page_reply(page, run->seq, reply))) break;
+    if ((got = fl_run_page_reply(page, 1u, run->seq, reply))) break;
     news = socket_news(c);
     if (news == 0) break;
     if (news < 0) {
@@ -308,7 +308,7 @@ FlStatus *fl_conn_page_run(fl_conn *c, const FlRunPageRun *run, int64_t spin_ns,
     }
   }
   fl_run_page_sleeping(&page->client_sleeping, 0);
-  if (!got) got = fl_run_page_reply(page, run->seq, reply);
+  if (!got) got = fl_run_page_reply(page, 1u, run->seq, reply);
   *answered = got && reply->status == FL_RUN_PAGE_ANSWERED;
   return NULL;
 }
