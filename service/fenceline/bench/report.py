@@ -97,6 +97,9 @@ def waits_text(w: dict[str, int], frames: int) -> str:
     if w.get("stayed"):
         text += (f"; {w['stayed']:,} stayed runnable first ({w.get('stayed_answered', 0):,} "
                  "answered meanwhile)")
+    if "page_posted" in w:  # RUNs sent ahead (send_run)
+        text += (f"; {w['page_posted']:,} RUNs posted on the run page, {w.get('page_answered', 0):,}"
+                 " answered there")
     return text
 
 

@@ -228,7 +228,9 @@ class _PipelinedLane:
         return done
 
     def waits(self) -> dict[str, int]:
-        return self.client.waits
+        """The client's waits, and how its RUNs in flight used the run page."""
+        return {**self.client.waits, **{f"page_{k}": v for k, v in
+                                        self.client.run_page_counts.items()}}
 
     def drain(self) -> None:
         while self.pending:
