@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <poll.h>
@@ -434,14 +435,23 @@ class ClientSocket {
   }
 
   // The reply to the page's RUN `seq`, waited for as `plan` says: read in its slot, or (a
-  // refusal, a failed run: the slot says so, or the ERROR came first) on the socket, where it
-  // comes before any later RUN's reply.
+  // refusal, a failed run: the slot says so) on the socket, where it comes before any later
+  // RUN's reply. The service writes the slot before it sends anything later on the socket, so
+  // a socket frame that came during the wait while the slot holds the answer is a later RUN's
+  // reply: it is kept for the next receive (a wait looks at the socket first).
   py::object page_reply(std::uint32_t seq, std::uint32_t request_id, const Plan &plan,
                         SpinGate &gate) {
     PageWatch w{page_->page(), slots_, seq, {}};
     Message m;
-    if (!PageWatch::news(&w) && !wait(plan, gate, &w, m))
-      return frame_of(m, request_id, true);  // the service's end, or a frame
+    if (!PageWatch::news(&w) && (pending_ || !wait(plan, gate, &w, m))) {
+      if (pending_) {  // the slot was written before it came: no answer there is no answer
+        m = std::move(*pending_);
+        pending_.reset();
+      }
+      if (!PageWatch::news(&w) || w.reply.status != FL_RUN_PAGE_ANSWERED)
+        return frame_of(m, request_id, true);  // this RUN's ERROR, or the service's end
+      pending_ = std::move(m);
+    }
     if (w.reply.status == FL_RUN_PAGE_ON_SOCKET)
       return receive_planned(request_id, gate, true, nullptr);
     if (w.reply.status != FL_RUN_PAGE_ANSWERED || w.reply.request_id != request_id)
@@ -456,6 +466,11 @@ class ClientSocket {
                              const Plan *first) {
     nap_.forget();
     Message m;
+    if (pending_) {  // a frame a wait on the page received ahead of its turn
+      m = std::move(*pending_);
+      pending_.reset();
+      return frame_of(m, request_id, run_reply);
+    }
     do {
       if (!try_recv_message(fd_, FL_WIRE_MAX_FRAME, FL_WIRE_MAX_FDS, m))
         wait(first != nullptr ? *first : make_plan(), gate, nullptr, m);
@@ -600,6 +615,7 @@ class ClientSocket {
   std::uint32_t slots_ = 1;  // the page's slots the service serves
   std::uint32_t seq_ = 0;    // the last RUN posted on the page
   std::deque<Sent> sent_;    // the RUNs sent ahead whose replies are to be read, oldest first
+  std::optional<Message> pending_;  // a socket frame received ahead of its turn (page_reply)
   std::uint32_t on_socket_ = 0;  // of them, those sent on the socket
   std::uint64_t posted_ = 0, page_answered_ = 0;
   unsigned quiet_stays_ = 0;  // stays in a row whose yields found the core idle
