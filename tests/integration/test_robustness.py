@@ -370,9 +370,12 @@ def test_run_rules_timeout_zero_first_value_and_flags(service: Service) -> None:
 
 def test_a_short_soak_with_hostile_renderers_leaks_nothing() -> None:
     from fenceline.soak import run_soak
+    from fenceline.soak.hostile_pool import MODES
 
     report = run_soak(renderers=1, seconds=8, kill_every=3.0, warmup=1.0, hostile=2)
-    assert report.hostile is not None and sum(report.hostile.clients.values()) >= 1
+    # The warm-up ran one client of every mode, each to its end and its release.
+    assert report.hostile is not None and set(report.hostile.clients) == set(MODES)
+    assert report.quiet_rss_kib > 0
     assert report.checks() == {name: True for name in report.checks()}, report.to_json()
 
 

@@ -226,9 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--hostile", type=int, default=0, metavar="N",
         help="also run N hostile renderers at a time: shrinking memory and fences, malformed "
         "frames with fds, dying while the service waits or before it replies, or after "
-        "queueing their own socket end in the service (docs/reliability.md)",
+        "queueing their own socket end in the service, and the control plane's attackers; "
+        "one round of each belongs to the warm-up (docs/reliability.md)",
     )
-    soak.add_argument("--warmup", type=float, default=10.0)
+    soak.add_argument("--warmup", type=float, default=10.0,
+                      help="seconds of the renderers at full rate before the RSS is taken")
     soak.add_argument("--json", type=Path, help="also write the report as JSON here")
 
     return parser

@@ -19,6 +19,10 @@ def soak_from_args(args: argparse.Namespace) -> int:
     s, e = report.start, report.end
     print(f"{report.renderers} renderers for {report.seconds:.0f} s: {report.runs} runs, "
           f"{report.kills} kills, {report.wrong_outputs} wrong outputs")
+    if report.quiet_rss_kib:
+        print(f"rss after the renderers' warm-up {report.quiet_rss_kib} KiB, after one round of "
+              f"every hostile client {s.rss_kib} KiB "
+              f"({s.rss_kib / report.quiet_rss_kib - 1:+.1%}: a first use's, not checked)")
     print(f"rss {s.rss_kib} KiB -> {e.rss_kib} KiB ({report.rss_growth:+.1%}), fds {s.fds} -> {e.fds}, "
           f"mappings {s.mappings} -> {e.mappings}, /dev/shm entries {s.shm_entries} -> {e.shm_entries}")
     print(f"service errors: {report.service_errors or 'none'}")

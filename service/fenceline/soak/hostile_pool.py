@@ -126,19 +126,53 @@ class HostilePool:
         self._ended: Counter[str] = Counter()
         self.pids: set[int] = set()  # every hostile process started, for the /dev/shm check
 
+    def warm_up(self) -> None:
+        """One client of every mode, ``slots`` at a time, each run to its end and its release:
+        what a first use costs the service (threads of a pool it fills, code pages, a first
+        trace's and reload's memory) is then in the soak's baseline, and the soak measures what
+        repeats (docs/reliability.md, "Soak"). Counted in the report like the others."""
+        modes = list(MODES)
+        while modes:
+            self._live = [self._new(m) for m in modes[:self.slots]]  # stop() kills them
+            del modes[:self.slots]
+            while self._live:
+                now = time.monotonic()
+                for c in [c for c in self._live if c.step(now)]:
+                    self._live.remove(c)
+                    self._ended_client(c)
+                self._check_releases(now)
+                time.sleep(TICK_S)
+        self._wait_releases()
+
     def start(self) -> None:
         self._live = [self._new() for _ in range(self.slots)]
         self._thread.start()
 
-    def _new(self) -> _Client:
-        c = _Client(self.sock, self.url, next(self._modes), self.rng)
+    def _new(self, mode: str | None = None) -> _Client:
+        c = _Client(self.sock, self.url, mode or next(self._modes), self.rng)
         self.pids.add(c.proc.pid)
         return c
+
+    def _ended_client(self, c: _Client) -> None:
+        self._ended[c.mode] += 1
+        problem = c.anomaly()
+        if problem is not None:
+            self.report.anomalies.append(problem)
+        self._releasing.append(c)
+
+    def _wait_releases(self) -> None:
+        deadline = time.monotonic() + GIVE_UP_S
+        while self._releasing and time.monotonic() < deadline:
+            self._check_releases(time.monotonic())
+            time.sleep(TICK_S)
+        self.report.never_released += len(self._releasing)
+        self._releasing = []
 
     def stop(self) -> HostileReport:
         """Stops starting clients, kills the live ones and waits for every release."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:  # started
+            self._thread.join()
         for c in self._live:
             c.proc.kill()
             c.proc.wait()
@@ -152,11 +186,7 @@ class HostilePool:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(f"/dev/shm/{name}")
         self._live = []
-        deadline = time.monotonic() + GIVE_UP_S
-        while self._releasing and time.monotonic() < deadline:
-            self._check_releases(time.monotonic())
-            time.sleep(TICK_S)
-        self.report.never_released += len(self._releasing)
+        self._wait_releases()
         self.report.clients = dict(self._ended)
         return self.report
 
@@ -166,11 +196,7 @@ class HostilePool:
             for c in list(self._live):
                 if c.step(now):
                     self._live.remove(c)
-                    self._ended[c.mode] += 1
-                    problem = c.anomaly()
-                    if problem is not None:
-                        self.report.anomalies.append(problem)
-                    self._releasing.append(c)
+                    self._ended_client(c)
                     self._live.append(self._new())
             self._check_releases(now)
             time.sleep(TICK_S)

@@ -66,6 +66,8 @@ class SoakReport:
     service_alive: bool = True
     hostile_slots: int = 0
     hostile: HostileReport | None = None
+    # The RSS after the renderers' warm-up, before the hostile round of it (--hostile only).
+    quiet_rss_kib: int = 0
 
     @property
     def rss_growth(self) -> float:
@@ -199,6 +201,13 @@ def run_soak(
             for x in pool:
                 x.wait_running(60)
             time.sleep(warmup)
+            quiet_rss = Resources.of(proc.pid).rss_kib
+            if hostiles is not None:
+                # One round of every attacker belongs to the warm-up: the first trace, reload
+                # or slow run costs the service memory that every later one reuses (docs/
+                # reliability.md, "Soak"); a leak grows with the rounds after it.
+                hostiles.warm_up()
+                _settle(proc.pid)
             warm = Resources.of(proc.pid)
             start = Resources(warm.rss_kib, start.fds, start.mappings, start.shm_entries)
             if hostiles is not None:
@@ -256,5 +265,5 @@ def run_soak(
             stop_service(proc)
     return SoakReport(
         seconds, renderers, kills, sum(x.runs for x in finished), sum(x.bad for x in finished),
-        errors, start, end, samples, stray, alive, hostile, hostile_report,
+        errors, start, end, samples, stray, alive, hostile, hostile_report, quiet_rss,
     )
