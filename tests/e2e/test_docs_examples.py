@@ -166,9 +166,6 @@ COVERED: dict[tuple[str, str], list[str]] = {
     ("docs/http.md", '{"wait_value": 42, "signal_value": 42, "timeout_ms": 10000}'): [
         f"{HERE}::test_http_body_samples_are_valid_requests",
     ],
-    ("docs/reliability.md", "fenceline soak --renderers 4 --seconds 600 --kill-every 5 --warmup 20 --json soak.json"): [
-        "tests/integration/test_soak_fuzz.py::test_a_short_soak_with_kills_leaks_nothing",
-    ],
     ("docs/reliability.md", "nice -n 10 fenceline soak --renderers 4 --seconds 600 --kill-every 5 "
      "--warmup 20 --hostile 2 \\"): [
         "tests/integration/test_robustness.py::test_a_short_soak_with_hostile_renderers_leaks_nothing",
@@ -211,6 +208,12 @@ def test_every_block_is_run_or_covered() -> None:
         "blocks that no test runs; run them in a test and name it in COVERED in " + HERE + ":\n"
         + "\n".join(missing)
     )
+
+
+def test_every_covered_entry_names_a_block_there_is() -> None:
+    keys = {b.key for b in blocks()}
+    stale = [f"{doc}: {first!r}" for doc, first in COVERED if (doc, first) not in keys]
+    assert not stale, "COVERED names blocks no doc has any more; take them out:\n" + "\n".join(stale)
 
 
 def test_every_named_test_exists() -> None:
