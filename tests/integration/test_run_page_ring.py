@@ -251,3 +251,27 @@ def test_a_page_run_of_another_kind_is_refused_on_the_socket_in_the_ring(
         assert raw.wait_for(lambda: raw.reply_at(3))[4] == 3
     finally:
         raw.close()
+
+
+def test_a_socket_run_sent_after_a_page_run_is_served_after_it(service: Service) -> None:
+    """The service, asleep, is woken by the page's NUDGE and finds the socket's RUN there
+    first: it serves the page's RUN first all the same, or the socket's, signalling a higher
+    value, would make the page's a conflict."""
+    raw = RingClient(service)
+    try:
+        raw.open_ring()
+        sid, x, y, wait = raw_session(raw, service)
+        x[:] = 4
+        wait(1)
+        for k in range(1, 41):
+            raw.post_at(k, slot_at(k), sid, 1, 2 * k - 1)  # and its NUDGE
+            raw.rid += 1
+            raw.sock.send(codec.encode_run(raw.rid, codec.Run(sid, 1, 2 * k, None, 0)))
+            reply = raw.recv()
+            assert (reply.kind, reply.request_id) == (codec.Kind.RUN | codec.REPLY_BIT, raw.rid)
+            assert codec.decode_run_reply(reply.body).signal_value == 2 * k
+            got = raw.wait_for(lambda k=k: raw.reply_at(k))
+            assert (got[1], got[4]) == (ANSWERED, 2 * k - 1)
+        assert np.all(y == 5)
+    finally:
+        raw.close()
