@@ -2,6 +2,9 @@
 
 #include <obs.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 int fl_obs_frame_layout(int obs_video_format, fl_obs_layout *out) {
   switch (obs_video_format) {
@@ -22,6 +25,8 @@ fl_obs_layout fl_obs_model_layout(int bgr, int channels) {
   return l;
 }
 
+static void copy_rows(uint8_t *dst, const uint8_t *src, size_t n) { memcpy(dst, src, n); }
+
 static int same(fl_obs_layout x, fl_obs_layout y) {
   /* Padding (BGRX) against alpha: the model sees the padding byte as alpha and whatever it
    * writes there is padding again, so a BGRX frame travels to a BGRA model unchanged. */
@@ -30,19 +35,52 @@ static int same(fl_obs_layout x, fl_obs_layout y) {
   return x.r == y.r && x.g == y.g && x.b == y.b && x.bytes == y.bytes && xa == ya;
 }
 
+/* Copies n bytes with non-temporal stores (FL_OBS_TO_SERVICE), 64 bytes (a cache line) at a
+ * time; the ends with memcpy. The caller fences (fl_obs_convert). */
+static void copy_to_service(uint8_t *dst, const uint8_t *src, size_t n) {
+#if defined(__SSE2__)
+  size_t head = (size_t)(-(uintptr_t)dst & 15); /* streaming stores need 16-byte alignment */
+  if (head > n)
+    head = n;
+  memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+    _mm_stream_si128((__m128i *)(dst + i), a);
+    _mm_stream_si128((__m128i *)(dst + i + 16), b);
+    _mm_stream_si128((__m128i *)(dst + i + 32), c);
+    _mm_stream_si128((__m128i *)(dst + i + 48), d);
+  }
+  memcpy(dst + i, src + i, n - i);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
 void fl_obs_convert(const uint8_t *src, size_t src_stride, fl_obs_layout from, uint8_t *dst,
                     size_t dst_stride, fl_obs_layout to, uint32_t width, uint32_t height,
-                    int keep_alpha) {
+                    int flags) {
   if (same(from, to)) {
     size_t row = (size_t)width * (size_t)from.bytes;
-    if (src_stride == row && dst_stride == row) {
-      memcpy(dst, src, row * height);
-      return;
-    }
-    for (uint32_t y = 0; y < height; y++)
-      memcpy(dst + y * dst_stride, src + y * src_stride, row);
+    void (*copy)(uint8_t *, const uint8_t *, size_t) =
+        flags & FL_OBS_TO_SERVICE ? copy_to_service : copy_rows;
+    if (src_stride == row && dst_stride == row)
+      copy(dst, src, row * height);
+    else
+      for (uint32_t y = 0; y < height; y++)
+        copy(dst + y * dst_stride, src + y * src_stride, row);
+#if defined(__SSE2__)
+    /* The streaming stores are weakly ordered: they are all done before the caller signals the
+     * service's fence (a release store of the fence's value). */
+    if (flags & FL_OBS_TO_SERVICE)
+      _mm_sfence();
+#endif
     return;
   }
+  int keep_alpha = flags & FL_OBS_KEEP_ALPHA;
   for (uint32_t y = 0; y < height; y++) {
     const uint8_t *s = src + y * src_stride;
     uint8_t *d = dst + y * dst_stride;
@@ -63,7 +101,7 @@ static void packed_read(const fl_obs_image *img, uint8_t *dst, fl_obs_layout to)
   fl_obs_layout from = {0, 0, 0, 0, 0};
   fl_obs_frame_layout(f->format, &from);
   fl_obs_convert(f->data[0], f->linesize[0], from, dst, (size_t)f->width * (size_t)to.bytes, to,
-                 f->width, f->height, 0);
+                 f->width, f->height, FL_OBS_TO_SERVICE);
 }
 
 static void packed_write(const fl_obs_image *img, const uint8_t *src, fl_obs_layout from) {
@@ -72,7 +110,7 @@ static void packed_write(const fl_obs_image *img, const uint8_t *src, fl_obs_lay
   fl_obs_frame_layout(f->format, &to);
   /* A 3-channel model's result keeps the frame's own alpha. */
   fl_obs_convert(src, (size_t)f->width * (size_t)from.bytes, from, f->data[0], f->linesize[0],
-                 to, f->width, f->height, from.a < 0);
+                 to, f->width, f->height, from.a < 0 ? FL_OBS_KEEP_ALPHA : 0);
 }
 
 int fl_obs_image_of_frame(const void *obs_source_frame, fl_obs_image *out) {

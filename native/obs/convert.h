@@ -19,13 +19,23 @@ int fl_obs_frame_layout(int obs_video_format, fl_obs_layout *out);
 /* A model's layout: `order` "rgba" or "bgra", `channels` 4 or 3. */
 fl_obs_layout fl_obs_model_layout(int bgr, int channels);
 
+/* fl_obs_convert's flags. */
+enum {
+  /* dst's alpha bytes are left as they are (the frame's own alpha under a 3-channel model's
+   * colours) */
+  FL_OBS_KEEP_ALPHA = 1,
+  /* dst is a slot the service reads next, from another process and core: where rows are copied
+   * whole, the stores bypass this core's caches (non-temporal), which neither reads dst again nor
+   * gains from keeping it cached, and which saves reading each line of dst in first */
+  FL_OBS_TO_SERVICE = 2
+};
+
 /* Copies height rows of width pixels from src (rows src_stride bytes apart, layout from) into
  * dst (layout to): rows are copied whole where the layouts are equal, else pixel by pixel.
- * Channels the source lacks: alpha becomes 255. When keep_alpha is set, dst's alpha bytes are
- * left as they are (the frame's own alpha under a 3-channel model's colours). */
+ * Channels the source lacks: alpha becomes 255. flags: FL_OBS_* above. */
 void fl_obs_convert(const uint8_t *src, size_t src_stride, fl_obs_layout from, uint8_t *dst,
                     size_t dst_stride, fl_obs_layout to, uint32_t width, uint32_t height,
-                    int keep_alpha);
+                    int flags);
 
 /* One frame as the runner sees it: its size, and how to read it into (write it from) packed
  * pixels of a model's layout, rows width * layout.bytes apart. */

@@ -38,13 +38,14 @@ static const fl_obs_layout RGBA = {0, 1, 2, 3, 4};
 static void mapped_read(const fl_obs_image *img, uint8_t *dst, fl_obs_layout to) {
   const mapped *m = (const mapped *)img;
   fl_obs_convert(m->data, m->linesize, RGBA, dst, (size_t)img->width * (size_t)to.bytes, to,
-                 img->width, img->height, 0);
+                 img->width, img->height, FL_OBS_TO_SERVICE);
 }
 
 static void mapped_write(const fl_obs_image *img, const uint8_t *src, fl_obs_layout from) {
   const mapped *m = (const mapped *)img;
   fl_obs_convert(src, (size_t)img->width * (size_t)from.bytes, from, m->result,
-                 (size_t)img->width * 4, RGBA, img->width, img->height, from.a < 0);
+                 (size_t)img->width * 4, RGBA, img->width, img->height,
+                 from.a < 0 ? FL_OBS_KEEP_ALPHA : 0);
 }
 
 static void release_surfaces(fl_obs_render *t) {
