@@ -368,6 +368,9 @@ class ReceiveSpin:
     @property
     def denied(self) -> int:
         ...
+    @denied.setter
+    def denied(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
     @property
     def max_spin_ns(self) -> int:
         ...
@@ -429,9 +432,9 @@ class RunTable:
         """
         Forgets a session, after its run in flight (the GIL is released while it waits).
         """
-    def run(self, owner: str, session_id: str, wait_value: int, signal_value: typing.Any, timeout_ms: typing.Any, gate: SpinGate, cancel: typing.Any = None, run_options: typing.Any = None, asynchronous: bool = False, stream: bool = False, series: typing.Any = None, flags: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[int, int, int, int]:
+    def run(self, owner: str, session_id: typing.Any, wait_value: int, signal_value: typing.Any, timeout_ms: typing.Any, gate: SpinGate, cancel: typing.Any = None, run_options: typing.Any = None, asynchronous: bool = False, stream: bool = False, series: typing.Any = None, flags: typing.SupportsInt | typing.SupportsIndex = 0, spin: typing.Any = None, backlog: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[int, int, int, int]:
         """
-        The entry of a run: admission and every refusal, the input fence's wait (spinning as gate allows, ended early by cancel between slices), the model, the signal, the counters, metrics (series; None: the session's) and trace marks. Returns (signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. timeout_ms None: the service's default. stream: a streaming session's own frame. flags: a RUN frame's (none are defined).
+        The entry of a run: admission and every refusal, the input fence's wait (spinning as gate allows, ended early by cancel between slices), the model, the signal, the counters, metrics (series; None: the session's) and trace marks. Returns (signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. session_id: the id as text, or its 16 bytes. timeout_ms None: the service's default. stream: a streaming session's own frame; with a backlog (1 or more), a host session's frame waits with no timeout, by the spin rule spin (a ReceiveSpin), until cancel ends it (then it returns signal_value 0, uncounted), and runs the input fence's newest value, or the value backlog - 1 below it when that is further ahead; its failures name the frame in details['signal_value']. flags: a RUN frame's (none are defined).
         """
     def serve_bytes(self, frame: bytes, owner: str, reply_flags: bool, gate: SpinGate, cancel: typing.Any, send: collections.abc.Callable[[bytes], bool], run_options: typing.Any = None) -> tuple[bool | None, typing.Any]:
         """

@@ -15,8 +15,8 @@ a spin, never through a block.
 The rule has one home, native/common/spin_rule.h: the run engine's fence waits, the service's
 native receive, the Python IPC client's replies (``_native.ClientSocket``) and the C client
 follow it in C, and :class:`AdaptiveSpin` is that rule (``_native.ReceiveSpin``) for waiters
-that are Python calls already: a streaming worker, a renderer's
-:meth:`Fence.wait <fenceline.client.Fence.wait>`.
+that are Python calls already (a renderer's :meth:`Fence.wait <fenceline.client.Fence.wait>`)
+and for a streaming worker, whose frames wait in the run engine by its rule (``native``).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class AdaptiveSpin:
     native clock's, one call fewer).
     """
 
-    __slots__ = ("denied", "gate", "clock", "_rule")
+    __slots__ = ("gate", "clock", "native")
 
     def __init__(
         self, max_spin_ns: int, spin_gate: SpinGate | None = None,
@@ -152,39 +152,46 @@ class AdaptiveSpin:
     ) -> None:
         if max_spin_ns < 0:
             raise ValueError("max_spin_ns must not be negative")
-        self._rule = _native.ReceiveSpin(max_spin_ns)
-        self.denied = 0  # waits that blocked at once because every spinner slot was taken
+        # The rule's state, for native waits by this rule too (a streaming frame's in the run
+        # engine: runtime/streaming.py).
+        self.native = _native.ReceiveSpin(max_spin_ns)
         self.gate = spin_gate  # None: the process gate
         self.clock = clock
 
     @property
+    def denied(self) -> int:
+        """Waits that blocked at once because every spinner slot was taken (native waits by
+        this rule included)."""
+        return int(self.native.denied)
+
+    @property
     def max_spin_ns(self) -> int:
-        return int(self._rule.max_spin_ns)
+        return int(self.native.max_spin_ns)
 
     @property
     def average_wait_ns(self) -> float:
         """The moving average of the waits of the way now preferred."""
-        return float(self._rule.average_wait_ns)
+        return float(self.native.average_wait_ns)
 
     @property
     def spinning(self) -> bool:
         """Whether spinning is preferred now."""
-        return bool(self._rule.spinning) and self.max_spin_ns > 0
+        return bool(self.native.spinning) and self.max_spin_ns > 0
 
     def budget_ns(self) -> int:
         """How long the next wait should spin before it sleeps."""
-        return int(self._rule.budget_ns(-1 if self.clock is None else self.clock()))
+        return int(self.native.budget_ns(-1 if self.clock is None else self.clock()))
 
     def observe(self, waited_ns: int, budget_ns: int = 0) -> None:
         """Feeds back how long the last wait took and the budget it was given."""
-        self._rule.observe(waited_ns, budget_ns)
+        self.native.observe(waited_ns, budget_ns)
 
     def _slot(self) -> SpinSlot | None:
         """A spinner slot to hold while this wait spins (release it before blocking), or
         None, counted in ``denied``: every slot is taken, so this wait blocks at once."""
         slot = (self.gate or _gate).try_enter()
         if slot is None:
-            self.denied += 1
+            self.native.denied += 1
         return slot
 
     def wait_fence(

@@ -171,12 +171,33 @@ def test_request_mode(service: Service, cells: Callable[..., Cell], transport: s
 @pytest.mark.parametrize("transport", ["socket", "http"])
 def test_streaming(service: Service, cells: Callable[..., Cell], transport: str) -> None:
     """A streaming session made and started over the transport: the service runs each value of
-    its input fence itself, every frame through the engine."""
+    its input fence itself, every frame through the engine, which waits for the fence too (the
+    service is seen asleep on it before each value comes)."""
     cell = cells(transport, "streaming")
     with counted(service) as change:
         cell.frames(range(1, 4))
-    # The worker waits on the input fence itself and enters the engine once it is there.
-    assert change == {"answered": 3}
+    assert change == {"answered": 3, "waited": 3}
+
+
+def test_pausing_a_stream_ends_its_frame_s_wait_in_the_engine(
+        service: Service, cells: Callable[..., Cell]) -> None:
+    """A streaming session paused while its frame waits on the input fence in the engine: the
+    wait ends, nothing runs or is counted, and once started again the next value runs."""
+    cell = cells("socket", "streaming")
+    with counted(service) as change:
+        asleep_on(cell.wait)
+        assert cell.client.pause_session(cell.session_id)["stream"]["state"] == "paused"
+        assert sleepers(cell.wait) == 0  # pause returned once the worker's wait ended
+        cell.wait.signal(1)
+    assert change == {}
+    assert cell.done.value == 0
+    cell.x[:] = 5
+    with counted(service) as change:
+        cell.client.start_session(cell.session_id)
+        assert cell.done.wait(1, 60) and np.all(cell.y == 6)
+        cell.frames(range(2, 3))
+    # Value 1 was there when the worker started again; value 2 came late.
+    assert change == {"answered": 2, "waited": 1}
 
 
 def test_streaming_takes_no_run_from_the_page(service: Service,
@@ -193,7 +214,7 @@ def test_streaming_takes_no_run_from_the_page(service: Service,
             cell.frames(range(1, 3))
     finally:
         request.close()
-    assert change == {"answered": 2, "failed": 1}
+    assert change == {"answered": 2, "failed": 1, "waited": 2}
 
 
 # -- scenarios ------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ def test_pipe_streaming(service: WinService, unique: str) -> None:
             r.asleep()
             r.ready.signal(v)
             assert r.done.wait(v, 60) and np.all(r.y == v + 1), v
-        assert changed(before, native_runs(service)) == {"answered": 3}  # its worker waits
+        # Each frame waited for its input fence in the engine (the service asleep on it first).
+        assert changed(before, native_runs(service)) == {"answered": 3, "waited": 3}
     finally:
         r.close()

@@ -27,7 +27,7 @@ void bind_adaptive_spin(py::module_ &mod) {
       .def_property_readonly("spinning", &ReceiveSpin::spinning)
       .def_property_readonly("average_wait_ns", &ReceiveSpin::average_wait_ns)
       .def_property_readonly("max_spin_ns", &ReceiveSpin::max_spin_ns)
-      .def_readonly("denied", &ReceiveSpin::denied);
+      .def_readwrite("denied", &ReceiveSpin::denied);
   // The rule's constants, which fenceline.waiting reads rather than copies.
   mod.attr("SPIN_WINDOW_SHIFT") = FL_SPIN_WINDOW_SHIFT;
   mod.attr("SPIN_WINDOWS_PER_PERIOD") = FL_SPIN_WINDOWS_PER_PERIOD;

@@ -59,7 +59,10 @@ class ReceiveSpin {
   bool spinning() const { return fl_spin_rule_spinning(&rule_) != 0; }
   double average_wait_ns() const { return fl_spin_rule_average(&rule_); }
   std::int64_t max_spin_ns() const { return fl_spin_rule_max(&rule_); }
-  std::uint64_t denied = 0;  // waits that blocked at once: every spinner slot was taken
+  void set_max_spin_ns(std::int64_t max_spin_ns) { fl_spin_rule_set_max(&rule_, max_spin_ns); }
+  // Waits that blocked at once: every spinner slot was taken (counted by whoever waited by
+  // this rule, native code or fenceline.waiting.AdaptiveSpin).
+  std::uint64_t denied = 0;
 
  private:
   fl_spin_rule rule_;

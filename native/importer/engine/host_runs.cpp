@@ -107,10 +107,10 @@ class SessionRunner {
   bool in_python = false;        // run by `body`, not here
   std::mutex mu;  // held through a run, its fence wait included; close() takes it
   bool closed = false;
-  // The input fence's spin rule (spin_rule.h) of the session; its budget set by
-  // RunTable::add. Read and written with `mu` held.
-  fl_spin_rule spin = initial_spin();
-  std::uint64_t denied = 0;  // fence waits that blocked at once: every spinner slot was taken
+  // The input fence's spin rule (spin_rule.h) of the session, and its fence waits that
+  // blocked at once (every spinner slot was taken); its budget set by RunTable::add. Read and
+  // written with `mu` held. A streaming session's frames wait by their worker's rule instead.
+  ReceiveSpin spin{0};
 
   // Binds the model's one-thread session (HostSession.use_single_thread), after a run in
   // flight: the GIL is let go while it waits for one.
@@ -126,38 +126,36 @@ class SessionRunner {
     single_from = from;
     frame_bytes = bytes;
   }
-
- private:
-  static fl_spin_rule initial_spin() {
-    fl_spin_rule rule;
-    fl_spin_rule_init(&rule, 0);
-    return rule;
-  }
 };
 
 // The slice of a long fence wait (as fenceline.interop.host_fence.CANCEL_SLICE_NS, a renderer's):
 // between slices the wait asks whether the client went away or the service stops.
 constexpr std::int64_t kCancelSliceNs = 100000000;
 
-// The input fence's wait of a RUN sent ahead of it: the session's spin rule
-// gives a budget, spun while a slot of `gate` is held; then the wait sleeps, in slices of
-// kCancelSliceNs when `cancel` (a fenceline.waiting.Cancel; None: none) is given, asking it
-// between slices, with the GIL, whether the wait must end. Returns the FL_HTL_* result, or
-// FL_HTL_TIMED_OUT with `cancelled` set to the Cancel's reason. Called with the GIL held and
-// the runner's `mu`; the GIL is let go meanwhile. Throws Error when the fence's page is lost.
-int wait_late(SessionRunner &r, std::uint64_t value, std::int64_t timeout_ns, SpinGate &gate,
-              const Shutdown &shutdown, const py::object &cancel, std::string &cancelled) {
+// A wait with no timeout of its own (a streaming session's frame): 73 years, ended by its
+// cancel.
+constexpr std::int64_t kNoTimeoutNs = std::int64_t{1} << 61;
+
+// The input fence's wait of a RUN sent ahead of it: the spin rule `spin` (the session's, or
+// a streaming worker's) gives a budget, spun while a slot of `gate` is held; then the wait
+// sleeps, in slices of kCancelSliceNs when `cancel` (a fenceline.waiting.Cancel, or any object
+// with is_set(); None: none) is given, asking it between slices, with the GIL, whether the
+// wait must end. Returns the FL_HTL_* result, or FL_HTL_TIMED_OUT with `cancelled` set to the
+// Cancel's reason. Called with the GIL held and whatever guards `spin` (the runner's `mu`);
+// the GIL is let go meanwhile. Throws Error when the fence's page is lost.
+int wait_late(const HostFence &fence, ReceiveSpin &spin_rule, std::uint64_t value,
+              std::int64_t timeout_ns, SpinGate &gate, const Shutdown &shutdown,
+              const py::object &cancel, std::string &cancelled) {
   py::gil_scoped_release nogil;
-  const HostFence &fence = *r.wait;
   const std::int64_t t0 = fl_htl_now_ns();
-  std::int64_t budget = fl_spin_rule_budget(&r.spin, t0);
+  std::int64_t budget = spin_rule.budget_ns(t0);
   if (budget > 0) {
     int got = FL_HTL_TIMED_OUT;
     std::int64_t spin = 0;
     {
       SpinSlot slot(gate);  // given back before the wait sleeps
       if (!slot) {
-        ++r.denied;
+        ++spin_rule.denied;
         budget = 0;
       } else {
         spin = std::min(budget, timeout_ns);
@@ -166,7 +164,7 @@ int wait_late(SessionRunner &r, std::uint64_t value, std::int64_t timeout_ns, Sp
     }
     if (budget > 0) {
       if (got != FL_HTL_TIMED_OUT) {
-        fl_spin_rule_observe(&r.spin, fl_htl_now_ns() - t0, budget);
+        spin_rule.observe(fl_htl_now_ns() - t0, budget);
         return got;
       }
       if (timeout_ns <= spin) return got;
@@ -185,7 +183,8 @@ int wait_late(SessionRunner &r, std::uint64_t value, std::int64_t timeout_ns, Sp
       {
         py::gil_scoped_acquire gil;
         if (cancel.attr("is_set")().cast<bool>()) {
-          cancelled = cancel.attr("reason")().cast<std::string>();
+          cancelled = py::hasattr(cancel, "reason") ? cancel.attr("reason")().cast<std::string>()
+                                                    : "the wait was cancelled";
           return got;
         }
       }
@@ -193,12 +192,14 @@ int wait_late(SessionRunner &r, std::uint64_t value, std::int64_t timeout_ns, Sp
     }
   }
   // A timeout says how long nothing came, not how fast it comes: it teaches the rule nothing.
-  if (got != FL_HTL_TIMED_OUT) fl_spin_rule_observe(&r.spin, fl_htl_now_ns() - t0, budget);
+  if (got != FL_HTL_TIMED_OUT) spin_rule.observe(fl_htl_now_ns() - t0, budget);
   return got;
 }
 
-// What serve_run did with a RUN: what the connection's loop does next.
-enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2 };
+// What serve_run did with a RUN: what the connection's loop does next. kHalted: a streaming
+// session's frame whose wait its worker ended (pause, stop, shutdown): nothing ran, nothing
+// is counted.
+enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2, kHalted = 3 };
 
 // A run served here: its reply, and what the session's counters and the metrics record once
 // the reply is sent (the renderer waits for the reply, not for the bookkeeping).
@@ -284,7 +285,7 @@ class RunTable {
 
   void add(const py::bytes &key, std::shared_ptr<SessionRunner> runner) {
     const Key k = to_key(key);
-    fl_spin_rule_set_max(&runner->spin, spin_ns_);
+    runner->spin.set_max_spin_ns(spin_ns_);
     std::lock_guard<std::mutex> lock(mu_);
     std::weak_ptr<std::atomic<int>> &shared = owners_[runner->owner];
     runner->inflight = shared.lock();
@@ -337,21 +338,27 @@ class RunTable {
 
   // The entry for a caller in Python (HTTP interop runs, a streaming session's worker):
   // (signal_value, wait_ns, infer_ns, total_ns) of the run, or its FencelineError raised.
-  // `session_id`: the id as the client gave it. `timeout_ms` None: the service's default.
-  // `stream`: a streaming session's own frame (its worker's), not a client's RUN. `series`:
-  // the metrics to record it in (None: the session's). `flags`: a RUN frame's.
+  // `session_id`: the id as the client gave it, or its 16 bytes (a caller that runs the
+  // session often parses it once). `timeout_ms` None: the service's default. `stream`: a
+  // streaming session's own frame (its worker's), not a client's RUN: see Request. `spin`: the
+  // spin rule of its input fence's wait (None: the session's). `backlog`: a host session's
+  // stream frame's (Request). `series`: the metrics to record it in (None: the session's).
+  // `flags`: a RUN frame's. A stream frame whose wait `cancel` ended returns signal_value 0.
   py::typing::Tuple<py::int_, py::int_, py::int_, py::int_> run(
-      const std::string &owner, const py::str &session_id, const py::int_ &wait_value,
+      const std::string &owner, const py::object &session_id, const py::int_ &wait_value,
       const py::object &signal_value, const py::object &timeout_ms, SpinGate &gate,
       const py::object &cancel, const py::object &run_options, bool asynchronous, bool stream,
-      const py::object &series, std::uint32_t flags) {
+      const py::object &series, std::uint32_t flags, const py::object &spin,
+      std::uint64_t backlog) {
     const std::int64_t received = fl_htl_now_ns();
     py::object failure = py::none();
     Answer answer;
     const Waits waits{gate, cancel, run_options};
     Key key;
     try {
-      key = id_key(session_id);
+      key = PyBytes_Check(session_id.ptr())
+                ? to_key(py::reinterpret_borrow<py::bytes>(session_id))
+                : id_key(py::str(session_id));
     } catch (const Error &) {
       failed_.fetch_add(1, std::memory_order_relaxed);  // refused as an unknown session
       throw;
@@ -364,8 +371,12 @@ class RunTable {
                       flags,
                       asynchronous,
                       stream,
-                      series.is_none() ? nullptr : series.cast<std::shared_ptr<RunSeries>>()};
-    if (enter(req, received, waits, failure, answer) != kAnswered) {
+                      series.is_none() ? nullptr : series.cast<std::shared_ptr<RunSeries>>(),
+                      spin.is_none() ? nullptr : spin.cast<ReceiveSpin *>(),
+                      backlog};
+    const int served = enter(req, received, waits, failure, answer);
+    if (served == kHalted) return py::make_tuple(0, 0, 0, 0);
+    if (served != kAnswered) {
       PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(failure.ptr())), failure.ptr());
       throw py::error_already_set();
     }
@@ -614,7 +625,7 @@ class RunTable {
                       run.timeout_ms == FL_WIRE_TIMEOUT_DEFAULT
                           ? -1
                           : static_cast<std::int64_t>(run.timeout_ms),
-                      run.flags, kind == FL_KIND_RUN_ASYNC, false, nullptr};
+                      run.flags, kind == FL_KIND_RUN_ASYNC, false, nullptr, nullptr, 0};
     const int served = enter(req, received, waits, failure, answer);
     answer.request_id = request_id;
     if (!reply_flags) answer.body.flags = 0;
@@ -624,7 +635,16 @@ class RunTable {
   // What a run asks: whose, of which session, its fence values (signal 0: the wait value),
   // its timeout (-1: the service's default), its flags (none are defined), whether it may
   // reply once its work is queued (a CUDA session's), whether it is a streaming session's own
-  // frame, and the metrics to record it in (null: the session's).
+  // frame, the metrics to record it in (null: the session's) and the spin rule of its fence
+  // wait (null: the session's).
+  // A host session's stream frame with a `backlog` (1 or more) has no signal value of its
+  // own: it waits for wait_value with no timeout until its worker's cancel or the shutdown
+  // ends the wait (kHalted), holding no lock meanwhile; then it runs the newest value the
+  // input fence reached, unless that is `backlog` or more values past wait_value: it then
+  // runs the value `backlog - 1` below it (the values between are the policy's to skip), and
+  // sets the output fence's status live before it signals. A failure of that frame (the model
+  // failed, the input fence reports an error) names the frame in its details'
+  // `signal_value`, for the worker to signal it failed.
   struct Request {
     const std::string &owner;
     Key key;
@@ -633,6 +653,8 @@ class RunTable {
     std::uint32_t flags;
     bool asynchronous, stream;
     std::shared_ptr<RunSeries> series;
+    ReceiveSpin *spin;
+    std::uint64_t backlog;
   };
 
   // The entry: run, with an unexpected failure answered "internal" (the log says what
@@ -650,7 +672,8 @@ class RunTable {
     } catch (const std::exception &e) {
       failure = internal_failure(e.what());
     }
-    (served == kAnswered ? answered_ : failed_).fetch_add(1, std::memory_order_relaxed);
+    if (served != kHalted)
+      (served == kAnswered ? answered_ : failed_).fetch_add(1, std::memory_order_relaxed);
     return served;
   }
 
@@ -786,7 +809,24 @@ class RunTable {
                const std::shared_ptr<RunSeries> &series, py::object &failure, Answer &answer) {
     SessionRunner &r = *rp;
     const std::uint64_t wait_value = req.wait_value;
-    const std::uint64_t target = req.signal_value ? req.signal_value : wait_value;
+    std::uint64_t target = req.signal_value ? req.signal_value : wait_value;
+    const bool frame = req.stream && req.backlog > 0;  // a streaming worker's frame (Request)
+    int reached = FL_HTL_TIMED_OUT;
+    if (frame) {
+      // Its worker sends its frames one at a time, so its wait holds no lock: closing the
+      // session, or binding its one-thread session, never waits for an input that may not come.
+      if (req.spin == nullptr) throw Error(Code::InvalidArgument, "a stream frame needs a spin");
+      reached = r.wait->wait(wait_value, 0, 0);
+      if (reached == FL_HTL_TIMED_OUT) {
+        std::string cancelled;
+        reached = wait_late(*r.wait, *req.spin, wait_value, kNoTimeoutNs, waits.gate, *shutdown_,
+                            waits.cancel, cancelled);
+        if (!cancelled.empty()) return kHalted;
+        waited_.fetch_add(1, std::memory_order_relaxed);
+      }
+      const std::uint64_t at = r.wait->value();
+      if (at > wait_value && at - wait_value >= req.backlog) target = at - (req.backlog - 1);
+    }
     std::unique_lock<std::mutex> hold(r.mu, std::try_to_lock);
     if (!hold.owns_lock()) {
       py::gil_scoped_release nogil;  // the run in flight may need the GIL to finish
@@ -796,6 +836,7 @@ class RunTable {
       failure = error("Conflict", "the session is closed");
       return kFailed;
     }
+    // A frame's time starts once its input came: the wait before it is the renderer's pace.
     const std::int64_t start = fl_htl_now_ns();
     const std::uint64_t current = r.signal->value();  // a lost page throws DeviceLost
     if (target <= current) {
@@ -804,20 +845,24 @@ class RunTable {
                                       std::to_string(current));
       return kFailed;
     }
-    int reached = r.wait->wait(wait_value, 0, 0);
-    if (reached != FL_HTL_REACHED) {
+    if (frame) {
+      if (reached != FL_HTL_REACHED) {
+        failure = wait_failure(r, reached, wait_value, kNoTimeoutNs, target);
+        if (reached == FL_HTL_ERRORED) name_frame(failure, target);
+        return kFailed;
+      }
+    } else if ((reached = r.wait->wait(wait_value, 0, 0)) != FL_HTL_REACHED) {
       // Sent ahead of its input fence: waited for here.
       waited_.fetch_add(1, std::memory_order_relaxed);
       std::string cancelled;
-      reached =
-          wait_late(r, wait_value, timeout_ns, waits.gate, *shutdown_, waits.cancel, cancelled);
+      reached = wait_late(*r.wait, r.spin, wait_value, timeout_ns, waits.gate, *shutdown_,
+                          waits.cancel, cancelled);
       if (!cancelled.empty()) {
         failure = error("Unavailable", cancelled);
         return kFailed;
       }
       if (reached != FL_HTL_REACHED) {
-        // The wording's one home is the Python session's (runtime/host_session.py).
-        failure = r.session.attr("wait_failed")(reached, wait_value, timeout_ns, target);
+        failure = wait_failure(r, reached, wait_value, timeout_ns, target);
         return kFailed;
       }
     }
@@ -846,6 +891,7 @@ class RunTable {
       py::error_already_set e;
       // The message's one home is the Python session's (runtime/session.py).
       failure = r.session.attr("model_failed")(e.value());
+      if (frame) name_frame(failure, target);
       return kFailed;
     }
     Py_DECREF(ok);
@@ -855,6 +901,9 @@ class RunTable {
         failure = r.session.attr("memory_shrank")();
         return kFailed;
       }
+    // A frame after failed ones: live again before the value, so its waiters see live.
+    if (frame && r.signal->status() != FL_HTL_STATUS_LIVE)
+      r.signal->set_status(FL_HTL_STATUS_LIVE);
     r.signal->signal(target);
     const std::int64_t end = fl_htl_now_ns();
     answer.session = r.session;  // recorded once the reply is sent (Answer::record)
@@ -877,6 +926,35 @@ class RunTable {
     answer.tag = tag;
     answer.target = target;
     return kAnswered;
+  }
+
+  // The failure of a run whose input-fence wait for `wait_value` ended with `reached` (an
+  // FL_HTL_* other than reached): a timeout ran and signalled nothing, and says so (`queued`
+  // false), as docs/ipc.md "When a run times out" says.
+  static py::object wait_failure(const SessionRunner &r, int reached, std::uint64_t wait_value,
+                                 std::int64_t timeout_ns, std::uint64_t target) {
+    if (reached == FL_HTL_ABANDONED)
+      return error("DeviceLost", "the input fence was abandoned by its signaller");
+    const std::string at = std::to_string(r.wait->value());  // a lost page throws DeviceLost
+    if (reached != FL_HTL_TIMED_OUT)
+      return error("DeviceLost", "the input fence reports an error at value " + at);
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%g", static_cast<double>(timeout_ns) / 1e6);
+    py::dict details;
+    details["queued"] = false;
+    details["wait_value"] = wait_value;
+    details["signal_value"] = target;
+    return py::module_::import("fenceline.errors")
+        .attr("TimedOut")("fence did not reach " + std::to_string(wait_value) + " within " +
+                              ms + " ms (it is at " + at +
+                              "); nothing ran and nothing was signalled (not queued): send the "
+                              "run again once the input is ready",
+                          details);
+  }
+
+  // A stream frame's failure names the frame it failed (Request), for its worker to signal.
+  static void name_frame(const py::object &failure, std::uint64_t target) {
+    failure.attr("details")[py::str("signal_value")] = target;
   }
 
   // A session id given as text: its 16 bytes, or a key no session has (then the refusal
@@ -993,13 +1071,19 @@ void bind_host_runs(py::module_ &mod) {
            py::arg("wait_value"), py::arg("signal_value"), py::arg("timeout_ms"),
            py::arg("gate"), py::arg("cancel") = py::none(), py::arg("run_options") = py::none(),
            py::arg("asynchronous") = false, py::arg("stream") = false,
-           py::arg("series") = py::none(), py::arg("flags") = 0,
+           py::arg("series") = py::none(), py::arg("flags") = 0, py::arg("spin") = py::none(),
+           py::arg("backlog") = 0,
            "The entry of a run: admission and every refusal, the input fence's wait (spinning "
            "as gate allows, ended early by cancel between slices), the model, the signal, the "
            "counters, metrics (series; None: the session's) and trace marks. Returns "
            "(signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. "
-           "timeout_ms None: the service's default. stream: a streaming session's own frame. "
-           "flags: a RUN frame's (none are defined).")
+           "session_id: the id as text, or its 16 bytes. timeout_ms None: the service's "
+           "default. stream: a streaming session's own frame; with a backlog (1 or more), a "
+           "host session's frame waits with no timeout, by the spin rule spin (a ReceiveSpin), "
+           "until cancel ends it (then it returns signal_value 0, uncounted), and runs the "
+           "input fence's newest value, or the value backlog - 1 below it when that is "
+           "further ahead; its failures name the frame in details['signal_value']. flags: a "
+           "RUN frame's (none are defined).")
       .def("add", &RunTable::add, py::arg("key"), py::arg("runner"))
       .def("remove", &RunTable::remove, py::arg("key"),
            "Forgets a session, after its run in flight (the GIL is released while it waits).")

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fenceline import _native, waiting
-from fenceline.errors import Conflict, FencelineError, TimedOut
+from fenceline.errors import Conflict
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime import ort_binding
@@ -47,7 +47,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         self._frame_bytes = sum(b.view.nbytes for b in (*inputs.values(), *outputs.values()))
         self._native: tuple[Any, bytes] | None = None  # (RunTable, key) once registered
         self._runner: Any = None  # the _native.SessionRunner, once registered
-        self._frame: tuple[Any, str, str] | None = None  # (RunTable, owner, id): streaming
+        self._frame: tuple[Any, str, bytes] | None = None  # (RunTable, owner, key): streaming
 
     def register(self, table: Any, session_id: str, owner: str, series: Any,
                  streaming: bool) -> None:
@@ -71,17 +71,22 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             self._native = (table, key)
             self._runner = runner
             if streaming:
-                self._frame = (table, owner, session_id)
+                self._frame = (table, owner, key)
 
-    def run_frame(self, value: int) -> RunResult:
-        """One frame of a streaming session, its input fence at ``value`` already: the model
-        and the signal of ``value``, through the run engine (runtime/streaming.py)."""
+    def run_frame(self, value: int, backlog: int, spin: Any,
+                  cancel: waiting.Flag) -> RunResult:
+        """One frame of a streaming session (runtime/streaming.py), through the run engine: it
+        waits there for the input fence to reach ``value``, by the worker's spin rule ``spin``
+        (a ``_native.ReceiveSpin``), until ``cancel`` is set (then signal_value is 0: nothing
+        ran); then the model and the signal of the newest value the fence reached, or of the
+        value ``backlog - 1`` below it when that is further ahead. A failed frame's error names
+        the frame in ``details["signal_value"]``."""
         frame = self._frame
         if frame is None:
             raise Conflict("the session is closed")
-        table, owner, session_id = frame
-        return RunResult(*table.run(owner, session_id, value, value, None,
-                                    waiting.gate().native, stream=True))
+        table, owner, key = frame
+        return RunResult(*table.run(owner, key, value, None, None, waiting.gate().native,
+                                    cancel, stream=True, spin=spin, backlog=backlog))
 
     def use_single_thread(self) -> None:
         """Binds the model's one-thread session too (loaded on the model's first call): from
@@ -116,23 +121,6 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
     @property
     def output_devices(self) -> dict[str, str]:
         return {name: self.model.device for name in self.outputs}
-
-    def wait_failed(self, result: int, wait_value: int, timeout_ns: int,
-                    target: int) -> FencelineError:
-        """The error of a run whose input-fence wait for ``wait_value`` ended with ``result``
-        (a WAIT_* other than reached), worded here for the engine: a timeout ran and
-        signalled nothing, and says so (``queued: false``)."""
-        try:
-            self.wait_fence.raise_for(result, wait_value, timeout_ns)
-        except TimedOut as e:
-            return TimedOut(
-                f"{e.message}; nothing ran and nothing was signalled (not queued): "
-                "send the run again once the input is ready",
-                {"queued": False, "wait_value": wait_value, "signal_value": target},
-            )
-        except FencelineError as e:
-            return e
-        raise ValueError(f"wait result {result} is not a failure")
 
     def close(self) -> None:
         """Waits for a run in flight, then unbinds and lets go of the views, so the mappings

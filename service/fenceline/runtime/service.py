@@ -459,13 +459,14 @@ class Runtime:
             return
         assert isinstance(session, CudaSession)
         frames: Any = None if streaming else series  # a frame is no run of a client's
-        self.runs.add(bytes.fromhex(sid), _native.SessionRunner.python(
+        key = bytes.fromhex(sid)
+        self.runs.add(key, _native.SessionRunner.python(
             owner, _python_body(session, self.settings.spin_ns, self.metrics, streaming),
             frames, streaming))
         if streaming:  # its driver's frames (runtime/gpu_streaming.py) enter the engine too
             runs = self.runs
             session.frame_entry = lambda value: runs.run(
-                owner, sid, value, value, None, waiting.gate().native, asynchronous=True,
+                owner, key, value, value, None, waiting.gate().native, asynchronous=True,
                 stream=True)
 
     def _set_pool_priority(self) -> None:

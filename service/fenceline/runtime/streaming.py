@@ -2,11 +2,12 @@
 (docs/streaming.md).
 
 A :class:`StreamWorker` owns one thread per running session and drives a backend's
-:class:`StreamDriver` step by step: the host driver waits on the input fence on the CPU (adaptive
-spin, then futex), then hands the frame to the run engine (``HostSession.run_frame``), which
-runs the model and signals the output fence with the same value. A failed
-frame is still signalled, with the output fence's status set to error, so a renderer waiting on
-it never stalls; the next good frame sets the status back to live.
+:class:`StreamDriver` step by step: the host driver hands each frame to the run engine
+(``HostSession.run_frame``), which waits on the input fence on the CPU (adaptive spin, then
+futex, ended early when the worker pauses or stops), runs the model and signals the output
+fence with the value it ran. A failed frame is still signalled, with the output fence's status
+set to error, so a renderer waiting on it never stalls; the next good frame sets the status back
+to live (the engine does, before it signals).
 
 Backends with their own queues implement :class:`StreamDriver` to enqueue wait/run/signal per
 value instead of waiting on the CPU (runtime/gpu_streaming.py: CUDA sessions), and register it
@@ -18,12 +19,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fenceline import _native, logs
+from fenceline import logs
 from fenceline.errors import Conflict, DeviceLost, FencelineError, ModelError, Unsupported
 from fenceline.metrics import Metrics
 from fenceline.runtime.host_session import HostSession
@@ -37,8 +37,10 @@ Policy = Literal["latest", "every"]
 State = Literal["running", "paused", "stopped", "failed"]
 
 STATUS_LIVE, STATUS_ABANDONED, STATUS_ERROR = 0, 1, 2
-# How long one step waits before it looks at its control flags again: the latency of pause and
-# stop. The native wait cannot be interrupted by another thread, so waits come in slices.
+# How long one step of a driver that waits in Python waits before it looks at its control flags
+# again: the latency of pause and stop. The native wait cannot be interrupted by another thread,
+# so waits come in slices. (A host session's frame waits in the run engine, which asks its
+# ``halting`` flag between slices of its own, 0.1 s.)
 SLICE_NS = 50_000_000
 # An every-value session that falls this far behind drops the oldest values (counted as
 # skipped) instead of running an unbounded backlog after one huge jump of the input fence.
@@ -73,6 +75,8 @@ class StreamDriver(ABC):
         self.spin = spin
         self.stats = stats
         self.metrics = metrics
+        # Set while the worker pauses or stops: a wait in progress ends early.
+        self.halting = threading.Event()
 
     @abstractmethod
     def step(self, slice_ns: int) -> None: ...
@@ -91,7 +95,8 @@ class StreamDriver(ABC):
 
 
 class HostStreamDriver(StreamDriver):
-    """Host timeline fences, any model: wait on the CPU, run, signal."""
+    """Host timeline fences, any model: each frame is one entry into the run engine, which
+    waits on the CPU, runs and signals; the policy is its ``backlog``."""
 
     def __init__(
         self, session: Session, policy: Policy, spin: AdaptiveSpin, stats: StreamStats,
@@ -105,8 +110,9 @@ class HostStreamDriver(StreamDriver):
                 f"a streaming session with a host_timeline input fence needs a host_timeline "
                 f"output fence, not {session.signal_fence.kind!r}"
             )
-        self._in = session.wait_fence.handle
         self._out = session.signal_fence.handle
+        # How far behind the input fence a frame may run: "latest" runs the newest value only.
+        self._backlog = 1 if policy == "latest" else MAX_BACKLOG
         self._errored = True
         model = session.model.name
         self._m_frames = metrics.stream_frames.labels(model)
@@ -120,47 +126,44 @@ class HostStreamDriver(StreamDriver):
 
     def step(self, slice_ns: int) -> None:
         nxt = self._out.value + 1
-        r = self.spin.wait_fence(self._in, nxt, slice_ns)
-        if r == _native.WAIT_TIMED_OUT:
-            return
-        if r == _native.WAIT_ABANDONED:
-            raise DeviceLost("the input fence was abandoned by its signaller")
-        seen = time.perf_counter_ns()
-        reached = self._in.value
-        if self.policy == "latest":
-            target, skipped = reached, reached - nxt
-        else:
-            skipped = max(0, reached - nxt - (MAX_BACKLOG - 1))
-            target = nxt + skipped
-        if skipped:
-            self.stats.skipped += skipped
-            self._m_skipped.inc(skipped)
-        if r == _native.WAIT_ERRORED:
-            self._fail(target, "input_error", f"the input fence reports an error at {reached}")
-            return
-        if self._errored:
-            self._out.set_status(STATUS_LIVE)  # before the value: waiters on it see live
         try:
-            # The frame through the run engine, as every run: the model, the signal, the
-            # session's counters (HostSession.run_frame).
-            self.host.run_frame(target)
+            # The frame through the run engine, as every run: the wait, the model, the signal,
+            # the session's counters (HostSession.run_frame).
+            result = self.host.run_frame(nxt, self._backlog, self.spin.native, self.halting)
         except ModelError as e:
-            self._fail(target, "model_error", e.message)
+            self._fail(nxt, e, "model_error")
+            return
+        except DeviceLost as e:
+            if "signal_value" not in e.details:
+                raise  # the input fence abandoned, memory lost: the worker ends
+            self._fail(nxt, e, "input_error")  # the input fence reports an error
             return
         except Conflict as e:  # someone else signalled the output fence to this value or past it
             self._conflict(e)
             return
+        target = result.signal_value
+        if not target:
+            return  # the worker pauses or stops: nothing ran
+        self._skip(target - nxt)
         if self._errored:
             self._errored = False
             if self.stats.failed:
                 log.info("frame %d ran: the output fence is live again", target)
-        end = time.perf_counter_ns()
         self.stats.frames += 1
         self.stats.last_value = target
         self._m_frames.inc()
-        self._m_seconds.observe((end - seen) / 1e9)
+        self._m_seconds.observe((result.total_ns - result.wait_ns) / 1e9)
 
-    def _fail(self, target: int, reason: str, message: str) -> None:
+    def _skip(self, skipped: int) -> None:
+        if skipped:
+            self.stats.skipped += skipped
+            self._m_skipped.inc(skipped)
+
+    def _fail(self, nxt: int, e: FencelineError, reason: str) -> None:
+        """A frame that failed (the engine's error names it), signalled with status error."""
+        target = int(e.details["signal_value"])
+        message = e.message
+        self._skip(target - nxt)
         if not self._errored:  # one line per run of failures, not one per frame
             log.warning("frame %d failed (%s), and so may the next ones until one runs: %s",
                         target, reason, message)
@@ -231,7 +234,6 @@ class StreamWorker:
         self.slice_ns = slice_ns
         self.state: State = "paused"
         self._driver: StreamDriver | None = driver(session, policy, self.spin, self.stats, metrics)
-        self._halt = False
         self._thread: threading.Thread | None = None
         self._control = threading.Lock()
 
@@ -243,7 +245,7 @@ class StreamWorker:
                 return
             assert self._driver is not None  # only stop drops it
             self._driver.revive()
-            self._halt = False
+            self._driver.halting.clear()
             self.state = "running"
             self._thread = threading.Thread(
                 target=self._loop, name=f"fenceline-stream-{self.label}", daemon=True
@@ -269,7 +271,8 @@ class StreamWorker:
             self._driver = None
 
     def _join(self) -> None:
-        self._halt = True
+        if self._driver is not None:
+            self._driver.halting.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -281,7 +284,7 @@ class StreamWorker:
         logs.session_id.set(self.label)
         try:
             driver.resume()
-            while not self._halt:
+            while not driver.halting.is_set():
                 driver.step(self.slice_ns)
             driver.drain()
         except FencelineError as e:
