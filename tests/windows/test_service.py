@@ -76,13 +76,7 @@ class WinService:
         """``renderer`` reports it hangs at run ``hanging`` holding its three imports; killed
         there, it leaves nothing in the service (:meth:`assert_released`)."""
         try:
-            assert renderer.stdout is not None
-            seen = []
-            for line in renderer.stdout:  # onnxruntime may print its own notices first
-                seen.append(line)
-                if line.startswith("{"):
-                    break
-            assert json.loads(seen[-1]) == {"hanging": hanging}, seen
+            assert first_json(renderer) == {"hanging": hanging}
             assert self.metric("fenceline_interop_imported_handles") == 3
         finally:
             renderer.kill()
@@ -148,7 +142,8 @@ def drain(proc: subprocess.Popen[str], into: list[str]) -> None:
 
 def run_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WinService]:
     """`fenceline serve` in its own Windows process: the session's `service` (conftest.py)."""
-    repo = build_repository(tmp_path_factory.mktemp("models"), ["add_64x64"])
+    # slow_add_64x64: runs long enough to kill a renderer during one (test_pipe_liveness.py).
+    repo = build_repository(tmp_path_factory.mktemp("models"), ["add_64x64", "slow_add_64x64"])
     port = free_port()
     pipe = f"\\\\.\\pipe\\fenceline-test-{secrets.token_hex(4)}"
     # Output through a pipe: CPython under Wine 8 cannot start with a file as stdout.
@@ -189,6 +184,17 @@ def renderer(service: WinService, transport: str, *extra: str,
          str(service.model), *extra],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
+
+
+def first_json(p: subprocess.Popen[str]) -> dict[str, object]:
+    """The first JSON line ``p`` prints (onnxruntime may print its own notices first)."""
+    assert p.stdout is not None
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    raise AssertionError(f"no JSON line from the process: {seen}")
 
 
 def finish_lines(p: subprocess.Popen[str]) -> str:
