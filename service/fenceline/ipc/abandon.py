@@ -6,8 +6,8 @@ models with an onnxruntime ``RunOptions`` of its own, and one thread of the serv
 ``epoll`` on every connection's socket (its hangup) and pidfd (its process's exit): when either
 fires, that connection's ``terminate`` flag is set, and onnxruntime ends the run at its next
 node (or the next iteration of a Loop), failing it; what the connection had queued is dropped
-before it is served. The thread takes no CPU while nobody dies. Linux only: the Windows pipe's
-runs end by themselves.
+before it is served. The thread takes no CPU while nobody dies. Linux only: the Windows pipe
+watches its peer's process itself (fenceline.ipc.pipe_server's ExitWatch).
 """
 
 from __future__ import annotations

@@ -103,8 +103,8 @@ class Connection:
         # of the channel, not a bound method: the connection must not reach itself, or it and
         # its channel's handles would wait for the cycle collector.)
         # The model runs of this connection, abandoned once the renderer is gone
-        # (fenceline.ipc.abandon; the Unix socket only).
-        self._run_options = None if self._process is None else abandon.run_options()
+        # (fenceline.ipc.abandon on the Unix socket, the pipe's ExitWatch on Windows).
+        self._run_options = abandon.run_options()
         self._cancel = Cancel(
             server.runtime.closing, functools.partial(self.peer_gone, sock, self._process),
             self._run_options)
@@ -141,7 +141,7 @@ class Connection:
         try:
             if self._process is not None and self._process.exited():
                 return  # gone before it was served: what it queued is purged at close
-            if self.server.abandoner is not None and self._run_options is not None:
+            if self.server.abandoner is not None:
                 self.server.abandoner.watch(self._run_options, fd, self._pidfd)
             while True:
                 failure: object = None
@@ -161,7 +161,7 @@ class Connection:
                         if data and problem is None and not fds:
                             sent, failure = table.serve_bytes(
                                 data, self.owner, self._reply_flags, waiting.gate().native,
-                                self._cancel, self._send)
+                                self._cancel, self._send, self._run_options)
                             if sent is not None:
                                 if not sent:
                                     break
@@ -249,7 +249,7 @@ class Connection:
         frames of the failed request (a refused session's views of the renderer's memory,
         the Windows pipe's connection) would stay until the cycle collector ran, after the
         connection closed."""
-        if self._run_options is not None and self._run_options.terminate:
+        if self._run_options.terminate:
             e = Unavailable("the client went away while its run ran; the run was abandoned")
         self.runtime.metrics.errors.labels("ipc", e.code).inc()
         return codec.encode_error(request_id, e)
