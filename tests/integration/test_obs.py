@@ -434,12 +434,17 @@ def test_a_model_slower_than_the_old_five_second_deadline_shows_its_results(
     model.write_bytes(packed_image_filter_model(4, spin_trips=trips))
     (tmp_path / "svc").mkdir()
     svc = start_service(repo, tmp_path / "svc")
+    run = obs.start(display, tmp_path / "obs.log", model="image_filter_rgba8_10s",
+                    socket=svc.socket, width=W, height=H, fps=FPS, seconds=120, every_ms=500,
+                    out=tmp_path / "out.raw")
     try:
-        run = obs.start(display, tmp_path / "obs.log", model="image_filter_rgba8_10s",
-                        socket=svc.socket, width=W, height=H, fps=FPS, seconds=120,
-                        until_filtered=1, every_ms=500, out=tmp_path / "out.raw")
+        # Until frames have shown the result (ending at the first result, as until_filtered=1
+        # did, could end before any frame had shown it), then the driver ends its run early.
+        wait_for(run, "frames showing the result", lambda c: c["shown"] >= 2)
+        run.proc.send_signal(signal.SIGINT)
         last = run.finish(timeout_s=180)
     finally:
+        run.close()
         stop_service(svc)
     assert last["filtered"] >= 1 and last["failures"] == 0 and last["reconnects"] == 0, last
     waits = [float(m.group(1)) for line in run.lines
