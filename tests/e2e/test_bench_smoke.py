@@ -76,6 +76,10 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
         assert ("720p", "FP32", 1, "sync", "ipc-written") in seen
     pipelined = next(r for r in rows if r["mode"] == "pipelined" and r["transport"] == "ipc")
     assert pipelined["note"] == "2 in flight on one connection"
+    # The baseline of the frames in flight, in the 64x64 pipelined scenario alone.
+    (one,) = [r for r in rows if r["transport"] == "ipc-one"]
+    assert (one["size"], one["renderers"], one["mode"]) == ("64x64", 1, "pipelined")
+    assert one["note"] == "1 in flight: the pipelined ipc row's baseline"
     fl = doc["floors"]
     assert fl["uds_round_trip_free_placement"]["p50_us"] > 0
     assert len(fl["uds_round_trip_one_cpu"]["cpus"]) == 1
@@ -101,11 +105,11 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
     waited = 0
     for r in doc["rows"]:
         w = r["waits"]
-        if r["transport"] not in ("ipc", "ipc-traced", "ipc-written"):
+        if r["transport"] not in ("ipc", "ipc-one", "ipc-traced", "ipc-written"):
             assert w == {}, r
             continue
         waits = {"spun", "napped", "nap_missed", "blocked", "stayed", "stayed_answered"}
-        if r["mode"] == "pipelined":
+        if r["mode"] == "pipelined" and r["transport"] == "ipc":
             # And how its RUNs sent ahead used the run page: all posted there (the ring never
             # fills at 2 in flight) and answered there (none is refused), counted over the timed
             # frames (at its edges up to 2 sent and not yet read, or the other way round).
@@ -119,7 +123,12 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
     assert waited > 0
     traced = [r for r in doc["rows"] if r["transport"] == "ipc-traced"]
     assert traced and all(r["check"] == "equal" for r in traced)
-    assert "IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time" in names
+    # The goal of frames in flight divides the two rows of that scenario's rounds.
+    (two,) = [r for r in rows if r["mode"] == "pipelined" and r["transport"] == "ipc"
+              and r["size"] == "64x64"]
+    (goal,) = [g for g in doc["goals"] if g["goal"] == PIPELINED_GOAL]
+    assert goal["met"] is not None
+    assert goal["value"] == pytest.approx(two["throughput_fps"] / one["throughput_fps"], abs=1e-3)
     assert all(set(g) >= {"goal", "target", "value", "met"} for g in doc["goals"])
 
 
@@ -128,7 +137,7 @@ def test_quick_bench_outputs_equal_a_direct_onnxruntime_run(
 ) -> None:
     doc, _, _ = quick_run
     checked = [r for r in doc["rows"] if r["transport"] in (
-        "in-process", "ipc", "http", "in-process-cross-core", "ipc-written")]
+        "in-process", "ipc", "ipc-one", "http", "in-process-cross-core", "ipc-written")]
     assert checked and all(r["check"] == "equal" for r in checked)
 
 
@@ -229,12 +238,13 @@ def test_scaling_goals_compare_throughput_and_floors_of_the_same_run() -> None:
                    throughput_fps=fps)
 
     rows = [
-        r("ipc", "64x64", 1, "sync", 40e-6, 25_000), r("ipc", "64x64", 1, "pipelined", 60e-6, 32_500),
+        r("ipc", "64x64", 1, "pipelined", 60e-6, 32_500),
+        r("ipc-one", "64x64", 1, "pipelined", 40e-6, 25_000),
         r("in-process", "1080p", 4, "sync", 2.5e-3, 1600), r("ipc", "1080p", 4, "sync", 3.5e-3, 1100),
         r("in-process", "720p", 1, "sync", 200e-6, 5000), r("ipc", "720p", 1, "sync", 240e-6, 4100),
     ]
     by = {g["goal"]: g for g in goals(rows)}
-    pipe = by["IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time"]
+    pipe = by[PIPELINED_GOAL]
     assert pipe["value"] == pytest.approx(1.3) and pipe["met"] is True
     four = by["IPC 1080p, 4 renderers sync, within 1.25x of the in-process floor"]
     assert four["value"] == pytest.approx(1.4) and four["met"] is False
@@ -242,6 +252,28 @@ def test_scaling_goals_compare_throughput_and_floors_of_the_same_run() -> None:
     assert frame["value"] == "1.20 / -" and frame["met"] is True
     assert frame["ratios"] == {"in_process_floor": 1.2, "cross_core_floor": None}
     assert frame["missing"] == ["720p 1r sync ipc-written", "720p 1r sync in-process-cross-core"]
+
+
+PIPELINED_GOAL = ("IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time "
+                  "(measured in the same rounds)")
+
+
+def test_frames_in_flight_goal_divides_rows_of_the_pipelined_scenario() -> None:
+    """Both rows come from the pipelined scenario's rounds; the sync scenario's ipc row, measured
+    minutes apart, is never the baseline, not even when the pipelined one is missing."""
+    def r(transport: str, mode: str, fps: float) -> Row:
+        return Row(transport, "64x64", [1 / fps] * 10, mode=mode, throughput_fps=fps)
+
+    sync, two = r("ipc", "sync", 20_000), r("ipc", "pipelined", 30_000)
+    (g,) = [g for g in goals([sync, two, r("ipc-one", "pipelined", 27_000)])
+            if g["goal"] == PIPELINED_GOAL]
+    assert g["value"] == pytest.approx(1.111, abs=1e-3) and g["met"] is False  # not 30 / 20
+    (g,) = [g for g in goals([sync, two]) if g["goal"] == PIPELINED_GOAL]
+    assert g["met"] is None and g["value"] is None
+    assert g["missing"] == ["64x64 1r pipelined ipc-one"]
+    (g,) = [g for g in goals([sync, r("ipc-one", "sync", 20_000)]) if g["goal"] == PIPELINED_GOAL]
+    assert g["met"] is None
+    assert g["missing"] == ["64x64 1r pipelined ipc", "64x64 1r pipelined ipc-one"]
 
 
 FRAME_GOAL = ("IPC 720p within 1.3x of the in-process floor, or (inputs written each frame) "

@@ -113,27 +113,34 @@ def expected_key(sc: Scenario) -> str:
 
 
 def _lanes(name: str, target: str, kwargs: Callable[[Context, Scenario], dict[str, Any]],
-           *, processes: bool = True, pipelined: str | None = None) -> Measure:
+           *, processes: bool = True, pipelined: str | None = None,
+           one_at_a_time: bool = False) -> Measure:
     """``pipelined``: the lane that keeps a pipelined scenario's frames in flight itself, on
-    one connection (else such a scenario runs ``depth`` synchronous lanes per renderer)."""
+    one connection (else such a scenario runs ``depth`` synchronous lanes per renderer).
+    ``one_at_a_time``: a pipelined scenario runs one synchronous lane per renderer all the
+    same, on the budget of a pipelined lane (its ``depth`` lanes' frames, in the same time):
+    the baseline its frames in flight are compared with, measured in the same rounds."""
 
     def measure(ctx: Context, sc: Scenario) -> Row | None:
-        if pipelined is not None and sc.depth > 1:
+        lane, args, budget, depth = target, kwargs(ctx, sc), sc.budget, sc.depth
+        note = NOTES.get(name, "")
+        if sc.depth > 1 and (pipelined is not None or one_at_a_time):
             b = sc.budget
-            budget = engine.Budget(b.iterations * sc.depth, b.warmup * sc.depth, b.seconds)
-            m = engine.measure(pipelined, {**kwargs(ctx, sc), "depth": sc.depth}, budget,
-                               renderers=sc.renderers, depth=1, processes=processes,
-                               server_pids=ctx.server_pids(name))
-            return row(name, sc, m, ctx, f"{sc.depth} in flight on one connection")
-        m = engine.measure(target, kwargs(ctx, sc), sc.budget, renderers=sc.renderers, depth=sc.depth,
+            budget, depth = engine.Budget(b.iterations * sc.depth, b.warmup * sc.depth,
+                                          b.seconds), 1
+            if pipelined is not None:
+                lane, args = pipelined, {**args, "depth": sc.depth}
+                note = f"{sc.depth} in flight on one connection"
+        m = engine.measure(lane, args, budget, renderers=sc.renderers, depth=depth,
                            processes=processes, server_pids=ctx.server_pids(name))
-        return row(name, sc, m, ctx, NOTES.get(name, ""))
+        return row(name, sc, m, ctx, note)
 
     return measure
 
 
 NOTES = {"in-process": "floor", "in-process-cross-core": "floor, input written on another CPU",
-         "ipc-written": "inputs written before each frame"}
+         "ipc-written": "inputs written before each frame",
+         "ipc-one": "1 in flight: the pipelined ipc row's baseline"}
 
 
 def _base(ctx: Context, sc: Scenario) -> dict[str, Any]:
@@ -264,6 +271,9 @@ for _t in (
               _lanes("in-process", f"{_T}:floor_lane", _floor, processes=False)),
     Transport("ipc", "fenceline IPC socket: signal fence, RUN, reply",
               _lanes("ipc", f"{_T}:ipc_lane", _ipc, pipelined=f"{_T}:ipc_pipelined_lane")),
+    Transport("ipc-one", "fenceline IPC, one frame in flight at a time: the pipelined rows' "
+              "baseline, measured in the same rounds",
+              _lanes("ipc-one", f"{_T}:ipc_lane", _ipc, one_at_a_time=True)),
     Transport("ipc-traced", "fenceline IPC while the service records a per-frame trace",
               _traced),
     Transport("in-process-cross-core",

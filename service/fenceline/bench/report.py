@@ -147,8 +147,8 @@ def goals(rows: list[Row], real_size: str | None = None) -> list[dict[str, Any]]
 
 def scaling_goals(rows: list[Row]) -> list[dict[str, Any]]:
     """Frames in flight and several renderers (issue #20): throughput with two frames in flight
-    against one, four renderers and the 720p frame (:func:`frame_move_goal`) against their
-    floors."""
+    against one at a time in the same rounds, four renderers and the 720p frame
+    (:func:`frame_move_goal`) against their floors."""
     out: list[dict[str, Any]] = []
 
     def goal(text: str, a: tuple[tuple[str, str, int, str], str],
@@ -167,9 +167,13 @@ def scaling_goals(rows: list[Row]) -> list[dict[str, Any]]:
             entry.update(value=round(v, 3), met=v <= target)
         out.append(entry)
 
-    goal("IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time",
-         (("64x64", "FP32", 1, "pipelined"), "ipc"), (("64x64", "FP32", 1, "sync"), "ipc"),
-         "faster", 1.2)
+    # Both rows of the pipelined scenario, measured in the same rounds: on 2 CPUs a sync
+    # scenario's row, measured minutes before, moved with the machine as much as with the
+    # frames in flight (docs/benchmarks.md).
+    pipelined = ("64x64", "FP32", 1, "pipelined")
+    goal("IPC 64x64 with 2 frames in flight: at least 1.2x the frames/s of one at a time "
+         "(measured in the same rounds)", (pipelined, "ipc"), (pipelined, "ipc-one"), "faster",
+         1.2)
     goal("IPC 1080p, 4 renderers sync, within 1.25x of the in-process floor",
          (("1080p", "FP32", 4, "sync"), "ipc"), (("1080p", "FP32", 4, "sync"), FLOOR),
          "within", 1.25)
