@@ -307,6 +307,10 @@ class CudaStream:
     def handle(self) -> int:
         ...
 class RunSeries:
+    def count(self, n: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Counts n runs whose times were not measured: the counter only.
+        """
     def observe(self, run_s: typing.SupportsFloat | typing.SupportsIndex, wait_s: typing.SupportsFloat | typing.SupportsIndex, infer_s: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         Records one run: the counter and the three histograms.
@@ -435,6 +439,10 @@ class RunTable:
     def run(self, owner: str, session_id: typing.Any, wait_value: int, signal_value: typing.Any, timeout_ms: typing.Any, gate: SpinGate, cancel: typing.Any = None, run_options: typing.Any = None, asynchronous: bool = False, stream: bool = False, series: typing.Any = None, flags: typing.SupportsInt | typing.SupportsIndex = 0, spin: typing.Any = None, backlog: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[int, int, int, int]:
         """
         The entry of a run: admission and every refusal, the input fence's wait (spinning as gate allows, ended early by cancel between slices), the model, the signal, the counters, metrics (series; None: the session's) and trace marks. Returns (signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. session_id: the id as text, or its 16 bytes. timeout_ms None: the service's default. stream: a streaming session's own frame; with a backlog (1 or more), a host session's frame waits with no timeout, by the spin rule spin (a ReceiveSpin), until cancel ends it (then it returns signal_value 0, uncounted), and runs the input fence's newest value, or the value backlog - 1 below it when that is further ahead; its failures name the frame in details['signal_value']. flags: a RUN frame's (none are defined).
+        """
+    def run_stream(self, owner: str, session_id: bytes, wait_value: typing.SupportsInt | typing.SupportsIndex, backlog: typing.SupportsInt | typing.SupportsIndex, gate: SpinGate, cancel: typing.Any, spin: ReceiveSpin, return_after_ns: typing.SupportsInt | typing.SupportsIndex) -> tuple[int, int, int, typing.Any]:
+        """
+        A host streaming session's frames, one after another, each as run's stream frame (spin, backlog, cancel), the first waiting for wait_value and each next one for the value after the one before signalled. Returns (frames, skipped, last_value, failure) once cancel ends a wait, a frame fails (failure: its FencelineError, naming the frame in details['signal_value']; else None), or return_after_ns has passed since the call at the end of a frame. session_id: its 16 bytes.
         """
     def serve_bytes(self, frame: bytes, owner: str, reply_flags: bool, gate: SpinGate, cancel: typing.Any, send: collections.abc.Callable[[bytes], bool], run_options: typing.Any = None) -> tuple[bool | None, typing.Any]:
         """

@@ -19,7 +19,6 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     ProcessCollector,
     disable_created_metrics,
     generate_latest,
@@ -96,11 +95,11 @@ class Metrics:
             registry=r,
         )
         self._run_series: dict[tuple[str, str], Any] = {}
-        self.stream_frames = Counter(
-            "fenceline_stream_frames_total",
-            "Frames a streaming session ran and signalled, without a request.", ["model"],
-            registry=r,
-        )
+        # A streaming session's frames are recorded by the run engine too, between frames with
+        # no Python step: their counter and histogram come from a native store of their own.
+        self.stream_store = _native.RunMetrics(list(LATENCY_BUCKETS))
+        r.register(_StreamMetrics(self.stream_store))
+        self._stream_series: dict[str, Any] = {}
         self.stream_skipped = Counter(
             "fenceline_stream_skipped_frames_total",
             "Input fence values a latest-only streaming session passed over (or an every-value "
@@ -110,11 +109,6 @@ class Metrics:
             "fenceline_stream_failed_frames_total",
             "Frames signalled with the output fence's status set to error, by reason.",
             ["model", "reason"], registry=r,
-        )
-        self.stream_frame_seconds = Histogram(
-            "fenceline_stream_frame_duration_seconds",
-            "From the input fence seen at a value to the output fence signalled with it.",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
         )
         self.stream_running = Gauge(
             "fenceline_stream_running_sessions", "Streaming sessions whose worker runs now.",
@@ -174,6 +168,14 @@ class Metrics:
             series = self._run_series[(model, transport)] = self.run_store.series(model, transport)
         return series
 
+    def stream_series(self, model: str) -> Any:
+        """The native recorder of ``model``'s streamed frames: ``observe(frame_s, 0, frame_s)``
+        per frame, or ``count(n)`` for frames whose time is not measured (on a GPU)."""
+        series = self._stream_series.get(model)
+        if series is None:
+            series = self._stream_series[model] = self.stream_store.series(model, "stream")
+        return series
+
     def observe_run(self, model: str, transport: str, run_s: float, wait_s: float, infer_s: float) -> None:
         self.run_series(model, transport).observe(run_s, wait_s, infer_s)
 
@@ -231,12 +233,43 @@ class _RunMetrics(Collector):
         for which, (name, doc) in enumerate(_RUN_HISTOGRAMS):
             family = HistogramMetricFamily(name, doc, labels=["model"])
             for model, counts, total in self.store.histograms(which):
-                cumulative, buckets = 0, []
-                for le, c in zip(self.bounds, counts, strict=True):
-                    cumulative += c
-                    buckets.append((le, float(cumulative)))
-                family.add_metric([model], buckets, total)
+                family.add_metric([model], _cumulative(self.bounds, counts), total)
             yield family
+
+
+class _StreamMetrics(Collector):
+    """The streamed frames' counter and frame-time histogram from their native store (a
+    frame's time: from its input fence seen to its output fence signalled)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.bounds = [floatToGoString(b) for b in store.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Any:
+        frames = CounterMetricFamily(
+            "fenceline_stream_frames",
+            "Frames a streaming session ran and signalled, without a request.", labels=["model"],
+        )
+        for model, _, n in self.store.runs():
+            frames.add_metric([model], float(n))
+        yield frames
+        family = HistogramMetricFamily(
+            "fenceline_stream_frame_duration_seconds",
+            "From the input fence seen at a value to the output fence signalled with it.",
+            labels=["model"],
+        )
+        for model, counts, total in self.store.histograms(0):
+            family.add_metric([model], _cumulative(self.bounds, counts), total)
+        yield family
+
+
+def _cumulative(bounds: list[str], counts: list[int]) -> list[tuple[str, float]]:
+    """Prometheus histogram buckets from counts per bucket (+Inf last, not cumulative)."""
+    total, out = 0, []
+    for le, c in zip(bounds, counts, strict=True):
+        total += c
+        out.append((le, float(total)))
+    return out
 
 
 class _NativeMappings(Collector):

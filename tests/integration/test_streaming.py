@@ -22,7 +22,7 @@ from fenceline import _native
 from fenceline.client import Fence, HttpClient, ServiceError, SharedFrame, View
 from fenceline.models import build_repository
 from fenceline.waiting import AdaptiveSpin, SpinGate
-from tests.support.metrics import metric
+from tests.support.metrics import metric, metrics_text, sample
 from tests.support.service import Service, start_service, stop_service
 from tests.support.stream_renderer import NBYTES, SHAPE, frame
 from tests.support.waiting import wait_until
@@ -118,6 +118,7 @@ def threads(service: Service) -> set[str]:
 def test_streaming_session_outputs_equal_direct_onnxruntime_runs(
     service: Service, tmp_path: Path, reference: Any
 ) -> None:
+    before = stream_metrics(service, "add_64x64")
     result, r = run_renderer(service, tmp_path, "sequence", "--frames", "12", "--seed", "7",
                              "--policy", "every")
     assert [s["ok"] for s in result["steps"]] == [True] * 12
@@ -131,6 +132,19 @@ def test_streaming_session_outputs_equal_direct_onnxruntime_runs(
         "state": "stopped", "policy": "every", "frames": 12, "skipped": 0, "failed": 0,
         "last_value": 12, "spin": None,
     }
+    # The engine records each frame it ran: the counter and the frame-time histogram.
+    frames, timed, seconds = (a - b for a, b in zip(stream_metrics(service, "add_64x64"), before,
+                                                      strict=True))
+    assert (frames, timed) == (12, 12) and 0 < seconds < 12 * 5.0
+
+
+def stream_metrics(service: Service, model: str) -> tuple[float, float, float]:
+    """The streamed frames of ``model`` on /metrics: counted, timed, and their seconds."""
+    text = metrics_text(service)
+    family = "fenceline_stream_frame_duration_seconds"
+    return (sample(text, "fenceline_stream_frames_total", 0.0, model=model),
+            sample(text, f"{family}_count", 0.0, model=model),
+            sample(text, f"{family}_sum", 0.0, model=model))
 
 
 @pytest.mark.parametrize(
@@ -161,6 +175,7 @@ def test_model_error_marks_the_output_fence_and_the_next_frame_recovers(
 ) -> None:
     before = metric(service, "fenceline_stream_failed_frames_total", 0.0,
                     model="nan_guard_64x64", reason="model_error")
+    before_frames = stream_metrics(service, "nan_guard_64x64")
     result, r = run_renderer(service, tmp_path, "error", "--model", "nan_guard_64x64",
                              "--frames", "5", "--bad", "3", "--seed", "5")
     steps = result["steps"]
@@ -173,6 +188,8 @@ def test_model_error_marks_the_output_fence_and_the_next_frame_recovers(
     stream = result["final"]["stream"]
     assert (stream["frames"], stream["failed"]) == (4, 1)
     assert "nan_guard_64x64" in stream["last_error"]
+    assert stream_metrics(service, "nan_guard_64x64")[:2] == (before_frames[0] + 4,
+                                                             before_frames[1] + 4)
     after = metric(service, "fenceline_stream_failed_frames_total", model="nan_guard_64x64",
                    reason="model_error")
     assert after == before + 1

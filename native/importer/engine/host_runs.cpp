@@ -385,6 +385,42 @@ class RunTable {
     return py::make_tuple(answer.target, answer.wait_ns, answer.infer_ns, answer.total_ns);
   }
 
+  // A host streaming session's frames, one after another, each entering as `run`'s stream
+  // frame does (the worker's spin rule `spin`, `backlog`, `cancel`), the first waiting for
+  // `wait_value` and each next one for the value after the one its predecessor signalled, with
+  // no interpreter step between them but the session's record_run. Returns (frames, skipped,
+  // last_value, failure) once `cancel` ends a wait, a frame fails (`failure`: its
+  // FencelineError, naming the frame in details['signal_value'] as `run` does; else None), or
+  // `return_after_ns` has passed since the call at the end of a frame, so that the worker's
+  // counters follow within that time. `skipped`: the values the policy passed over.
+  py::typing::Tuple<py::int_, py::int_, py::int_, py::object> run_stream(
+      const std::string &owner, const py::bytes &session_id, std::uint64_t wait_value,
+      std::uint64_t backlog, SpinGate &gate, const py::object &cancel, ReceiveSpin &spin,
+      std::int64_t return_after_ns) {
+    if (backlog == 0) throw Error(Code::InvalidArgument, "a stream frame needs a backlog");
+    const Key key = to_key(session_id);
+    const py::object run_options = py::none();
+    const Waits waits{gate, cancel, run_options};
+    const std::int64_t timeout_ms = timeout_value(py::none());
+    const std::int64_t until = fl_htl_now_ns() + return_after_ns;
+    std::uint64_t frames = 0, skipped = 0, last = 0;
+    py::object failure = py::none();
+    for (;;) {
+      Answer answer;
+      const Request req{owner, key, wait_value, 0, timeout_ms, 0, false, true, nullptr, &spin,
+                        backlog};
+      if (enter(req, fl_htl_now_ns(), waits, failure, answer) != kAnswered) break;
+      answer.sent();
+      answer.record();
+      ++frames;
+      skipped += answer.target - wait_value;
+      last = answer.target;
+      wait_value = answer.target + 1;
+      if (answer.end >= until) break;
+    }
+    return py::make_tuple(frames, skipped, last, failure);
+  }
+
   // One received frame, for a transport that receives in Python (the Windows pipe): (sent,
   // None) when it was served here, its reply handed to `send` (the transport's: whether the
   // peer took it) and then counted, as serve_loop counts after its reply; (None, failure) when
@@ -1084,6 +1120,15 @@ void bind_host_runs(py::module_ &mod) {
            "input fence's newest value, or the value backlog - 1 below it when that is "
            "further ahead; its failures name the frame in details['signal_value']. flags: a "
            "RUN frame's (none are defined).")
+      .def("run_stream", &RunTable::run_stream, py::arg("owner"), py::arg("session_id"),
+           py::arg("wait_value"), py::arg("backlog"), py::arg("gate"), py::arg("cancel"),
+           py::arg("spin"), py::arg("return_after_ns"),
+           "A host streaming session's frames, one after another, each as run's stream frame "
+           "(spin, backlog, cancel), the first waiting for wait_value and each next one for "
+           "the value after the one before signalled. Returns (frames, skipped, last_value, "
+           "failure) once cancel ends a wait, a frame fails (failure: its FencelineError, "
+           "naming the frame in details['signal_value']; else None), or return_after_ns has "
+           "passed since the call at the end of a frame. session_id: its 16 bytes.")
       .def("add", &RunTable::add, py::arg("key"), py::arg("runner"))
       .def("remove", &RunTable::remove, py::arg("key"),
            "Forgets a session, after its run in flight (the GIL is released while it waits).")

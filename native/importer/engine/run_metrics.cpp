@@ -79,6 +79,8 @@ void bind_run_metrics(py::module_ &mod) {
   py::class_<RunSeries, std::shared_ptr<RunSeries>>(mod, "RunSeries")
       .def("observe", &RunSeries::observe, py::arg("run_s"), py::arg("wait_s"),
            py::arg("infer_s"), "Records one run: the counter and the three histograms.")
+      .def("count", &RunSeries::count, py::arg("n"),
+           "Counts n runs whose times were not measured: the counter only.")
       .def_property_readonly("runs", &RunSeries::runs);
   py::class_<RunMetrics, std::shared_ptr<RunMetrics>>(mod, "RunMetrics")
       .def(py::init<std::vector<double>>(), py::arg("bounds"))

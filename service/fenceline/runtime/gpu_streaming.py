@@ -145,7 +145,7 @@ class CudaStreamDriver(StreamDriver):
         # value -> (ns to enqueue it, whether the model ran) for the frames in the window
         self._frames: dict[int, tuple[int, bool]] = {}
         model = session.model.name
-        self._m_frames = metrics.stream_frames.labels(model)
+        self._m_frames = metrics.stream_series(model)  # counted: their times are the GPU's
         self._m_failed = metrics.stream_failed.labels(model, "model_error")
 
     def resume(self) -> None:
@@ -209,7 +209,7 @@ class CudaStreamDriver(StreamDriver):
         self.stats.frames += ran
         self.stats.last_value = done[-1]
         if ran:
-            self._m_frames.inc(ran)
+            self._m_frames.count(ran)
         return True
 
     def _fail(self, value: int, message: str) -> None:

@@ -9,12 +9,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from fenceline import _native, waiting
-from fenceline.errors import Conflict
+from fenceline.errors import Conflict, FencelineError
 from fenceline.interop.host_fence import FenceImport
 from fenceline.interop.host_memory import MemoryImport, TensorBinding
 from fenceline.runtime import ort_binding
 from fenceline.runtime.models import Model
-from fenceline.runtime.session import RunResult, SessionBase
+from fenceline.runtime.session import SessionBase
 
 log = logging.getLogger("fenceline.runtime")
 
@@ -54,7 +54,7 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
         """Hands this session to ``table`` (the runtime's ``_native.RunTable``, the run
         engine), which runs it for ``owner`` from then on, until :meth:`close`; ``series``
         records its runs (Metrics.run_series); a ``streaming`` session runs only its worker's
-        frames (:meth:`run_frame`). The model is called as runtime/ort_binding.py says."""
+        frames (:meth:`run_frames`). The model is called as runtime/ort_binding.py says."""
         assert self.model.session is not None
         run, binding = ort_binding.native_entry(self.model.session, self._binding)
         with self._lock:
@@ -73,20 +73,23 @@ class HostSession(SessionBase[TensorBinding, FenceImport]):
             if streaming:
                 self._frame = (table, owner, key)
 
-    def run_frame(self, value: int, backlog: int, spin: Any,
-                  cancel: waiting.Flag) -> RunResult:
-        """One frame of a streaming session (runtime/streaming.py), through the run engine: it
-        waits there for the input fence to reach ``value``, by the worker's spin rule ``spin``
-        (a ``_native.ReceiveSpin``), until ``cancel`` is set (then signal_value is 0: nothing
-        ran); then the model and the signal of the newest value the fence reached, or of the
-        value ``backlog - 1`` below it when that is further ahead. A failed frame's error names
-        the frame in ``details["signal_value"]``."""
+    def run_frames(self, value: int, backlog: int, spin: Any, cancel: waiting.Flag,
+                   return_after_ns: int) -> tuple[int, int, int, FencelineError | None]:
+        """Frames of a streaming session (runtime/streaming.py), one after another in the run
+        engine (``RunTable.run_stream``): the first waits there for the input fence to reach
+        ``value``, each next one for the value after the one before it signalled, by the
+        worker's spin rule ``spin`` (a ``_native.ReceiveSpin``); each runs the model and
+        signals the newest value the fence reached, or the value ``backlog - 1`` below it when
+        that is further ahead. Returns (frames, skipped, last_value, failure) once ``cancel``
+        is set, a frame failed (``failure``, naming the frame in ``details["signal_value"]``),
+        or ``return_after_ns`` passed."""
         frame = self._frame
         if frame is None:
             raise Conflict("the session is closed")
         table, owner, key = frame
-        return RunResult(*table.run(owner, key, value, None, None, waiting.gate().native,
-                                    cancel, stream=True, spin=spin, backlog=backlog))
+        frames, skipped, last, failure = table.run_stream(
+            owner, key, value, backlog, waiting.gate().native, cancel, spin, return_after_ns)
+        return frames, skipped, last, failure
 
     def use_single_thread(self) -> None:
         """Binds the model's one-thread session too (loaded on the model's first call): from

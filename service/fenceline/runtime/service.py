@@ -455,7 +455,10 @@ class Runtime:
         host session natively, a CUDA session through its Python ``run`` (the one place a run
         leaves native code). Called with the table lock held."""
         if isinstance(session, HostSession):
-            session.register(self.runs, sid, owner, None if streaming else series, streaming)
+            # A streaming session's frames are no client's runs: the engine records them as
+            # its stream's frames (Metrics.stream_series).
+            session.register(self.runs, sid, owner, self.metrics.stream_series(
+                session.model.name) if streaming else series, streaming)
             return
         assert isinstance(session, CudaSession)
         frames: Any = None if streaming else series  # a frame is no run of a client's
