@@ -64,6 +64,8 @@ class SessionRunner {
         run(std::move(run)),
         binding(std::move(binding)),
         session(std::move(session)),
+        record_run(this->session.is_none() ? py::object(py::none())
+                                           : py::object(this->session.attr("record_run"))),
         wait(std::move(wait)),
         signal(std::move(signal)),
         unsealed(std::move(unsealed)),
@@ -94,6 +96,7 @@ class SessionRunner {
   int single_from = 0;
   std::int64_t frame_bytes = 0;
   py::object session;  // the HostSession: its counters (record_run) and failure texts
+  py::object record_run;  // its record_run, looked up once (None for a Python body)
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
   std::shared_ptr<RunSeries> series;  // the run metrics of its transport (null: none)
@@ -207,9 +210,9 @@ struct Answer {
   std::uint32_t request_id = 0;  // the reply's fields: the run page's, or the socket's frame
   FlWireRunReply body{};
   std::shared_ptr<RunSeries> series;
-  // The HostSession, held here so that a remove() meanwhile (which lets go of the runner's
-  // reference) cannot take it away before its record_run.
-  py::object session = py::none();
+  // The HostSession's record_run, held here so that a remove() meanwhile (which lets go of
+  // the runner's reference) cannot take the session away before the run is recorded.
+  py::object record_run = py::none();
   std::int64_t end = 0, wait_ns = 0, infer_ns = 0, total_ns = 0;
   bool single = false;  // the model ran on one thread (SessionRunner::single_run)
   bool traced = false;  // the trace recorder was on: the reply's send is marked too
@@ -218,11 +221,11 @@ struct Answer {
   // metrics. Called with the GIL held, after the send: another of the service's threads takes
   // the GIL only after both, so none sees the reply's run uncounted (unless the send had to
   // wait for room in the socket, with the GIL released).
-  // A Python body (SessionRunner::body) counted its run itself: `session` is None then.
+  // A Python body (SessionRunner::body) counted its run itself: `record_run` is None then.
   void record() const {
-    if (!session.is_none()) {
+    if (!record_run.is_none()) {
       try {
-        session.attr("record_run")(end, target, wait_ns, infer_ns, total_ns, single);
+        record_run(end, target, wait_ns, infer_ns, total_ns, single);
       } catch (py::error_already_set &e) {
         e.discard_as_unraisable("fenceline: recording a native run");  // its reply is sent
       }
@@ -942,7 +945,7 @@ class RunTable {
       r.signal->set_status(FL_HTL_STATUS_LIVE);
     r.signal->signal(target);
     const std::int64_t end = fl_htl_now_ns();
-    answer.session = r.session;  // recorded once the reply is sent (Answer::record)
+    answer.record_run = r.record_run;  // recorded once the reply is sent (Answer::record)
     hold.unlock();
     if (traced) {
       trace::mark(trace::kModelEnd, tag, target, inferred);
