@@ -284,3 +284,50 @@ def test_the_rounds_of_a_scenario_change_the_order_of_its_rows() -> None:
     for t in transports:
         assert len({o[o.index(t) - 1] for o in orders if o[0] != t}) >= 2, t
     assert suite.turns(("ipc",), 3) == ("ipc",) and suite.turns((), 1) == ()
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid``."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                out.add(int(entry))
+    return out
+
+
+def _serves(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in args and any(a.endswith(b"fenceline") for a in args)
+
+
+def test_sigterm_ends_the_bench_with_the_service_it_started(tmp_path: Path) -> None:
+    log = tmp_path / "bench.log"
+    with open(log, "wb") as out:
+        bench_proc = subprocess.Popen(
+            [sys.executable, "-m", "fenceline", "bench", "--quick", "--no-real-model", "--sizes",
+             "64x64", "--transports", "in-process,ipc", "--seconds", "60"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        served: set[int] = set()
+        while not served and time.monotonic() < deadline and bench_proc.poll() is None:
+            served = {p for p in _children(bench_proc.pid) if _serves(p)}
+            time.sleep(0.1)
+        assert served, f"the bench started no service: {log.read_text()[-2000:]}"
+        time.sleep(1)  # into its rows
+        bench_proc.terminate()
+        assert bench_proc.wait(60) == 130  # as after Ctrl-C
+    finally:
+        if bench_proc.poll() is None:
+            bench_proc.kill()
+            bench_proc.wait()
+    assert "Traceback" not in log.read_text()
+    # The bench stopped and reaped its service on its way out: none is left running, orphaned.
+    assert [p for p in served if os.path.exists(f"/proc/{p}")] == []

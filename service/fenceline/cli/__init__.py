@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -236,8 +237,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _end_on_sigterm() -> None:
+    """SIGTERM ends this command as Ctrl-C does, so that the service it started and its
+    temporary files go with it (the default action would end this process alone and leave its
+    service running). A process forked from this one keeps the default action."""
+    main = os.getpid()
+
+    def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != main:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("demo", "soak", "bench"):  # each starts a service of its own
+        _end_on_sigterm()
     try:
         if args.command == "serve":
             from fenceline.cli.serve import serve_from_args

@@ -39,7 +39,15 @@ def start_service(
     for m in models:
         args += ["--model", f"{m}={repo / m / '1' / 'model.onnx'}"]
     proc = subprocess.Popen(args)
-    url = f"http://127.0.0.1:{port}"
+    try:
+        return _ready(proc, f"http://127.0.0.1:{port}", sock)
+    except BaseException:  # not ready, or interrupted meanwhile (Ctrl-C, SIGTERM): not left behind
+        stop_process(proc, 5)
+        raise
+
+
+def _ready(proc: subprocess.Popen[bytes], url: str, sock: Path) -> tuple[
+        subprocess.Popen[bytes], str, Path]:
     limit_s = 300 if sys.platform == "win32" else 60  # Wine starts CPython slowly under load
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -53,7 +61,6 @@ def start_service(
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    proc.kill()
     raise FencelineError(f"the service did not become ready within {limit_s} s")
 
 
