@@ -112,6 +112,12 @@ class RawPageClient:
             self.page.close()
         self.sock.close()
 
+    def __enter__(self) -> RawPageClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
 
 def expect_error(frame: codec.Frame, code: str) -> str:
     assert frame.kind == codec.Kind.ERROR, frame
@@ -124,19 +130,15 @@ def test_a_run_posted_on_the_page_is_answered_there_with_no_frame_on_the_socket(
         service: Service) -> None:
     with IpcClient(service.socket) as setup:
         s = open_session(setup, "add_64x64", [1, 3, 64, 64])
-        raw = RawPageClient(service)
-        try:
+        with RawPageClient(service) as raw:
             assert codec.decode_json(raw.open_page().body) == {"size": 4096}
             # The session belongs to `setup`'s connection: the page's owner is another, so the
             # service answers "not found" on the socket and says so on the page.
             raw.post(bytes.fromhex(s.session_id), 1)
             assert raw.reply()[1] == ON_SOCKET
             expect_error(raw.recv(), "not_found")
-        finally:
-            raw.close()
 
-    raw = RawPageClient(service)
-    try:
+    with RawPageClient(service) as raw:
         assert raw.open_page().kind == codec.Kind.OPEN_RUN_PAGE | codec.REPLY_BIT
         sid, x, y, wait = raw_session(raw, service)
         for v in range(1, 51):
@@ -151,8 +153,6 @@ def test_a_run_posted_on_the_page_is_answered_there_with_no_frame_on_the_socket(
         with pytest.raises(BlockingIOError):
             while True:
                 assert codec.decode(raw.sock.recv(codec.MAX_FRAME)).kind == codec.Kind.NUDGE
-    finally:
-        raw.close()
 
 
 def raw_session(raw: RawPageClient, service: Service
@@ -179,8 +179,7 @@ def raw_session(raw: RawPageClient, service: Service
 
 def test_a_page_run_the_engine_refuses_is_answered_on_the_socket(
         service: Service) -> None:
-    raw = RawPageClient(service)
-    try:
+    with RawPageClient(service) as raw:
         raw.open_page()
         sid, x, y, wait = raw_session(raw, service)
         x[:] = 3
@@ -200,8 +199,6 @@ def test_a_page_run_the_engine_refuses_is_answered_on_the_socket(
         wait(2)
         raw.post(sid, 2)
         assert raw.reply()[1] == ANSWERED and np.all(y == 4)
-    finally:
-        raw.close()
 
 
 @pytest.mark.parametrize("make, why", [
@@ -211,8 +208,7 @@ def test_a_page_run_the_engine_refuses_is_answered_on_the_socket(
 ])
 def test_a_page_that_could_shrink_or_is_too_small_is_refused(
         service: Service, make: Callable[[], int] | None, why: str) -> None:
-    raw = RawPageClient(service)
-    try:
+    with RawPageClient(service) as raw:
         fds = [make()] if make is not None else []
         try:
             assert why in expect_error(raw.call(codec.Kind.OPEN_RUN_PAGE, {}, fds),
@@ -222,22 +218,17 @@ def test_a_page_that_could_shrink_or_is_too_small_is_refused(
                 os.close(fd)
         assert raw.open_page().kind == codec.Kind.OPEN_RUN_PAGE | codec.REPLY_BIT
         expect_error(raw.call(codec.Kind.OPEN_RUN_PAGE, {}, [shrink_sealed()]), "conflict")
-    finally:
-        raw.close()
 
 
 def test_nudges_are_read_and_dropped_and_leave_nothing_behind(service: Service) -> None:
     fds_before, _ = service.settled()
-    raw = RawPageClient(service)
-    try:
+    with RawPageClient(service) as raw:
         raw.open_page()
         for _ in range(2000):
             raw.sock.send(codec.encode(codec.Kind.NUDGE, 0))
         socket.send_fds(raw.sock, [codec.encode(codec.Kind.NUDGE, 0)], [shrink_sealed()])
         hello = raw.call(codec.Kind.HELLO, {"client": "nudger"})
         assert hello.kind == codec.Kind.HELLO | codec.REPLY_BIT and hello.request_id == raw.rid
-    finally:
-        raw.close()
     wait_until(lambda: sorted(service.fds()) == fds_before,
                what=lambda: diff(service.fds(), fds_before))
 

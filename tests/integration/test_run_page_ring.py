@@ -164,18 +164,11 @@ def test_runs_past_a_full_ring_go_on_the_socket_and_replies_keep_their_order(
 
 def test_the_service_serves_the_slots_it_answered_and_a_client_that_asks_none_slot_0(
         service: Service) -> None:
-    raw = RingClient(service)
-    try:
+    with RingClient(service) as raw:
         assert raw.open_ring(1000) == {"size": 4096, "slots": SLOTS}  # at most RUN_PAGE_SLOTS
-    finally:
-        raw.close()
-    raw = RingClient(service)
-    try:
+    with RingClient(service) as raw:
         assert raw.open_ring(3) == {"size": 4096, "slots": 2}  # a power of two
-    finally:
-        raw.close()
-    raw = RingClient(service)
-    try:
+    with RingClient(service) as raw:
         for bad in (0, -1, "8", 1.5, True):
             fd = shrink_sealed()
             try:
@@ -183,14 +176,11 @@ def test_the_service_serves_the_slots_it_answered_and_a_client_that_asks_none_sl
                              "invalid_argument")
             finally:
                 os.close(fd)
-    finally:
-        raw.close()
 
 
 def test_garbage_seqs_and_slots_never_serve_a_run_twice_nor_stop_the_service(
         service: Service) -> None:
-    raw = RingClient(service)
-    try:
+    with RingClient(service) as raw:
         raw.open_ring()
         sid, x, y, wait = raw_session(raw, service)
         x[:] = 2
@@ -222,8 +212,6 @@ def test_garbage_seqs_and_slots_never_serve_a_run_twice_nor_stop_the_service(
         assert codec.decode_json(described.body)["runs"] == 3
         hello = raw.call(codec.Kind.HELLO, {"client": "after garbage"})
         assert hello.kind == codec.Kind.HELLO | codec.REPLY_BIT
-    finally:
-        raw.close()
     # The service still serves others.
     with IpcClient(service.socket) as c:
         s = open_session(c, "add_64x64", [1, 3, 64, 64])
@@ -233,8 +221,7 @@ def test_garbage_seqs_and_slots_never_serve_a_run_twice_nor_stop_the_service(
 
 def test_a_page_run_of_another_kind_is_refused_on_the_socket_in_the_ring(
         service: Service) -> None:
-    raw = RingClient(service)
-    try:
+    with RingClient(service) as raw:
         raw.open_ring()
         sid, x, y, wait = raw_session(raw, service)
         wait(1)
@@ -249,16 +236,13 @@ def test_a_page_run_of_another_kind_is_refused_on_the_socket_in_the_ring(
         assert raw.wait_for(lambda: raw.reply_at(1))[1] == ANSWERED
         assert raw.wait_for(lambda: raw.reply_at(2))[1] == ON_SOCKET
         assert raw.wait_for(lambda: raw.reply_at(3))[4] == 3
-    finally:
-        raw.close()
 
 
 def test_a_socket_run_sent_after_a_page_run_is_served_after_it(service: Service) -> None:
     """The service, asleep, is woken by the page's NUDGE and finds the socket's RUN there
     first: it serves the page's RUN first all the same, or the socket's, signalling a higher
     value, would make the page's a conflict."""
-    raw = RingClient(service)
-    try:
+    with RingClient(service) as raw:
         raw.open_ring()
         sid, x, y, wait = raw_session(raw, service)
         x[:] = 4
@@ -273,5 +257,3 @@ def test_a_socket_run_sent_after_a_page_run_is_served_after_it(service: Service)
             got = raw.wait_for(lambda k=k: raw.reply_at(k))
             assert (got[1], got[4]) == (ANSWERED, 2 * k - 1)
         assert np.all(y == 5)
-    finally:
-        raw.close()
