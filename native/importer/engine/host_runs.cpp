@@ -343,16 +343,14 @@ class RunTable {
   // (signal_value, wait_ns, infer_ns, total_ns) of the run, or its FencelineError raised.
   // `session_id`: the id as the client gave it, or its 16 bytes (a caller that runs the
   // session often parses it once). `timeout_ms` None: the service's default. `stream`: a
-  // streaming session's own frame (its worker's), not a client's RUN: see Request. `spin`: the
-  // spin rule of its input fence's wait (None: the session's). `backlog`: a host session's
-  // stream frame's (Request). `series`: the metrics to record it in (None: the session's).
-  // `flags`: a RUN frame's. A stream frame whose wait `cancel` ended returns signal_value 0.
+  // streaming session's own frame (a GPU driver's), not a client's RUN; a host session's
+  // frames enter through run_stream. `series`: the metrics to record it in (None: the
+  // session's). `flags`: a RUN frame's.
   py::typing::Tuple<py::int_, py::int_, py::int_, py::int_> run(
       const std::string &owner, const py::object &session_id, const py::int_ &wait_value,
       const py::object &signal_value, const py::object &timeout_ms, SpinGate &gate,
       const py::object &cancel, const py::object &run_options, bool asynchronous, bool stream,
-      const py::object &series, std::uint32_t flags, const py::object &spin,
-      std::uint64_t backlog) {
+      const py::object &series, std::uint32_t flags) {
     const std::int64_t received = fl_htl_now_ns();
     py::object failure = py::none();
     Answer answer;
@@ -375,11 +373,9 @@ class RunTable {
                       asynchronous,
                       stream,
                       series.is_none() ? nullptr : series.cast<std::shared_ptr<RunSeries>>(),
-                      spin.is_none() ? nullptr : spin.cast<ReceiveSpin *>(),
-                      backlog};
-    const int served = enter(req, received, waits, failure, answer);
-    if (served == kHalted) return py::make_tuple(0, 0, 0, 0);
-    if (served != kAnswered) {
+                      nullptr,
+                      0};
+    if (enter(req, received, waits, failure, answer) != kAnswered) {
       PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(failure.ptr())), failure.ptr());
       throw py::error_already_set();
     }
@@ -1110,19 +1106,14 @@ void bind_host_runs(py::module_ &mod) {
            py::arg("wait_value"), py::arg("signal_value"), py::arg("timeout_ms"),
            py::arg("gate"), py::arg("cancel") = py::none(), py::arg("run_options") = py::none(),
            py::arg("asynchronous") = false, py::arg("stream") = false,
-           py::arg("series") = py::none(), py::arg("flags") = 0, py::arg("spin") = py::none(),
-           py::arg("backlog") = 0,
+           py::arg("series") = py::none(), py::arg("flags") = 0,
            "The entry of a run: admission and every refusal, the input fence's wait (spinning "
            "as gate allows, ended early by cancel between slices), the model, the signal, the "
            "counters, metrics (series; None: the session's) and trace marks. Returns "
            "(signal_value, wait_ns, infer_ns, total_ns) or raises the FencelineError. "
            "session_id: the id as text, or its 16 bytes. timeout_ms None: the service's "
-           "default. stream: a streaming session's own frame; with a backlog (1 or more), a "
-           "host session's frame waits with no timeout, by the spin rule spin (a ReceiveSpin), "
-           "until cancel ends it (then it returns signal_value 0, uncounted), and runs the "
-           "input fence's newest value, or the value backlog - 1 below it when that is "
-           "further ahead; its failures name the frame in details['signal_value']. flags: a "
-           "RUN frame's (none are defined).")
+           "default. stream: a streaming session's own frame (a GPU driver's; a host session's "
+           "frames enter through run_stream). flags: a RUN frame's (none are defined).")
       .def("run_stream", &RunTable::run_stream, py::arg("owner"), py::arg("session_id"),
            py::arg("wait_value"), py::arg("backlog"), py::arg("gate"), py::arg("cancel"),
            py::arg("spin"), py::arg("return_after_ns"),
