@@ -405,6 +405,15 @@ void Device::bind() const {
   check(a.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
 }
 
+bool Device::bind_for_release() const noexcept {
+  try {
+    bind();
+    return true;
+  } catch (const Error &) {
+    return false;
+  }
+}
+
 std::shared_ptr<ExternalMemory> ExternalMemory::import_opaque_fd(std::shared_ptr<Device> device,
                                                                  int fd,
                                                                  std::uint64_t allocation_size,
@@ -510,12 +519,7 @@ std::shared_ptr<ExternalMemory> ExternalMemory::open_ipc(std::shared_ptr<Device>
 
 ExternalMemory::~ExternalMemory() {
   const Api &a = loaded().api;
-  if (!device_) return;
-  try {
-    device_->bind();
-  } catch (const Error &) {
-    return;  // the context is gone (process teardown): nothing left to free
-  }
+  if (!device_ || !device_->bind_for_release()) return;
   if (ipc_) {
     if (pointer_) a.cuIpcCloseMemHandle(pointer_);
     return;
@@ -567,12 +571,7 @@ std::shared_ptr<ExternalSemaphore> ExternalSemaphore::import_win32(std::shared_p
 }
 
 ExternalSemaphore::~ExternalSemaphore() {
-  if (!handle_) return;
-  try {
-    device_->bind();
-  } catch (const Error &) {
-    return;
-  }
+  if (!handle_ || !device_->bind_for_release()) return;
   loaded().api.cuDestroyExternalSemaphore(handle_);
 }
 
@@ -592,34 +591,41 @@ Stream::Stream(std::shared_ptr<Device> device) : device_(std::move(device)) {
 }
 
 Stream::~Stream() {
+  if (!device_->bind_for_release()) return;
   const Api &a = loaded().api;
-  try {
-    device_->bind();
-  } catch (const Error &) {
-    return;
-  }
   a.cuEventDestroy(event_);
   a.cuStreamDestroy(stream_);
 }
 
-void Stream::wait(const ExternalSemaphore &sem, std::uint64_t value) {
+namespace {
+
+// One wait or signal of a timeline semaphore at `value`, queued on `stream`: the two calls take
+// the same arguments.
+using SemaphoresAsync = CUresult (*)(const CUexternalSemaphore *,
+                                     const CUDA_EXTERNAL_SEMAPHORE_PARAMS *, unsigned int,
+                                     CUstream);
+
+void queue_semaphore(SemaphoresAsync call, const char *what, const ExternalSemaphore &sem,
+                     std::uint64_t value, CUstream stream) {
   CUDA_EXTERNAL_SEMAPHORE_PARAMS p;
   std::memset(&p, 0, sizeof(p));
   p.params.fence_value = value;
   CUexternalSemaphore h = sem.handle();
+  check(call(&h, &p, 1, stream), what);
+}
+
+}  // namespace
+
+void Stream::wait(const ExternalSemaphore &sem, std::uint64_t value) {
   device_->bind();
-  check(loaded().api.cuWaitExternalSemaphoresAsync(&h, &p, 1, stream_),
-        "cuWaitExternalSemaphoresAsync");
+  queue_semaphore(loaded().api.cuWaitExternalSemaphoresAsync, "cuWaitExternalSemaphoresAsync",
+                  sem, value, stream_);
 }
 
 void Stream::signal(const ExternalSemaphore &sem, std::uint64_t value) {
-  CUDA_EXTERNAL_SEMAPHORE_PARAMS p;
-  std::memset(&p, 0, sizeof(p));
-  p.params.fence_value = value;
-  CUexternalSemaphore h = sem.handle();
   device_->bind();
-  check(loaded().api.cuSignalExternalSemaphoresAsync(&h, &p, 1, stream_),
-        "cuSignalExternalSemaphoresAsync");
+  queue_semaphore(loaded().api.cuSignalExternalSemaphoresAsync,
+                  "cuSignalExternalSemaphoresAsync", sem, value, stream_);
 }
 
 void Stream::record() {
@@ -695,12 +701,7 @@ bool has_graphs(const Api &a) {
 }  // namespace
 
 Graph::~Graph() {
-  if (!exec_) return;
-  try {
-    device_->bind();
-  } catch (const Error &) {
-    return;
-  }
+  if (!exec_ || !device_->bind_for_release()) return;
   loaded().api.cuGraphExecDestroy(exec_);
 }
 

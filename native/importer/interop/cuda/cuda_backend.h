@@ -44,6 +44,9 @@ class Device {
   std::uint64_t total_memory() const { return total_memory_; }
   // Makes the primary context current on the calling thread.
   void bind() const;
+  // bind() for a destructor: false when the context is gone (process teardown), and then there
+  // is nothing left to free.
+  bool bind_for_release() const noexcept;
 
  private:
   Device() = default;

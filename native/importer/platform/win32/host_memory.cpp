@@ -16,18 +16,6 @@ namespace fl {
 
 namespace {
 
-struct HandleGuard {
-  HANDLE h;
-  ~HandleGuard() {
-    if (h != nullptr && h != INVALID_HANDLE_VALUE) ::CloseHandle(h);
-  }
-  HANDLE release() {
-    HANDLE r = h;
-    h = nullptr;
-    return r;
-  }
-};
-
 }  // namespace
 
 void check_shm_name(const std::string &name) {
@@ -71,7 +59,7 @@ std::shared_ptr<Mapping> Mapping::from_fd(int, std::uint64_t, std::uint64_t, boo
 
 std::shared_ptr<Mapping> Mapping::from_handle(NativeHandle handle, std::uint64_t offset,
                                               std::uint64_t size, bool writable) {
-  HandleGuard guard{reinterpret_cast<HANDLE>(handle)};
+  win32::HandleGuard guard{reinterpret_cast<HANDLE>(handle)};
   if (guard.h == nullptr || guard.h == INVALID_HANDLE_VALUE)
     throw Error(Code::InvalidArgument, "invalid section handle");
   const DWORD access = FILE_MAP_READ | (writable ? FILE_MAP_WRITE : 0);

@@ -24,6 +24,21 @@ inline std::wstring widen(const std::string &s) {
   return w;
 }
 
+// A handle closed when the guard goes out of scope, unless release() took it back.
+struct HandleGuard {
+  HANDLE h;
+  HandleGuard(const HandleGuard &) = delete;
+  HandleGuard &operator=(const HandleGuard &) = delete;
+  ~HandleGuard() {
+    if (h != nullptr && h != INVALID_HANDLE_VALUE) ::CloseHandle(h);
+  }
+  HANDLE release() {
+    HANDLE r = h;
+    h = nullptr;
+    return r;
+  }
+};
+
 inline bool iequals(const std::string &a, const std::string &b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {

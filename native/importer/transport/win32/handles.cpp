@@ -35,13 +35,6 @@ NtQueryObjectFn nt_query_object() {
   return fn;
 }
 
-struct OwnedHandle {
-  HANDLE h;
-  ~OwnedHandle() {
-    if (h) ::CloseHandle(h);
-  }
-};
-
 }  // namespace
 
 std::string object_type_name(std::intptr_t handle) {
@@ -88,10 +81,9 @@ std::intptr_t PipeConnection::duplicate_from_peer(std::uint64_t handle,
                                              "returned it");
     throw_last("DuplicateHandle", err);
   }
-  OwnedHandle guard{mine};
+  HandleGuard guard{mine};
   nt::check_object_type(role, object_type_name(reinterpret_cast<std::intptr_t>(mine)), value);
-  guard.h = nullptr;
-  return reinterpret_cast<std::intptr_t>(mine);
+  return reinterpret_cast<std::intptr_t>(guard.release());
 }
 
 }  // namespace fl::win32

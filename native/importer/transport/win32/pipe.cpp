@@ -43,14 +43,8 @@ std::string current_user_sid() {
   HANDLE token = nullptr;
   if (!::OpenProcessToken(::GetCurrentProcess(), TOKEN_QUERY, &token))
     throw_last("OpenProcessToken", ::GetLastError());
-  try {
-    std::string s = token_user_sid(token);
-    ::CloseHandle(token);
-    return s;
-  } catch (...) {
-    ::CloseHandle(token);
-    throw;
-  }
+  HandleGuard guard{token};
+  return token_user_sid(token);
 }
 
 // -- connection -------------------------------------------------------------------------
@@ -224,14 +218,8 @@ std::string PipeConnection::peer_user_sid() const {
 std::string process_user_sid(std::uint32_t pid) {
   HANDLE proc = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid);
   if (!proc) throw_last("OpenProcess (peer)", ::GetLastError());
-  try {
-    std::string s = process_handle_user_sid(proc);
-    ::CloseHandle(proc);
-    return s;
-  } catch (...) {
-    ::CloseHandle(proc);
-    throw;
-  }
+  HandleGuard guard{proc};
+  return process_handle_user_sid(proc);
 }
 
 std::string process_handle_user_sid(HANDLE proc) {
@@ -239,14 +227,8 @@ std::string process_handle_user_sid(HANDLE proc) {
   const BOOL ok = ::OpenProcessToken(proc, TOKEN_QUERY, &token);
   const DWORD err = ::GetLastError();
   if (!ok) throw_last("OpenProcessToken (peer)", err);
-  try {
-    std::string s = token_user_sid(token);
-    ::CloseHandle(token);
-    return s;
-  } catch (...) {
-    ::CloseHandle(token);
-    throw;
-  }
+  HandleGuard guard{token};
+  return token_user_sid(token);
 }
 
 // -- listener ---------------------------------------------------------------------------
