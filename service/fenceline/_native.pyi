@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import typing
-__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'RUN_PAGE_SLOTS', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SessionRunner', 'Shutdown', 'SpinGate', 'TRACE_EVENT_FORMAT', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
+__all__: list[str] = ['Acceptor', 'ClientSocket', 'CudaDevice', 'CudaGraph', 'CudaMemory', 'CudaSemaphore', 'CudaStream', 'CudaTensorView', 'FENCE_PAGE_SIZE', 'FENCE_WAKE_SUFFIX', 'HostFence', 'HostMemory', 'PLATFORM', 'PeerProcess', 'RUN_PAGE_SIZE', 'RUN_PAGE_SLOTS', 'ReceiveSpin', 'ReplyNap', 'RunMetrics', 'RunPage', 'RunSeries', 'RunTable', 'SPIN_OUTLIER', 'SPIN_SLACK_NS', 'SPIN_WINDOWS_PER_PERIOD', 'SPIN_WINDOW_SHIFT', 'SessionCounts', 'SessionRunner', 'Shutdown', 'SpinGate', 'TRACE_EVENT_FORMAT', 'TRACE_MOMENTS', 'TensorView', 'WAIT_ABANDONED', 'WAIT_ERRORED', 'WAIT_REACHED', 'WAIT_TIMED_OUT', 'WIRE_FEATURE_REPLY_FLAGS', 'WIRE_HEADER_SIZE', 'WIRE_MAGIC', 'WIRE_MAX_FDS', 'WIRE_MAX_FRAME', 'WIRE_REPLY_BIT', 'WIRE_REPLY_CPUS_SHARED', 'WIRE_RUN_REPLY_SIZE', 'WIRE_RUN_SIZE', 'WIRE_TIMEOUT_DEFAULT', 'WIRE_VERSION', 'can_import_fence', 'can_import_memory', 'cpus_shared', 'cuda_available', 'cuda_devices', 'cuda_unavailable_reason', 'd3d12_capability', 'd3d12_capability_for', 'd3d12_close_handle', 'd3d12_fence_descriptor', 'd3d12_luid_from_bytes', 'd3d12_luid_text', 'd3d12_memory_descriptor', 'd3d12_select_device', 'd3d12_shared_name', 'error_codes', 'large_frame_turns', 'mapping_stats', 'nt_check_object_type', 'nt_handle_value', 'nt_object_type', 'purge_messages', 'recv_message', 'send_message', 'set_cpus_shared', 'trace_filled', 'trace_mark', 'trace_on', 'trace_start', 'trace_stop', 'wire_kinds', 'wire_offsets']
 class HostMemory:
     @staticmethod
     def create_memfd(name: str, size: typing.SupportsInt | typing.SupportsIndex) -> HostMemory:
@@ -305,6 +305,39 @@ class CudaStream:
         ...
     @property
     def handle(self) -> int:
+        ...
+class SessionCounts:
+    capacity: typing.ClassVar[int] = 128
+    def __init__(self) -> None:
+        ...
+    def note(self, end_ns: typing.SupportsInt | typing.SupportsIndex, signal_value: typing.SupportsInt | typing.SupportsIndex, wait_ns: typing.SupportsInt | typing.SupportsIndex, infer_ns: typing.SupportsInt | typing.SupportsIndex, total_ns: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Kept among the recent runs, not counted again.
+        """
+    def ran(self, signal_value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        A run counted once enqueued; its times are kept later by note.
+        """
+    def recent(self) -> list[tuple[int, int, int, int, int]]:
+        """
+        The last runs kept, oldest first, at most 128: (end_ns, signal_value, wait_ns, infer_ns, total_ns).
+        """
+    def record(self, end_ns: typing.SupportsInt | typing.SupportsIndex, signal_value: typing.SupportsInt | typing.SupportsIndex, wait_ns: typing.SupportsInt | typing.SupportsIndex, infer_ns: typing.SupportsInt | typing.SupportsIndex, total_ns: typing.SupportsInt | typing.SupportsIndex, single_thread: bool = False) -> None:
+        """
+        A run that ended at end_ns (time.perf_counter_ns) having signalled signal_value: counted, and kept among the recent runs.
+        """
+    def signalled(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        A value signalled without a run (a failed frame's).
+        """
+    @property
+    def last_signal_value(self) -> int:
+        ...
+    @property
+    def runs(self) -> int:
+        ...
+    @property
+    def single_thread_runs(self) -> int:
         ...
 class RunSeries:
     def count(self, n: typing.SupportsInt | typing.SupportsIndex) -> None:

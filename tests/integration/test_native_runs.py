@@ -295,8 +295,9 @@ def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> 
             gate = _native.SpinGate(1)
             replies: list[tuple[bytes, int]] = []
 
-            def send(reply: bytes) -> bool:  # the transport's: the run is not counted yet
-                replies.append((reply, runtime.describe_session(owner, sid)["runs"]))
+            def send(reply: bytes) -> bool:  # the transport's: counted, not yet in the metrics
+                replies.append((reply, runtime.describe_session(owner, sid)["runs"],
+                                len(runtime.metrics.run_store.runs())))
                 return True
 
             late = codec.encode_run(4, codec.Run(bytes.fromhex(sid), 1, None, 30))
@@ -309,10 +310,12 @@ def test_a_frame_received_in_python_is_served_by_the_same_runner(repo: Path) -> 
             assert sent is None and isinstance(failure, NotFound)  # not its session
             assert b.value == 0 and replies == []
             assert table.serve_bytes(frame, owner, False, gate, None, send) == (True, None)
-            [(reply, runs_then)] = replies
+            [(reply, runs_then, series_then)] = replies
             got = codec.decode(reply)
             assert got.request_id == 5 and codec.decode_run_reply(got.body).signal_value == 1
-            assert runs_then == 0  # sent first, then counted, as on the socket
+            # The session's counters before the reply (whoever has it finds the run counted),
+            # the metrics after it, as on the socket.
+            assert (runs_then, series_then) == (1, 0)
             assert b.value == 1 and runtime.describe_session(owner, sid)["runs"] == 1
             assert ("add_64x64", "ipc", 1) in runtime.metrics.run_store.runs()
     finally:

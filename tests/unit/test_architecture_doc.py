@@ -139,3 +139,29 @@ def test_every_test_the_run_table_names_exists() -> None:
         source = (ROOT / path).read_text()
         assert re.search(rf"^def {name}\(", source, re.M), f"{path} has no {name}"
         assert not param or f'"{param}"' in source, f"{path}::{name} is never run with {param}"
+
+
+def _class_files(name: str) -> list[Path]:
+    """The service's Python and native files that define class ``name``."""
+    pattern = re.compile(rf"^\s*(class|struct)\s+{re.escape(name)}\b", re.M)
+    return [p for base in (ROOT / "service", ROOT / "native") for glob in SOURCES
+            for p in base.rglob(glob) if pattern.search(p.read_text(errors="replace"))]
+
+
+def test_every_quoted_member_is_defined_where_its_class_is() -> None:
+    """``HostSession.run_frames`` needs a run_frames in the file of class HostSession (a method,
+    attribute or binding), not just the two words somewhere."""
+    dotted = {q for q in _quoted() if NAME.match(q) and q.count(".") == 1
+              and not re.search(r"\.(py|c|h|cpp|md)$", q) and q[0].isupper()}
+    checked, missing = 0, []
+    for q in sorted(dotted):
+        cls, member = q.split(".")
+        files = _class_files(cls)
+        if not files:
+            continue  # a module or a name the other test reads as words
+        checked += 1
+        if not any(re.search(rf"\b{re.escape(member)}\b", p.read_text(errors="replace"))
+                   for p in files):
+            missing.append(q)
+    assert checked >= 10
+    assert missing == []

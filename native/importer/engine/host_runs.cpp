@@ -64,8 +64,9 @@ class SessionRunner {
         run(std::move(run)),
         binding(std::move(binding)),
         session(std::move(session)),
-        record_run(this->session.is_none() ? py::object(py::none())
-                                           : py::object(this->session.attr("record_run"))),
+        counts(this->session.is_none()
+                   ? nullptr
+                   : this->session.attr("counts").cast<std::shared_ptr<SessionCounts>>()),
         wait(std::move(wait)),
         signal(std::move(signal)),
         unsealed(std::move(unsealed)),
@@ -95,8 +96,10 @@ class SessionRunner {
   py::object single_run = py::none(), single_binding = py::none();
   int single_from = 0;
   std::int64_t frame_bytes = 0;
-  py::object session;  // the HostSession: its counters (record_run) and failure texts
-  py::object record_run;  // its record_run, looked up once (None for a Python body)
+  py::object session;  // the HostSession: its failure texts
+  // Its counters (SessionCounts), recorded here without the interpreter (null for a Python
+  // body, which records its own).
+  std::shared_ptr<SessionCounts> counts;
   std::shared_ptr<HostFence> wait, signal;
   std::vector<std::shared_ptr<HostMemory>> unsealed;
   std::shared_ptr<RunSeries> series;  // the run metrics of its transport (null: none)
@@ -204,32 +207,18 @@ int wait_late(const HostFence &fence, ReceiveSpin &spin_rule, std::uint64_t valu
 // is counted.
 enum Served : int { kNotMine = 0, kAnswered = 1, kFailed = 2, kHalted = 3 };
 
-// A run served here: its reply, and what the session's counters and the metrics record once
-// the reply is sent (the renderer waits for the reply, not for the bookkeeping).
+// A run served here: its reply, and what the metrics record once the reply is sent (the
+// renderer waits for the reply, not for the bookkeeping). The session's own counters were
+// recorded before (SessionRunner::counts), so a renderer that has its reply finds the run
+// counted.
 struct Answer {
   std::uint32_t request_id = 0;  // the reply's fields: the run page's, or the socket's frame
   FlWireRunReply body{};
   std::shared_ptr<RunSeries> series;
-  // The HostSession's record_run, held here so that a remove() meanwhile (which lets go of
-  // the runner's reference) cannot take the session away before the run is recorded.
-  py::object record_run = py::none();
   std::int64_t end = 0, wait_ns = 0, infer_ns = 0, total_ns = 0;
-  bool single = false;  // the model ran on one thread (SessionRunner::single_run)
   bool traced = false;  // the trace recorder was on: the reply's send is marked too
   std::uint64_t tag = 0, target = 0;
-  // The session's counters have one home: its record_run (runtime/session.py); then the
-  // metrics. Called with the GIL held, after the send: another of the service's threads takes
-  // the GIL only after both, so none sees the reply's run uncounted (unless the send had to
-  // wait for room in the socket, with the GIL released).
-  // A Python body (SessionRunner::body) counted its run itself: `record_run` is None then.
   void record() const {
-    if (!record_run.is_none()) {
-      try {
-        record_run(end, target, wait_ns, infer_ns, total_ns, single);
-      } catch (py::error_already_set &e) {
-        e.discard_as_unraisable("fenceline: recording a native run");  // its reply is sent
-      }
-    }
     if (series) series->observe(total_ns / 1e9, wait_ns / 1e9, infer_ns / 1e9);
   }
   void sent() const {
@@ -387,7 +376,7 @@ class RunTable {
   // A host streaming session's frames, one after another, each entering as `run`'s stream
   // frame does (the worker's spin rule `spin`, `backlog`, `cancel`), the first waiting for
   // `wait_value` and each next one for the value after the one its predecessor signalled, with
-  // no interpreter step between them but the session's record_run. Returns (frames, skipped,
+  // no interpreter step between them. Returns (frames, skipped,
   // last_value, failure) once `cancel` ends a wait, a frame fails (`failure`: its
   // FencelineError, naming the frame in details['signal_value'] as `run` does; else None), or
   // `return_after_ns` has passed since the call at the end of a frame, so that the worker's
@@ -941,7 +930,8 @@ class RunTable {
       r.signal->set_status(FL_HTL_STATUS_LIVE);
     r.signal->signal(target);
     const std::int64_t end = fl_htl_now_ns();
-    answer.record_run = r.record_run;  // recorded once the reply is sent (Answer::record)
+    if (r.counts)
+      r.counts->record({end, target, waited - start, inferred - waited, end - start}, single);
     hold.unlock();
     if (traced) {
       trace::mark(trace::kModelEnd, tag, target, inferred);
@@ -956,7 +946,6 @@ class RunTable {
     answer.wait_ns = waited - start;
     answer.infer_ns = inferred - waited;
     answer.total_ns = end - start;
-    answer.single = single;
     answer.traced = traced;
     answer.tag = tag;
     answer.target = target;

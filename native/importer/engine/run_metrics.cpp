@@ -3,7 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <tuple>
 
 namespace py = pybind11;
 
@@ -75,7 +77,109 @@ std::map<std::string, std::int64_t> RunMetrics::last_run_ms() const {
   return out;
 }
 
+void SessionCounts::keep(const Run &r) {
+  ring_[kept_ % kRecent] = r;
+  ++kept_;
+}
+
+void SessionCounts::record(const Run &r, bool single_thread) {
+  std::lock_guard<std::mutex> hold(mu_);
+  ++runs_;
+  if (single_thread) ++single_;
+  last_ = r.signal_value;
+  keep(r);
+}
+
+void SessionCounts::ran(std::uint64_t signal_value) {
+  std::lock_guard<std::mutex> hold(mu_);
+  ++runs_;
+  last_ = signal_value;
+}
+
+void SessionCounts::note(const Run &r) {
+  std::lock_guard<std::mutex> hold(mu_);
+  keep(r);
+}
+
+void SessionCounts::signalled(std::uint64_t value) {
+  std::lock_guard<std::mutex> hold(mu_);
+  last_ = value;
+}
+
+std::uint64_t SessionCounts::runs() const {
+  std::lock_guard<std::mutex> hold(mu_);
+  return runs_;
+}
+
+std::uint64_t SessionCounts::single_thread_runs() const {
+  std::lock_guard<std::mutex> hold(mu_);
+  return single_;
+}
+
+std::uint64_t SessionCounts::last_signal_value() const {
+  std::lock_guard<std::mutex> hold(mu_);
+  return last_;
+}
+
+std::vector<SessionCounts::Run> SessionCounts::recent() const {
+  std::lock_guard<std::mutex> hold(mu_);
+  const std::size_t n = std::min(kept_, kRecent);
+  std::vector<Run> out;
+  out.reserve(n);
+  for (std::size_t i = kept_ - n; i < kept_; ++i) out.push_back(ring_[i % kRecent]);
+  return out;
+}
+
 void bind_run_metrics(py::module_ &mod) {
+  using Run = SessionCounts::Run;
+  auto run_of = [](std::int64_t end_ns, std::uint64_t signal_value, std::int64_t wait_ns,
+                   std::int64_t infer_ns, std::int64_t total_ns) {
+    return Run{end_ns, signal_value, wait_ns, infer_ns, total_ns};
+  };
+  py::class_<SessionCounts, std::shared_ptr<SessionCounts>>(mod, "SessionCounts")
+      .def(py::init<>())
+      .def(
+          "record",
+          [run_of](SessionCounts &c, std::int64_t end_ns, std::uint64_t signal_value,
+                   std::int64_t wait_ns, std::int64_t infer_ns, std::int64_t total_ns,
+                   bool single_thread) {
+            c.record(run_of(end_ns, signal_value, wait_ns, infer_ns, total_ns), single_thread);
+          },
+          py::arg("end_ns"), py::arg("signal_value"), py::arg("wait_ns"), py::arg("infer_ns"),
+          py::arg("total_ns"), py::arg("single_thread") = false,
+          "A run that ended at end_ns (time.perf_counter_ns) having signalled signal_value: "
+          "counted, and kept among the recent runs.")
+      .def("ran", &SessionCounts::ran, py::arg("signal_value"),
+           "A run counted once enqueued; its times are kept later by note.")
+      .def(
+          "note",
+          [run_of](SessionCounts &c, std::int64_t end_ns, std::uint64_t signal_value,
+                   std::int64_t wait_ns, std::int64_t infer_ns, std::int64_t total_ns) {
+            c.note(run_of(end_ns, signal_value, wait_ns, infer_ns, total_ns));
+          },
+          py::arg("end_ns"), py::arg("signal_value"), py::arg("wait_ns"), py::arg("infer_ns"),
+          py::arg("total_ns"), "Kept among the recent runs, not counted again.")
+      .def("signalled", &SessionCounts::signalled, py::arg("value"),
+           "A value signalled without a run (a failed frame's).")
+      .def_property_readonly("runs", &SessionCounts::runs)
+      .def_property_readonly("single_thread_runs", &SessionCounts::single_thread_runs)
+      .def_property_readonly("last_signal_value", &SessionCounts::last_signal_value)
+      .def(
+          "recent",
+          [](const SessionCounts &c) {
+            std::vector<std::tuple<std::int64_t, std::uint64_t, std::int64_t, std::int64_t,
+                                   std::int64_t>>
+                out;
+            for (const auto &r : c.recent())
+              out.emplace_back(r.end_ns, r.signal_value, r.wait_ns, r.infer_ns, r.total_ns);
+            return out;
+          },
+          "The last runs kept, oldest first, at most 128: (end_ns, signal_value, wait_ns, "
+          "infer_ns, total_ns).")
+      .def_property_readonly_static(
+          "capacity", [](const py::object &) { return SessionCounts::kRecent; },
+          "How many recent runs are kept.");
+
   py::class_<RunSeries, std::shared_ptr<RunSeries>>(mod, "RunSeries")
       .def("observe", &RunSeries::observe, py::arg("run_s"), py::arg("wait_s"),
            py::arg("infer_s"), "Records one run: the counter and the three histograms.")

@@ -1,7 +1,8 @@
 // The run metrics of the service (runs per model and transport; run, wait and infer time
 // histograms per model), kept here so that the native run path (host_runs.cpp) records a run
 // without the interpreter and the Python transports record theirs with one call.
-// fenceline.metrics exposes them to Prometheus at scrape time.
+// fenceline.metrics exposes them to Prometheus at scrape time. And each session's own counters
+// (SessionCounts), which the status page reads.
 #pragma once
 
 #include <array>
@@ -39,6 +40,41 @@ class RunSeries {
   std::shared_ptr<ModelRuns> model_;
   std::shared_ptr<const std::vector<double>> bounds_;
   std::atomic<std::uint64_t> runs_{0};
+};
+
+// One session's counters, every kind's (runtime/session.py's SessionBase holds one): its runs
+// (of them, on the model's one-thread session), the last value it signalled, and its last
+// kRecent runs for the status page. The engine records a host session's run here without the
+// interpreter, before the reply goes out, so a renderer that has its reply finds the run
+// counted; a Python body (a CUDA session's) records its own with one call.
+class SessionCounts {
+ public:
+  static constexpr std::size_t kRecent = 128;
+  struct Run {  // end: CLOCK_MONOTONIC ns (Python's time.perf_counter_ns on Linux)
+    std::int64_t end_ns = 0;
+    std::uint64_t signal_value = 0;
+    std::int64_t wait_ns = 0, infer_ns = 0, total_ns = 0;
+  };
+  // A run that ran and signalled: counted, and kept among the recent ones.
+  void record(const Run &r, bool single_thread);
+  // A run counted once enqueued, its times kept later by note (a CUDA session's).
+  void ran(std::uint64_t signal_value);
+  // Kept among the recent ones, not counted again.
+  void note(const Run &r);
+  // A value signalled without a run (a failed frame's).
+  void signalled(std::uint64_t value);
+
+  std::uint64_t runs() const;
+  std::uint64_t single_thread_runs() const;
+  std::uint64_t last_signal_value() const;
+  std::vector<Run> recent() const;  // oldest first
+
+ private:
+  void keep(const Run &r);  // with mu_ held
+  mutable std::mutex mu_;
+  std::uint64_t runs_ = 0, single_ = 0, last_ = 0;
+  std::array<Run, kRecent> ring_{};
+  std::size_t kept_ = 0;  // runs kept so far: the newest is ring_[(kept_ - 1) % kRecent]
 };
 
 class RunMetrics {

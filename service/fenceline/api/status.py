@@ -21,7 +21,7 @@ from fenceline import __version__, _native
 from fenceline.errors import FencelineError
 from fenceline.interop.handles import FenceHandle
 from fenceline.runtime.service import Runtime
-from fenceline.runtime.session import RunResult, Session
+from fenceline.runtime.session import RECENT_RUNS, RunResult, Session
 from fenceline.runtime.table import Entry
 
 router = APIRouter(tags=["status"])
@@ -63,7 +63,7 @@ def _session_row(
     e: Entry[Session], now_ns: int, fences: dict[int, dict[str, Any]]
 ) -> dict[str, Any]:
     s = e.obj
-    recent = s.recent.copy()  # one C-level copy: consistent while the session keeps running
+    recent = s.recent  # one copy, consistent while the session keeps running
     results: list[RunResult] = [r for _, r in recent]
     total = [r.total_ns / 1e3 for r in results]
     ordered = sorted(total)
@@ -77,7 +77,7 @@ def _session_row(
         "last_signal_value": s.last_signal_value,
         "wait_fence": fences.get(id(s.wait_fence), {"id": "", "value": None}),
         "signal_fence": fences.get(id(s.signal_fence), {"id": "", "value": None}),
-        "fps": round(fps([t for t, _ in recent], now_ns, recent.maxlen or 0), 2),
+        "fps": round(fps([t for t, _ in recent], now_ns, RECENT_RUNS), 2),
         "latency_us": {
             "last": total[-1] if total else None,
             "p50": _percentile(ordered, 0.50),

@@ -305,7 +305,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             trace.mark(trace.ENQUEUED, self.trace_tag, target, enqueued)
             if asynchronous:
                 queued = RunResult(target, 0, enqueued - start, enqueued - start)
-                self.recent.append((enqueued, queued))
+                self.counts.note(enqueued, *queued)
                 return queued
             done = stream.synchronize(min(timeout_ns, CANCEL_SLICE_NS), spin_ns)
             left = timeout_ns - CANCEL_SLICE_NS
@@ -324,7 +324,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
                 {"queued": True, "wait_value": wait_value, "signal_value": target},
             )
         result = RunResult(target, end - enqueued, enqueued - start, end - start)
-        self.recent.append((end, result))
+        self.counts.note(end, *result)
         return result
 
     def _enqueue(
@@ -356,8 +356,7 @@ class CudaSession(SessionBase[CudaTensorBinding, VkFenceImport]):
             trace.mark(trace.SIGNALLED, self.trace_tag, target)
             stream.trace_completion(self.trace_tag, target)
         self.signal_fence.enqueued_signal = target
-        self.runs += 1
-        self.last_signal_value = target
+        self.counts.ran(target)
         if failure is not None:
             raise failure
 

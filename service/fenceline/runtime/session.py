@@ -6,10 +6,10 @@ timeline semaphores waited on a CUDA stream); runtime/backends.py picks one per 
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Mapping
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
+from fenceline import _native
 from fenceline.errors import DeviceLost, ModelError
 from fenceline.interop.handles import Binding, FenceHandle
 from fenceline.runtime.models import Model
@@ -29,7 +29,7 @@ class RunResult(NamedTuple):  # built on every run: a NamedTuple is the cheapest
         }
 
 
-RECENT_RUNS = 128  # what the status page shows: fps and a latency sparkline
+RECENT_RUNS = _native.SessionCounts.capacity  # the status page's fps and sparkline
 
 
 class StreamControl(Protocol):
@@ -46,14 +46,22 @@ class Session(Protocol):
     the engine calls in Python. Runs are serialized per session; different sessions run in
     parallel. ``close()`` waits for a run in flight and is safe to call twice."""
 
-    # (perf_counter_ns at the end of the run, its result), newest last; read with .copy().
-    recent: deque[tuple[int, RunResult]]
+    counts: _native.SessionCounts  # its runs, last value and recent runs: the one home
     stream: StreamControl | None  # set by the runtime for streaming sessions
     device_label: str  # the GPU's metrics label; "" for host sessions
     trace_tag: int  # its key in a trace (fenceline.trace.tag), set by the runtime
-    runs: int
-    single_thread_runs: int  # of them, on the model's one-thread session
-    last_signal_value: int
+
+    @property
+    def runs(self) -> int: ...
+
+    @property
+    def single_thread_runs(self) -> int: ...  # of them, on the model's one-thread session
+
+    @property
+    def last_signal_value(self) -> int: ...
+
+    @property
+    def recent(self) -> list[tuple[int, RunResult]]: ...  # (end, result), oldest first
 
     @property
     def model(self) -> Model: ...
@@ -99,13 +107,12 @@ class SessionBase(Generic[B, F]):
         self.outputs = outputs
         self.wait_fence = wait_fence
         self.signal_fence = signal_fence
-        self.runs = 0
-        self.single_thread_runs = 0  # of them, on the model's one-thread session (host only)
-        self.last_signal_value = 0
+        # The run engine records a host session's runs here itself; a CUDA session's body
+        # records its own (record, or ran then note).
+        self.counts = _native.SessionCounts()
         self.stream: StreamControl | None = None  # set by the runtime for streaming sessions
         self.device_label = ""
         self.trace_tag = 0
-        self.recent: deque[tuple[int, RunResult]] = deque(maxlen=RECENT_RUNS)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -129,18 +136,25 @@ class SessionBase(Generic[B, F]):
     def output_devices(self) -> dict[str, str]:
         raise NotImplementedError
 
-    def record_run(self, end_ns: int, signal_value: int, wait_ns: int, infer_ns: int,
-                   total_ns: int, single_thread: bool = False) -> RunResult:
-        """Counts a run that ended at ``end_ns`` (perf_counter_ns) having signalled
-        ``signal_value``, ``single_thread`` when the model ran on its one-thread session: the
-        one place the counters change (the run engine calls it after each run it served)."""
-        self.runs += 1
-        if single_thread:
-            self.single_thread_runs += 1
-        self.last_signal_value = signal_value
-        result = RunResult(signal_value, wait_ns, infer_ns, total_ns)
-        self.recent.append((end_ns, result))
-        return result
+    @property
+    def runs(self) -> int:
+        return self.counts.runs
+
+    @property
+    def single_thread_runs(self) -> int:
+        """Of the runs, those on the model's one-thread session (host sessions only)."""
+        return self.counts.single_thread_runs
+
+    @property
+    def last_signal_value(self) -> int:
+        return self.counts.last_signal_value
+
+    @property
+    def recent(self) -> list[tuple[int, RunResult]]:
+        """The last runs (perf_counter_ns at the end of the run, its result), oldest first, at
+        most ``RECENT_RUNS``: one consistent copy, however the session keeps running."""
+        return [(end, RunResult(value, wait, infer, total))
+                for end, value, wait, infer, total in self.counts.recent()]
 
     # The failures of a run, worded once (the run engine calls these).
 

@@ -190,7 +190,7 @@ class HostStreamDriver(StreamDriver):
             self._conflict(e)
             return
         self.stats.last_value = target
-        self.session.last_signal_value = target
+        self.session.counts.signalled(target)
 
     def _conflict(self, e: Conflict) -> None:
         self.stats.failed += 1
