@@ -108,7 +108,7 @@ class SessionBase(Generic[B, F]):
         self.wait_fence = wait_fence
         self.signal_fence = signal_fence
         # The run engine records a host session's runs here itself; a CUDA session's body
-        # records its own (record, or ran then note).
+        # records its own (ran once enqueued, note once its times are known).
         self.counts = _native.SessionCounts()
         self.stream: StreamControl | None = None  # set by the runtime for streaming sessions
         self.device_label = ""

@@ -14,10 +14,6 @@
 
 namespace fl {
 
-namespace {
-
-}  // namespace
-
 void check_shm_name(const std::string &name) {
   static const char *const prefixes[] = {"Local\\", "Global\\"};
   std::string rest;
