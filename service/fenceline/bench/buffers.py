@@ -113,6 +113,10 @@ class Buffers:
     def fill(self, how: str) -> None:
         for i, t in enumerate(self.sig.inputs):
             self.array(t)[...] = make_input(t, how, i)
+        self.clear_outputs()
+
+    def clear_outputs(self) -> None:
+        """Clears the outputs (zeros)."""
         for t in self.sig.outputs:
             self.array(t)[...] = 0
 

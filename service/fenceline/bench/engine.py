@@ -16,7 +16,9 @@ renderer process can open it. ``frame(i)`` returns None (the engine times the ca
 seconds of a frame the lane timed itself: a lane that keeps several frames in flight answers
 with the frame that completed during the call, or NOTHING_DONE while its pipeline fills;
 ``digest()`` then first collects the frames still in flight. A lane of the Python IPC client
-also has ``waits()``: its connection's ``IpcClient.waits``, counted over the timed window.
+also has ``waits()``: its connection's ``IpcClient.waits``, counted over the timed window. A lane
+that times a second path in turn with its own, frame by frame, also has ``partner_samples()``:
+that path's times, kept over the timed window as ``Measured.partner_samples_s``.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Measured:
     # The timed window, first start to last stop over all lanes, on time.perf_counter's clock
     # (CLOCK_MONOTONIC on Linux, the clock of a service trace's moments).
     window_s: tuple[float, float] = (0.0, 0.0)
+    partner_samples_s: list[float] = field(default_factory=list, repr=False)
 
     @property
     def throughput_fps(self) -> float:
@@ -130,6 +133,7 @@ class _LaneResult:
     stop: float
     digest: str
     waits: dict[str, int]
+    partner_s: list[float]
 
 
 class _Sync(Protocol):
@@ -176,6 +180,7 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                 go.wait(limit)
                 samples: list[float] = []
                 waits0 = _waits(lane)
+                partner0 = len(_partner(lane))
                 clock = time.perf_counter
                 first = clock()
                 deadline = first + budget.seconds
@@ -193,7 +198,8 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                 stop = clock()
                 stopped.wait()
                 waits = {k: v - waits0.get(k, 0) for k, v in _waits(lane).items()}
-                results[index] = _LaneResult(samples, first, stop, lane.digest(), waits)
+                partner = _partner(lane)[partner0:]
+                results[index] = _LaneResult(samples, first, stop, lane.digest(), waits, partner)
                 done.wait()
                 release.wait(limit)
         except threading.BrokenBarrierError:
@@ -366,9 +372,15 @@ def _summarize(results: list[_LaneResult], client_cpu: float, server_cpu: float 
     samples = [s for r in results for s in r.samples_s]
     window = (min(r.start for r in results), max(r.stop for r in results)) if results else (0.0, 0.0)
     return Measured(samples, window[1] - window[0], [r.digest for r in results], client_cpu,
-                    server_cpu, add_counts(r.waits for r in results), window)
+                    server_cpu, add_counts(r.waits for r in results), window,
+                    [s for r in results for s in r.partner_s])
 
 
 def _waits(lane: Any) -> dict[str, int]:
     waits = getattr(lane, "waits", None)
     return dict(waits()) if waits is not None else {}
+
+
+def _partner(lane: Any) -> list[float]:
+    partner = getattr(lane, "partner_samples", None)
+    return list(partner()) if partner is not None else []

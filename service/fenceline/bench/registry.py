@@ -1,5 +1,6 @@
 """The transports a row can be measured through: a small registry of functions
-``(Context, Scenario) -> Row | None`` (None: nothing to measure for this scenario), each with
+``(Context, Scenario) -> Row | list[Row] | None`` (None: nothing to measure for this scenario;
+a list: the rows of paths measured together, each under its own transport's name), each with
 ``available(Context) -> None | why not`` for this run.
 
 Modules of the bench package may add their own rows: a module listed in ``PLUGINS`` that
@@ -16,7 +17,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ class Context:
         return [] if transport.startswith("in-process") else [self.service_pid]
 
 
-Measure = Callable[[Context, Scenario], Row | None]
+Measure = Callable[[Context, Scenario], Row | list[Row] | None]
 Available = Callable[[Context], str | None]  # None, or why the transport is not here
 
 
@@ -68,6 +69,9 @@ class Transport:
     peer: bool = False  # needs --peers
     available: Available = _always
     needs: tuple[str, ...] = ()  # modules the row's lanes import (an optional dependency)
+    # The transports whose rows it measures, when not its own name: it runs wherever they all
+    # are asked for (``--transports``).
+    made_of: tuple[str, ...] = ()
 
 
 # Where each optional module comes from: the extras of pyproject.toml that install it.
@@ -240,6 +244,24 @@ def _two_cpus(ctx: Context) -> str | None:
     return None if len(os.sched_getaffinity(0)) >= 2 else "needs two CPUs"
 
 
+def _alternating(ctx: Context, sc: Scenario) -> list[Row]:
+    """The floor and ``ipc`` frame by frame in turn, in one renderer: two rows of one timed
+    window. Rows measured one after the other, even in rounds, each see the machine of their own
+    seconds: on 2 CPUs a 4K floor read 5.0 ms then ``ipc`` 7.4 ms in the next 40 frames, and
+    the ratio of five runs' rows spread 0.97-1.14; frame by frame it read 0.99-1.01."""
+    m = engine.measure("fenceline.bench.transports:alternating_lane",
+                       {**_floor(ctx, sc), **_ipc(ctx, sc)}, sc.budget,
+                       server_pids=ctx.server_pids("ipc"))
+    ipc = row("ipc", sc, m, ctx, "in turn with the floor, frame by frame")
+    floor = replace(ipc, transport="in-process", samples_s=m.partner_samples_s,
+                    note="floor, in turn with ipc", waits={}, service_cpu_us=None)
+    # One thread ran both: its CPU is not split between the two rows, nor its wall time; each
+    # row's frames/s is over its own frames' time.
+    return [replace(r, cpu_per_frame_us=None, renderer_cpu_us=None,
+                    throughput_fps=len(r.samples_s) / sum(r.samples_s) if r.samples_s else None)
+            for r in (floor, ipc)]
+
+
 def _http(ctx: Context, sc: Scenario) -> dict[str, Any]:
     return {"url": ctx.url, "model": sc.model, **_base(ctx, sc)}
 
@@ -276,6 +298,9 @@ for _t in (
               _lanes("ipc-one", f"{_T}:ipc_lane", _ipc, one_at_a_time=True)),
     Transport("ipc-traced", "fenceline IPC while the service records a per-frame trace",
               _traced),
+    Transport("alternating", "the floor and fenceline IPC in turn, frame by frame, in one "
+              "renderer (the in-process and ipc rows of the alternating scenario)", _alternating,
+              made_of=("in-process", "ipc")),
     Transport("in-process-cross-core",
               "the floor on a frame just written by a thread pinned to another CPU",
               _lanes("in-process-cross-core", f"{_T}:cross_core_floor_lane", _floor,

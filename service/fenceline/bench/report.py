@@ -245,12 +245,18 @@ def machine_goals(rows: list[Row]) -> list[dict[str, Any]]:
             entry.update(value=round(v, 1), met=v <= target)
         out.append(entry)
 
-    def one(size: str, renderers: int = 1) -> tuple[str, str, int, str]:
-        return (size, "FP32", renderers, "sync")
+    def one(size: str, renderers: int = 1, mode: str = "sync") -> tuple[str, str, int, str]:
+        return (size, "FP32", renderers, mode)
 
     out.append(frame_move_goal(rows, MACHINE_FRAME_MOVE, MACHINE))
     goal("IPC 1080p within 1.1x of the in-process floor", one("1080p"), "ipc", "within", 1.1)
-    goal("IPC 4K within 1.05x of the in-process floor", one("4K"), "ipc", "within", 1.05)
+    # The 4K rows measured frame by frame in turn (scenarios.ALTERNATING); the sync scenario's
+    # ratio, whose rows each saw their own seconds of the machine, is shown beside it.
+    goal("IPC 4K within 1.05x of the in-process floor (frame by frame in turn)",
+         one("4K", mode="alternating"), "ipc", "within", 1.05)
+    sync_4k = (_find(rows, one("4K"), "ipc"), _find(rows, one("4K"), FLOOR))
+    if sync_4k[0] is not None and sync_4k[1] is not None and sync_4k[1].p50_us > 0:
+        out[-1]["beside"] = {"4K sync rows": round(sync_4k[0].p50_us / sync_4k[1].p50_us, 3)}
     goal("IPC 1080p, 4 renderers sync, within 1.2x of the in-process floor", one("1080p", 4),
          "ipc", "within", 1.2)
     goal("IPC 64x64 (Python client) within 15 us of the in-process floor", one("64x64"), "ipc",
@@ -306,7 +312,9 @@ def format_goals(results: list[dict[str, Any]]) -> str:
         if g["met"] is None:
             lines.append(f"  {'-':>6}  {g['goal']}: not measured ({', '.join(g['missing'])})")
         else:
-            lines.append(f"  {'met' if g['met'] else 'MISSED':>6}  {g['goal']}: {g['value']}")
+            beside = "".join(f" ({k}: {v})" for k, v in g.get("beside", {}).items())
+            lines.append(f"  {'met' if g['met'] else 'MISSED':>6}  {g['goal']}: {g['value']}"
+                         + beside)
     return "\n".join(lines)
 
 

@@ -45,6 +45,10 @@ PIPELINED = ("in-process", "ipc", "triton-shm")
 # One frame at a time in the rounds of the 64x64 pipelined rows: the baseline of the goal of
 # frames in flight (a sync scenario's row, minutes before, also measured the machine's drift).
 ONE_AT_A_TIME = ("ipc-one",)
+# The floor and IPC frame by frame in turn (mode "alternating"), at the largest frame: a 4K
+# frame takes milliseconds, and the machine's speed moves between one round's rows more than
+# the 4K goal's 5% (registry._alternating).
+ALTERNATING = ("alternating",)
 REAL = ("in-process", "ipc", "http", "kserve-binary", "system-shm", "triton-binary",
         "triton-shm")
 
@@ -55,7 +59,9 @@ class Scenario:
     size: str
     datatype: str
     renderers: int
-    mode: str  # "sync": one frame in flight per renderer; "pipelined": two (double buffering)
+    # "sync": one frame in flight per renderer; "pipelined": two (double buffering);
+    # "alternating": one renderer runs the floor's frame and an IPC frame in turn
+    mode: str
     transports: tuple[str, ...]
     budget: Budget
     sig: Signature | None = None  # filled in once the model is built
@@ -104,12 +110,18 @@ def plan(*, quick: bool = False, sizes: list[str] | None = None,
 
     def add(size: str, dt: str, renderers: int, mode: str, transports: tuple[str, ...]) -> None:
         if size in chosen:
+            budget, n = budgets[size], rounds(size, renderers)
+            if mode == "alternating":
+                # Two frames a step, in the time of each; measured side by side already: three
+                # rounds, each on new buffers, for the frame's place in memory.
+                budget, n = replace(budget, seconds=2 * budget.seconds), 1 if quick else 3
             out.append(Scenario(MODELS[(size, dt)], size, dt, renderers, mode, transports,
-                                budgets[size], rounds=rounds(size, renderers)))
+                                budget, rounds=n))
 
     big = "720p" if quick else "1080p"
     for size in SIZES:
         add(size, "FP32", 1, "sync", SINGLE + (CROSS_CORE if size == "720p" else ()))
+    add("720p" if quick else "4K", "FP32", 1, "alternating", ALTERNATING)
     for size in ("64x64",) if quick else ("64x64", "1080p"):
         add(size, "FP16", 1, "sync", ("in-process", "ipc", "triton-shm"))
     for size in ("64x64", big):

@@ -64,18 +64,21 @@ def _measure_scenario(ctx: registry.Context, s: Scenario, progress: Progress,
             if t in failed:
                 continue
             try:
-                row = registry.REGISTRY[t].measure(ctx, part)
+                measured = registry.REGISTRY[t].measure(ctx, part)
             except (LaneError, FencelineError, OSError, RuntimeError, ValueError) as e:
                 failed.add(t)
-                got.pop(t, None)
+                for name in registry.REGISTRY[t].made_of or (t,):
+                    got.pop(name, None)
                 failures.append({"scenario": s.label, "transport": t, "error": str(e)})
                 progress.note(f"{s.label}: {t} failed: {str(e).splitlines()[0][:200]}")
                 continue
-            if row is None:
+            if measured is None:
                 failed.add(t)  # nothing to measure in this scenario
-            else:
-                got[t] = got[t].merged(row) if t in got else row
-    return [got[t] for t in s.transports if t in got]
+                continue
+            for row in measured if isinstance(measured, list) else [measured]:
+                got[row.transport] = (got[row.transport].merged(row) if row.transport in got
+                                      else row)
+    return list(got.values())
 
 
 def _real_models(use_packaged: bool, extra: dict[str, Path]) -> list[RealModel]:
@@ -131,8 +134,11 @@ def _plan(quick: bool, sizes: list[str] | None, transports: list[str] | None, pe
         plan += scenarios.plan(quick=quick, sizes=[], real=more, seconds=seconds)
 
     def wanted(t: str) -> bool:
-        return t in registry.REGISTRY and (transports is None or t in transports) and (
-            peers or not registry.REGISTRY[t].peer)
+        if t not in registry.REGISTRY or not (peers or not registry.REGISTRY[t].peer):
+            return False
+        made_of = registry.REGISTRY[t].made_of
+        return transports is None or t in transports or bool(made_of) and all(
+            m in transports for m in made_of)
 
     return [s for s in (replace(s, transports=tuple(t for t in s.transports if wanted(t)))
                         for s in plan) if s.transports]

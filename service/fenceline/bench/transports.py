@@ -11,6 +11,8 @@ bench measures, each on its own frame of the same layout and contents:
 - ``ipc_pipelined_lane``: a renderer with ``depth`` frames in flight on one connection, one
   session per frame buffer: it sends frame i's RUN before it collects frame i - depth + 1's
   reply, so the service finds the next request waiting when it replies.
+- ``alternating_lane``: the floor's frame and an IPC frame in turn on one thread and one frame
+  buffer, so that both see the machine as it is at that moment, on the same memory.
 - ``kserve_binary_lane``: the KServe v2 protocol with tritonclient's binary tensor extension:
   inputs travel in the request, outputs come back in the reply and are copied into the frame.
 - ``kserve_shm_lane``: Triton's system shared-memory extension: the frame is registered once
@@ -72,10 +74,12 @@ class _Lane:
 
 
 @contextlib.contextmanager
-def floor_lane(model_path: str, sig: Signature, fill: str, intra_op_threads: int | None = None
-               ) -> Iterator[_Lane]:
+def floor_lane(model_path: str, sig: Signature, fill: str, intra_op_threads: int | None = None,
+               buffers: Buffers | None = None) -> Iterator[_Lane]:
+    """``buffers``: run on this frame (the caller's to close), not on one of its own."""
     model = _loaded(model_path, intra_op_threads)
-    with Buffers(sig, fill=fill) as b:
+    with contextlib.ExitStack() as stack:
+        b = buffers if buffers is not None else stack.enter_context(Buffers(sig, fill=fill))
         binding = model.session.io_binding()
         for t in sig.inputs:
             binding.bind_input(t.name, "cpu", 0, t.dtype, list(t.shape), b.array(t).ctypes.data)
@@ -174,12 +178,12 @@ def cross_core_floor_lane(model_path: str, sig: Signature, fill: str) -> Iterato
 
 
 @contextlib.contextmanager
-def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str, write: bool = False
-             ) -> Iterator[_Lane]:
+def ipc_lane(socket_path: str, model: str, sig: Signature, fill: str, write: bool = False,
+             buffers: Buffers | None = None) -> Iterator[_Lane]:
     """``write``: the renderer writes its inputs before each frame (untimed), as the
-    cross-core floor's writer does."""
+    cross-core floor's writer does. ``buffers``: run on this frame (the caller's to close)."""
     with contextlib.ExitStack() as stack:
-        b = stack.enter_context(Buffers(sig, fill=fill))
+        b = buffers if buffers is not None else stack.enter_context(Buffers(sig, fill=fill))
         ready, done = stack.enter_context(Fence()), stack.enter_context(Fence())
         client = stack.enter_context(IpcClient(socket_path, name="fenceline-bench"))
         memory = client.import_memory(b.frame)
@@ -240,6 +244,56 @@ class _PipelinedLane:
         self.drain()
         digests = {b.output_digest() for b, _, _ in self.slots}
         return digests.pop() if len(digests) == 1 else "buffers differ"
+
+
+class _AlternatingLane:
+    """Frame i runs the floor's frame and the IPC frame on one frame buffer, the floor first on
+    odd i: the engine takes the IPC frame's time as the sample, ``partner_samples()`` holds the
+    floor's."""
+
+    def __init__(self, floor: _Lane, ipc: _Lane) -> None:
+        self.floor, self.ipc = floor, ipc
+        self.floor_s: list[float] = []
+        self.last = 0
+
+    def frame(self, i: int) -> float:
+        self.last = i
+        clock = time.perf_counter
+        took = {}
+        for lane in (self.floor, self.ipc) if i % 2 else (self.ipc, self.floor):
+            t0 = clock()
+            lane.frame(i)
+            took[id(lane)] = clock() - t0
+        self.floor_s.append(took[id(self.floor)])
+        return took[id(self.ipc)]
+
+    def partner_samples(self) -> list[float]:
+        return self.floor_s
+
+    def waits(self) -> dict[str, int]:
+        return self.ipc.waits()
+
+    def digest(self) -> str:
+        """Both paths' outputs, each written once more into cleared outputs by that path alone."""
+        digests = []
+        for lane in (self.floor, self.ipc):
+            self.floor.buffers.clear_outputs()
+            self.last += 1
+            lane.frame(self.last)
+            digests.append(lane.digest())
+        floor, ipc = digests
+        return ipc if floor == ipc else f"floor {floor}, ipc {ipc}"
+
+
+@contextlib.contextmanager
+def alternating_lane(model_path: str, socket_path: str, model: str, sig: Signature, fill: str
+                     ) -> Iterator[_AlternatingLane]:
+    """The floor and ``ipc_lane`` on one frame buffer: both read and write the same memory, so
+    where that memory happens to lie costs both alike (two buffers of a 4K frame, filled the same
+    way, ran 3-6% apart on 2 CPUs, which one varying from run to run)."""
+    with Buffers(sig, fill=fill) as b, floor_lane(model_path, sig, fill, buffers=b) as floor, \
+            ipc_lane(socket_path, model, sig, fill, buffers=b) as ipc:
+        yield _AlternatingLane(floor, ipc)
 
 
 @contextlib.contextmanager
