@@ -19,7 +19,7 @@ from fenceline.bench.stats import Row
 from fenceline.bench.suite import _plan
 
 TIMEOUT_S = 300
-FOUR_K_GOAL = "[#31] IPC 4K within 1.05x of the in-process floor (frame by frame in turn)"
+FOUR_K_GOAL = "[#31] IPC 4K within 1.05x of the in-process floor (in turn, 8 frames each)"
 
 
 def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -132,7 +132,7 @@ def test_quick_bench_writes_well_formed_json(quick_run: tuple[dict[str, Any], st
     assert goal["met"] is not None
     assert goal["value"] == pytest.approx(two["throughput_fps"] / one["throughput_fps"], abs=1e-3)
     assert all(set(g) >= {"goal", "target", "value", "met"} for g in doc["goals"])
-    # The floor and ipc frame by frame in turn, at the run's largest frame: one timed window,
+    # The floor and ipc in turn, 8 frames each, at the run's largest frame: one timed window,
     # so as many floor frames as ipc frames, both equal to a direct onnxruntime run, and no CPU
     # split between rows that one thread ran.
     turns = {r["transport"]: r for r in rows if r["mode"] == "alternating"}

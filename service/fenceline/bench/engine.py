@@ -13,12 +13,13 @@ own client, buffers and session); a row runs ``renderers x depth`` lanes at once
 A lane is named by ``"module:function"``: a context manager ``function(**kwargs)`` that yields
 an object with ``frame(i)`` (frame values rise from 1) and ``digest()`` (of its outputs), so a
 renderer process can open it. ``frame(i)`` returns None (the engine times the call), or the
-seconds of a frame the lane timed itself: a lane that keeps several frames in flight answers
-with the frame that completed during the call, or NOTHING_DONE while its pipeline fills;
-``digest()`` then first collects the frames still in flight. A lane of the Python IPC client
-also has ``waits()``: its connection's ``IpcClient.waits``, counted over the timed window. A lane
-that times a second path in turn with its own, frame by frame, also has ``partner_samples()``:
-that path's times, kept over the timed window as ``Measured.partner_samples_s``.
+seconds of a frame the lane timed itself, or a list of them for a lane that runs several frames
+a call: a lane that keeps several frames in flight answers with the frame that completed during
+the call, or NOTHING_DONE while its pipeline fills; ``digest()`` then first collects the frames
+still in flight. A lane of the Python IPC client also has ``waits()``: its connection's
+``IpcClient.waits``, counted over the timed window. A lane that times a second path in turn
+with its own also has ``partner_samples()``: that path's times, kept over the timed window as
+``Measured.partner_samples_s``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 class Lane(Protocol):
-    def frame(self, i: int) -> float | None: ...
+    def frame(self, i: int) -> float | list[float] | None: ...
 
     def digest(self) -> str: ...
 
@@ -190,6 +191,8 @@ def _host(target: str, kwargs: dict[str, Any], budget: Budget, lanes: int, sync:
                     t1 = clock()
                     if own is None:
                         samples.append(t1 - t0)
+                    elif isinstance(own, list):
+                        samples += own
                     elif own >= 0:
                         samples.append(own)
                     i += 1

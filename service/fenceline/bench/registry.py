@@ -245,14 +245,14 @@ def _two_cpus(ctx: Context) -> str | None:
 
 
 def _alternating(ctx: Context, sc: Scenario) -> list[Row]:
-    """The floor and ``ipc`` frame by frame in turn, in one renderer: two rows of one timed
+    """The floor and ``ipc`` in turn, 8 frames each, in one renderer: two rows of one timed
     window. Rows measured one after the other, even in rounds, each see the machine of their own
     seconds: on 2 CPUs a 4K floor read 5.0 ms then ``ipc`` 7.4 ms in the next 40 frames, and
-    the ratio of five runs' rows spread 0.97-1.14; frame by frame it read 0.99-1.01."""
+    the ratio of five runs' rows spread 0.97-1.14; in turn it read 1.01-1.05 (docs/benchmarks.md)."""
     m = engine.measure("fenceline.bench.transports:alternating_lane",
                        {**_floor(ctx, sc), **_ipc(ctx, sc)}, sc.budget,
                        server_pids=ctx.server_pids("ipc"))
-    ipc = row("ipc", sc, m, ctx, "in turn with the floor, frame by frame")
+    ipc = row("ipc", sc, m, ctx, "in turn with the floor, 8 frames each")
     floor = replace(ipc, transport="in-process", samples_s=m.partner_samples_s,
                     note="floor, in turn with ipc", waits={}, service_cpu_us=None)
     # One thread ran both: its CPU is not split between the two rows, nor its wall time; each
@@ -298,7 +298,7 @@ for _t in (
               _lanes("ipc-one", f"{_T}:ipc_lane", _ipc, one_at_a_time=True)),
     Transport("ipc-traced", "fenceline IPC while the service records a per-frame trace",
               _traced),
-    Transport("alternating", "the floor and fenceline IPC in turn, frame by frame, in one "
+    Transport("alternating", "the floor and fenceline IPC in turn, 8 frames each, in one "
               "renderer (the in-process and ipc rows of the alternating scenario)", _alternating,
               made_of=("in-process", "ipc")),
     Transport("in-process-cross-core",

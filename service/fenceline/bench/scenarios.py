@@ -45,7 +45,7 @@ PIPELINED = ("in-process", "ipc", "triton-shm")
 # One frame at a time in the rounds of the 64x64 pipelined rows: the baseline of the goal of
 # frames in flight (a sync scenario's row, minutes before, also measured the machine's drift).
 ONE_AT_A_TIME = ("ipc-one",)
-# The floor and IPC frame by frame in turn (mode "alternating"), at the largest frame: a 4K
+# The floor and IPC in turn, 8 frames each (mode "alternating"), at the largest frame: a 4K
 # frame takes milliseconds, and the machine's speed moves between one round's rows more than
 # the 4K goal's 5% (registry._alternating).
 ALTERNATING = ("alternating",)
