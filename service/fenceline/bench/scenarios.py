@@ -60,7 +60,7 @@ class Scenario:
     datatype: str
     renderers: int
     # "sync": one frame in flight per renderer; "pipelined": two (double buffering);
-    # "alternating": one renderer runs the floor's frame and an IPC frame in turn
+    # "alternating": one renderer runs the floor and IPC in turn (ALTERNATING)
     mode: str
     transports: tuple[str, ...]
     budget: Budget

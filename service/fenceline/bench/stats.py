@@ -35,7 +35,7 @@ class Row:
     cpu_per_frame_us: float | None = None
     datatype: str = "FP32"
     renderers: int = 1
-    mode: str = "sync"  # or "pipelined": two frames in flight per renderer
+    mode: str = "sync"  # or "pipelined" (two frames in flight per renderer), "alternating"
     model: str = ""
     throughput_fps: float | None = None
     check: str = ""  # "equal": outputs equal to a direct onnxruntime run; "differs"; "" unchecked
