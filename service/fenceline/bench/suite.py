@@ -134,11 +134,11 @@ def _plan(quick: bool, sizes: list[str] | None, transports: list[str] | None, pe
         plan += scenarios.plan(quick=quick, sizes=[], real=more, seconds=seconds)
 
     def wanted(t: str) -> bool:
-        if t not in registry.REGISTRY or not (peers or not registry.REGISTRY[t].peer):
+        if t not in registry.REGISTRY or (registry.REGISTRY[t].peer and not peers):
             return False
         made_of = registry.REGISTRY[t].made_of
-        return transports is None or t in transports or bool(made_of) and all(
-            m in transports for m in made_of)
+        return (transports is None or t in transports
+                or (bool(made_of) and all(m in transports for m in made_of)))
 
     return [s for s in (replace(s, transports=tuple(t for t in s.transports if wanted(t)))
                         for s in plan) if s.transports]
