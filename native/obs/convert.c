@@ -113,13 +113,19 @@ static void packed_write(const fl_obs_image *img, const uint8_t *src, fl_obs_lay
                  to, f->width, f->height, from.a < 0 ? FL_OBS_KEEP_ALPHA : 0);
 }
 
-int fl_obs_image_of_frame(const void *obs_source_frame, fl_obs_image *out) {
+static void packed_release(const fl_obs_image *img) {
+  obs_source_release_frame(img->owner, (struct obs_source_frame *)img->frame);
+}
+
+int fl_obs_image_of_frame(const void *obs_source_frame, void *source, fl_obs_image *out) {
   const struct obs_source_frame *f = obs_source_frame;
   fl_obs_layout unused;
   out->width = f->width;
   out->height = f->height;
   out->frame = f;
   out->keeps_result = 0;
+  out->release = packed_release;
+  out->owner = source;
   if (!fl_obs_frame_layout(f->format, &unused))
     return 0;
   out->read = packed_read;

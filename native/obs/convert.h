@@ -48,10 +48,15 @@ struct fl_obs_image {
   /* The image keeps what was last written to it (a texture, not a new frame each time): the
    * runner writes a result once, not again each frame it is shown. */
   int keeps_result;
+  /* An async source's frame, which the runner may keep past the call and hands back with
+   * release (owner: the source it came from); NULL for an image that lives only in the call. */
+  void (*release)(const fl_obs_image *img);
+  void *owner;
 };
 
 /* An image over an OBS frame in a packed format (fl_obs_frame_layout); 0 for any other format
- * (YUV: the filter takes those frames on the GPU, after OBS's own conversion: render.c). */
-int fl_obs_image_of_frame(const void *obs_source_frame, fl_obs_image *out);
+ * (YUV: the filter takes those frames on the GPU, after OBS's own conversion: render.c). The
+ * runner may keep it (release hands it back to `source`, the async source it came from). */
+int fl_obs_image_of_frame(const void *obs_source_frame, void *source, fl_obs_image *out);
 
 #endif

@@ -410,7 +410,7 @@ static long long print_stats(obs_source_t *filter, sink *k, double t, uint64_t f
     if (proc_handler_call(obs_source_get_proc_handler(filter), "get_stats", &cd)) {
       const char *names[] = {"frames",   "submitted",  "filtered", "shown", "dropped",
                              "fallbacks", "failures", "reconnects", "imports", "video_ns",
-                             "video_ns_p50", "stage_ns", "switches"};
+                             "video_ns_p50", "stage_ns", "switches", "taken"};
       for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         printf(", \"%s\": %lld", names[i], calldata_int(&cd, names[i]));
       filtered = calldata_int(&cd, "filtered");

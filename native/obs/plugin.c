@@ -3,7 +3,8 @@
  * frame to filter_video; on a sync one (color, image, game, display, window capture) the filter
  * renders the source into a texture and reads it back (render.c). Either way the runner
  * (runner.c) copies the frame into shared memory the service imported once, runs it on its own
- * thread and hands back the newest result, so OBS never waits for the model. */
+ * thread and hands back the newest result, so OBS never waits for the model; an async frame is
+ * copied on that thread too, so OBS's graphics thread copies nothing. */
 #include <obs-module.h>
 #include <util/platform.h>
 #include <stdio.h>
@@ -67,6 +68,7 @@ static void proc_stats(void *data, calldata_t *cd) {
   calldata_set_int(cd, "video_ns_p50", (long long)c.video_ns_p50);
   calldata_set_int(cd, "stage_ns", (long long)c.stage_ns);
   calldata_set_int(cd, "switches", (long long)c.switches);
+  calldata_set_int(cd, "taken", (long long)c.taken);
   calldata_set_bool(cd, "connected", fl_obs_runner_connected(f->runner) != 0);
   char status[768];
   fl_obs_runner_status(f->runner, status, sizeof status);
@@ -86,7 +88,7 @@ static void *filter_create(obs_data_t *settings, obs_source_t *source) {
                    "void get_stats(out int frames, out int submitted, out int filtered, "
                    "out int shown, out int dropped, out int fallbacks, out int failures, "
                    "out int reconnects, out int imports, out int video_ns, out int video_ns_p50, "
-                   "out int stage_ns, out int switches, out bool connected, "
+                   "out int stage_ns, out int switches, out int taken, out bool connected, "
                    "out string status)",
                    proc_stats, f);
   filter_update(f, settings);
@@ -95,6 +97,7 @@ static void *filter_create(obs_data_t *settings, obs_source_t *source) {
 
 static void filter_destroy(void *data) {
   filter *f = data;
+  fl_obs_runner_release_frames(f->runner);
   fl_obs_render_destroy(f->render);
   fl_obs_runner_destroy(f->runner);
   bfree(f);
@@ -153,19 +156,28 @@ static obs_properties_t *filter_properties(void *data) {
 }
 
 /* An async source's frame, on the graphics thread before it becomes a texture. A packed frame
- * (RGBA, BGRA, BGRX, BGR3) is filtered here in place; any other (NV12, I420, YUY2, ...) passes
- * as it came and is filtered in filter_render after OBS's own GPU conversion to RGBA, so no YUV
- * is converted on the CPU. */
+ * (RGBA, BGRA, BGRX, BGR3) is filtered here: taken by the runner, which returns the newest frame
+ * carrying its result; any other (NV12, I420, YUY2, ...) passes as it came and is filtered in
+ * filter_render after OBS's own GPU conversion to RGBA, so no YUV is converted on the CPU. */
 static struct obs_source_frame *filter_video(void *data, struct obs_source_frame *frame) {
   filter *f = data;
   uint64_t t0 = os_gettime_ns();
   fl_obs_image img;
-  f->frames_on_gpu = !fl_obs_image_of_frame(frame, &img);
+  f->frames_on_gpu = !fl_obs_image_of_frame(frame, obs_filter_get_parent(f->source), &img);
   if (f->frames_on_gpu)
     return frame;
-  fl_obs_runner_frame(f->runner, &img);
+  /* The runner takes the frame where it can: its worker copies it to the service and its result
+   * into it, and the frame comes back here to be shown; NULL shows OBS's last frame again. */
+  struct obs_source_frame *show = (struct obs_source_frame *)fl_obs_runner_take(f->runner, &img);
   fl_obs_runner_add_video_ns(f->runner, os_gettime_ns() - t0, 0);
-  return frame;
+  return show;
+}
+
+/* The filter leaves its source: the frames it took go back to it first. */
+static void filter_remove(void *data, obs_source_t *source) {
+  (void)source;
+  filter *f = data;
+  fl_obs_runner_release_frames(f->runner);
 }
 
 /* The graphics thread's render of the filter. An async source's packed frames were filtered
@@ -203,6 +215,7 @@ static struct obs_source_info fenceline_filter = {
     .get_defaults = filter_defaults,
     .get_properties = filter_properties,
     .filter_video = filter_video,
+    .filter_remove = filter_remove,
     .video_render = filter_render,
 };
 

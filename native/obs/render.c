@@ -169,9 +169,11 @@ uint64_t fl_obs_render_frame(fl_obs_render *t, obs_source_t *filter, fl_obs_runn
   *stage_ns += os_gettime_ns() - s0;
   if (mapped_now) {
     /* keeps_result: the result texture keeps what was written, so a result is copied and
-     * uploaded once, not every frame it is shown. */
-    mapped m = {{width, height, mapped_read, mapped_write, NULL, 1}, data, linesize,
-                t->result_bytes};
+     * uploaded once, not every frame it is shown. The mapped image lives only in this call (no
+     * release: the runner copies it, never keeps it). */
+    mapped m = {.img = {.width = width, .height = height, .read = mapped_read,
+                        .write = mapped_write, .keeps_result = 1},
+                .data = data, .linesize = linesize, .result = t->result_bytes};
     int shown = fl_obs_runner_frame(runner, &m.img);
     uint64_t u0 = os_gettime_ns();
     gs_stagesurface_unmap(t->stage[take]);

@@ -37,7 +37,29 @@ typedef struct slot {
   uint8_t *in, *out;
   slot_state state;
   uint64_t seq;
+  /* An async source's frame the runner took (fl_obs_runner_take): QUEUED, its input not copied
+   * yet; RUNNING, copied; READY, its result written into it. */
+  fl_obs_image taken;
+  int has_taken;
 } slot;
+
+/* Taken frames let go under the lock, handed back to OBS after it (img->release takes the
+ * source's own lock). */
+typedef struct drops {
+  fl_obs_image img[FL_OBS_MAX_SLOTS + 1];
+  int n;
+} drops;
+
+static void let_go(slot *s, drops *d) {
+  if (s->has_taken)
+    d->img[d->n++] = s->taken;
+  s->has_taken = 0;
+}
+
+static void hand_back(const drops *d) {
+  for (int i = 0; i < d->n; i++)
+    d->img[i].release(&d->img[i]);
+}
 
 /* Everything made for one connection and one frame size. The worker creates and releases it; the
  * video thread uses it under the lock while r->pool points to it. */
@@ -50,6 +72,7 @@ typedef struct pool {
   slot slots[FL_OBS_MAX_SLOTS];
   int count, in_flight;
   uint64_t next_seq;
+  uint64_t signalled; /* in_fence's value */
 } pool;
 
 struct fl_obs_runner {
@@ -96,6 +119,12 @@ struct fl_obs_runner {
   enum { SHOWN_NONE, SHOWN_NEW, SHOWN_AGAIN, SHOWN_UNFILTERED } shown;
 
   int orphaned; /* destroyed while the worker was busy: the worker frees the runner */
+
+  /* Taken frames (fl_obs_runner_take). */
+  int copying;            /* the worker copies a taken frame, without the lock */
+  pthread_cond_t copy_cv; /* copying ended */
+  int result_shown;       /* OBS's texture shows a result of frames of this size */
+  uint32_t shown_w, shown_h;
 };
 
 /* Workers (and model-list refreshes) still running for destroyed runners. */
@@ -189,12 +218,18 @@ static FlStatus *pool_create(fl_obs_runner *r, uint32_t width, uint32_t height, 
   return NULL;
 }
 
-/* Under mu: keeps the shown result for the fallback, then detaches the pool. */
-static pool *detach_pool(fl_obs_runner *r) {
+/* Under mu: keeps the shown result for the fallback, lets the taken frames go into d (handed
+ * back by worker_hand_back, after the unlock), then detaches the pool. */
+static pool *detach_pool(fl_obs_runner *r, drops *d) {
   pool *p = r->pool;
   r->pool = NULL;
+  d->n = 0;
   if (p == NULL)
     return NULL;
+  for (int i = 0; i < p->count; i++)
+    let_go(&p->slots[i], d);
+  if (d->n)
+    r->copying++; /* fl_obs_runner_release_frames waits for them */
   /* Another model's output is no fallback for the one now chosen. */
   for (int i = 0; r->client_gen == r->config_gen && i < p->count; i++) {
     if (p->slots[i].state != SLOT_HELD)
@@ -213,6 +248,17 @@ static pool *detach_pool(fl_obs_runner *r) {
     r->lg_valid = 1;
   }
   return p;
+}
+
+/* Without mu: hands back what detach_pool let go. */
+static void worker_hand_back(fl_obs_runner *r, const drops *d) {
+  if (d->n == 0)
+    return;
+  hand_back(d);
+  pthread_mutex_lock(&r->mu);
+  r->copying--;
+  pthread_cond_broadcast(&r->copy_cv);
+  pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- the connection ------------------------------------------------------------------------ */
@@ -343,13 +389,15 @@ static void *worker(void *arg) {
     if (job == 1) {
       /* Set up: drop the old pool (and the connection if the settings changed), then connect and
        * make the pool for the frames' size. */
-      pool *old = detach_pool(r);
+      drops d;
+      pool *old = detach_pool(r, &d);
       fl_obs_config cfg = r->config;
       uint64_t gen = r->config_gen;
       uint32_t w = r->want_w, h = r->want_h;
       int need_client = r->client == NULL || r->client_gen != gen;
       int want = r->want_valid && cfg.model[0];
       pthread_mutex_unlock(&r->mu);
+      worker_hand_back(r, &d);
       pool_release(api, old);
       if (need_client) {
         api->ReleaseClient(r->client);
@@ -408,11 +456,27 @@ static void *worker(void *arg) {
       }
       continue;
     }
-    /* job 2: run the oldest queued frame. */
-    slot *s = oldest(r->pool, SLOT_QUEUED);
+    /* job 2: run the oldest queued frame. A taken frame is copied in first, without the lock
+     * (the slot is RUNNING: the video thread leaves it alone). */
+    pool *p = r->pool;
+    slot *s = oldest(p, SLOT_QUEUED);
     s->state = SLOT_RUNNING;
     FlSession *session = s->session;
     uint64_t seq = s->seq;
+    if (s->has_taken) {
+      fl_obs_image img = s->taken;
+      r->copying++;
+      pthread_mutex_unlock(&r->mu);
+      img.read(&img, s->in, p->layout);
+      pthread_mutex_lock(&r->mu);
+      r->copying--;
+      pthread_cond_broadcast(&r->copy_cv);
+    }
+    if (seq > p->signalled) {
+      FlStatus *sig = api->SignalFence(p->in_fence, seq);
+      api->ReleaseStatus(sig); /* values only go up here: it cannot fail */
+      p->signalled = seq;
+    }
     /* The deadline as set now (a change applies from the next run, on the same connection). */
     api->SetClientTimeout(r->client, deadline_ns(&r->config));
     r->run_started_ns = now_ns();
@@ -422,6 +486,16 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&r->mu);
     r->run_started_ns = 0;
     if (st == NULL) {
+      if (s->has_taken) {
+        /* The result goes into the frame it came from, which OBS then shows. */
+        fl_obs_image img = s->taken;
+        r->copying++;
+        pthread_mutex_unlock(&r->mu);
+        img.write(&img, s->out, p->layout);
+        pthread_mutex_lock(&r->mu);
+        r->copying--;
+        pthread_cond_broadcast(&r->copy_cv);
+      }
       s->state = SLOT_READY;
       r->c.filtered++;
       r->retry_delay_ns = RETRY_NS;
@@ -430,7 +504,7 @@ static void *worker(void *arg) {
         r->outage = 0;
       }
     } else {
-      s->state = SLOT_FREE;
+      s->state = SLOT_FREE; /* its taken frame, if any, goes with the pool below */
       char what[400];
       snprintf(what, sizeof what, "a run failed: %s: %s", code_name(api, st),
                api->GetErrorMessage(st));
@@ -438,23 +512,30 @@ static void *worker(void *arg) {
       api->ReleaseStatus(st);
       /* Whatever failed, start again from a new connection: a killed or restarted service
        * lost every import, and the next attempt says what is wrong now. */
-      pool *old = detach_pool(r);
+      drops d;
+      pool *old = detach_pool(r, &d);
       FlClient *client = r->client;
       r->client = NULL;
       fail(r, what, timed_out);
       pthread_mutex_unlock(&r->mu);
+      worker_hand_back(r, &d);
       pool_release(api, old);
       api->ReleaseClient(client);
       pthread_mutex_lock(&r->mu);
     }
   }
-  pool *old = detach_pool(r);
+  drops d;
+  pool *old = detach_pool(r, &d);
+  pthread_mutex_unlock(&r->mu);
+  worker_hand_back(r, &d);
+  pthread_mutex_lock(&r->mu);
   int orphaned = r->orphaned;
   pthread_mutex_unlock(&r->mu);
   pool_release(api, old);
   api->ReleaseClient(r->client);
   r->client = NULL;
   if (orphaned) {
+    pthread_cond_destroy(&r->copy_cv);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r->last_good);
@@ -474,12 +555,14 @@ fl_obs_runner *fl_obs_runner_create(void) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, &ca);
+  pthread_cond_init(&r->copy_cv, NULL);
   pthread_condattr_destroy(&ca);
   r->config.frames_in_flight = 2;
   r->config.deadline_ms = FL_OBS_DEADLINE_DEFAULT_MS;
   r->retry_delay_ns = RETRY_NS;
   set_status(r, "no model chosen");
   if (r->api == NULL || pthread_create(&r->thread, NULL, worker, r) != 0) {
+    pthread_cond_destroy(&r->copy_cv);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -546,70 +629,183 @@ void fl_obs_runner_configure(fl_obs_runner *r, const fl_obs_config *config) {
   pthread_mutex_unlock(&r->mu);
 }
 
+/* Under mu: this frame's size is the one wanted (a new size wakes the worker: returns 1). */
+static int want_size(fl_obs_runner *r, uint32_t width, uint32_t height) {
+  if (r->want_valid && r->want_w == width && r->want_h == height)
+    return 0;
+  r->want_w = width;
+  r->want_h = height;
+  r->want_valid = 1;
+  r->retry_at_ns = 0;
+  return 1;
+}
+
+/* Under mu: the newest finished result of the pool; older ones it overtook, and the result
+ * shown before (SLOT_HELD), are let go into d. */
+static slot *newest_result(pool *p, drops *d) {
+  slot *best = NULL;
+  for (int i = 0; i < p->count; i++) {
+    slot *s = &p->slots[i];
+    if (s->state == SLOT_READY && (best == NULL || s->seq > best->seq))
+      best = s;
+  }
+  for (int i = 0; best && i < p->count; i++) {
+    slot *s = &p->slots[i];
+    if (s != best && (s->state == SLOT_HELD || s->state == SLOT_READY)) {
+      let_go(s, d);
+      s->state = SLOT_FREE;
+    }
+  }
+  return best;
+}
+
+/* Under mu: the slot this frame goes into, or NULL when every frame in flight has started and
+ * it is not run; a frame it replaces is let go into d. */
+static slot *queue_slot(fl_obs_runner *r, pool *p, drops *d) {
+  /* This frame goes to the service unless frames_in_flight are already there: then it replaces
+   * the oldest that has not started (the service runs the newest it can), or, when every one has
+   * started, it is not run. Either way one frame is dropped and counted. */
+  int busy = 0;
+  slot *free_slot = NULL;
+  for (int i = 0; i < p->count; i++) {
+    slot *s = &p->slots[i];
+    if (s->state == SLOT_QUEUED || s->state == SLOT_RUNNING)
+      busy++;
+    else if (s->state == SLOT_FREE && free_slot == NULL)
+      free_slot = s;
+  }
+  slot *target = busy < p->in_flight ? free_slot : NULL;
+  if (target == NULL) {
+    r->c.dropped++;
+    target = oldest(p, SLOT_QUEUED);
+  }
+  if (target) {
+    let_go(target, d);
+    target->seq = ++p->next_seq;
+    target->state = SLOT_QUEUED;
+    r->c.submitted++;
+  }
+  return target;
+}
+
+/* Under mu: a result is shown now (fresh: a new one). */
+static void saw_result(fl_obs_runner *r, int64_t now) {
+  if (now - r->last_result_ns > STALE_NS)
+    r->streak_start_ns = now;
+  r->last_result_ns = now;
+}
+
+const void *fl_obs_runner_take(fl_obs_runner *r, const fl_obs_image *img) {
+  uint32_t width = img->width, height = img->height;
+  pthread_mutex_lock(&r->mu);
+  pool *p = r->pool;
+  int64_t now = now_ns();
+  int fits = p && p->width == width && p->height == height;
+  /* Taken only where OBS's texture already shows a result of this size (it is shown again while
+   * no newer one is ready) and the filtered frames are the ones to show. */
+  int take = img->release && r->result_shown && r->shown_w == width && r->shown_h == height &&
+             (fits || (p == NULL && r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD)) &&
+             (r->config.fallback == FL_OBS_FALLBACK_LAST_GOOD ||
+              (r->filtered_on && now - r->last_result_ns <= STALE_NS));
+  slot *best = NULL;
+  drops d = {.n = 0};
+  if (take && fits) {
+    best = newest_result(p, &d);
+    if (best && !best->has_taken) {
+      /* The result of a frame copied in before frames were taken: that frame went back to OBS
+       * long ago, so there is no frame to show it in. It is let go; the next result is shown.
+       * (Copying it out here would copy this frame in too, and so on for every frame after.) */
+      best->state = SLOT_FREE;
+      best = NULL;
+    }
+  }
+  if (!take) {
+    pthread_mutex_unlock(&r->mu);
+    hand_back(&d);
+    fl_obs_runner_frame(r, img);
+    return img->frame;
+  }
+  r->c.frames++;
+  int wake = want_size(r, width, height);
+  const void *show = NULL;
+  if (fits) {
+    slot *target = queue_slot(r, p, &d);
+    if (target) {
+      target->taken = *img;
+      target->has_taken = 1;
+      r->c.taken++;
+      wake = 1;
+    } else {
+      d.img[d.n++] = *img; /* not run: handed back, and not shown */
+    }
+  } else {
+    r->c.dropped++; /* no pool (the service is gone): not run */
+    d.img[d.n++] = *img;
+  }
+  if (best) {
+    saw_result(r, now);
+    show = best->taken.frame; /* OBS's again: it releases the frame once it is shown */
+    best->has_taken = 0;
+    best->state = SLOT_FREE;
+    r->c.shown++;
+    r->shown = SHOWN_NEW;
+  } else {
+    r->c.fallbacks++;
+    r->shown = SHOWN_AGAIN;
+  }
+  pthread_mutex_unlock(&r->mu);
+  hand_back(&d);
+  if (wake)
+    pthread_cond_signal(&r->cv);
+  return show;
+}
+
+void fl_obs_runner_release_frames(fl_obs_runner *r) {
+  drops d = {.n = 0};
+  pthread_mutex_lock(&r->mu);
+  while (r->copying)
+    pthread_cond_wait(&r->copy_cv, &r->mu);
+  for (int i = 0; r->pool && i < r->pool->count; i++) {
+    slot *s = &r->pool->slots[i];
+    let_go(s, &d);
+    if (s->state == SLOT_QUEUED || s->state == SLOT_READY)
+      s->state = SLOT_FREE; /* a RUNNING one finishes; its result then stays in the slot */
+  }
+  r->result_shown = 0;
+  pthread_mutex_unlock(&r->mu);
+  hand_back(&d);
+}
+
 int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
   uint32_t width = img->width, height = img->height;
-  int replaced = FL_OBS_NOT_SHOWN, wake = 0;
+  int replaced = FL_OBS_NOT_SHOWN;
+  drops d = {.n = 0};
   pthread_mutex_lock(&r->mu);
   r->c.frames++;
-  if (!r->want_valid || r->want_w != width || r->want_h != height) {
-    r->want_w = width;
-    r->want_h = height;
-    r->want_valid = 1;
-    r->retry_at_ns = 0;
-    wake = 1;
-  }
+  int wake = want_size(r, width, height);
   pool *p = r->pool;
   if (p && p->width == width && p->height == height) {
-    /* The newest finished result is shown; older ones it overtook are let go. */
-    slot *best = NULL, *held = NULL;
-    for (int i = 0; i < p->count; i++) {
-      slot *s = &p->slots[i];
-      if (s->state == SLOT_READY && (best == NULL || s->seq > best->seq))
-        best = s;
-    }
-    for (int i = 0; i < p->count; i++) {
-      slot *s = &p->slots[i];
-      if (best && (s->state == SLOT_HELD || (s->state == SLOT_READY && s != best)))
-        s->state = SLOT_FREE;
-      if (s->state == SLOT_HELD)
-        held = s;
-    }
+    /* The newest finished result is shown; older ones it overtook are let go. A taken frame
+     * that carries it is let go too: the result is copied from the slot. */
+    slot *best = newest_result(p, &d), *held = NULL;
     if (best) {
+      let_go(best, &d);
       best->state = SLOT_HELD;
-      held = best;
     }
-    /* This frame goes to the service unless frames_in_flight are already there: then it
-     * replaces the oldest that has not started (the service runs the newest it can), or, when
-     * every one has started, it is not run. Either way one frame is dropped and counted. */
-    int busy = 0;
-    slot *free_slot = NULL;
-    for (int i = 0; i < p->count; i++) {
-      slot *s = &p->slots[i];
-      if (s->state == SLOT_QUEUED || s->state == SLOT_RUNNING)
-        busy++;
-      else if (s->state == SLOT_FREE && free_slot == NULL)
-        free_slot = s;
-    }
-    slot *target = busy < p->in_flight ? free_slot : NULL;
-    if (target == NULL) {
-      r->c.dropped++;
-      target = oldest(p, SLOT_QUEUED);
-    }
+    for (int i = 0; i < p->count; i++)
+      if (p->slots[i].state == SLOT_HELD)
+        held = &p->slots[i];
+    slot *target = queue_slot(r, p, &d);
     if (target) {
       img->read(img, target->in, p->layout);
-      target->seq = ++p->next_seq;
-      target->state = SLOT_QUEUED;
       FlStatus *st = r->api->SignalFence(p->in_fence, target->seq);
       r->api->ReleaseStatus(st); /* values only go up here: it cannot fail */
-      r->c.submitted++;
+      p->signalled = target->seq;
       wake = 1;
     }
     int64_t now = now_ns();
-    if (best) {
-      if (now - r->last_result_ns > STALE_NS)
-        r->streak_start_ns = now;
-      r->last_result_ns = now;
-    }
+    if (best)
+      saw_result(r, now);
     if (r->config.fallback == FL_OBS_FALLBACK_UNFILTERED) {
       int on = r->filtered_on;
       if (on && now - r->last_result_ns > STALE_NS)
@@ -651,7 +847,12 @@ int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
       r->shown = SHOWN_AGAIN;
     }
   }
+  /* What OBS shows of this size now: a result (fl_obs_runner_take may keep it there), or not. */
+  r->result_shown = replaced != FL_OBS_NOT_SHOWN;
+  r->shown_w = width;
+  r->shown_h = height;
   pthread_mutex_unlock(&r->mu);
+  hand_back(&d);
   /* After the unlock: the worker it wakes takes the lock at once. */
   if (wake)
     pthread_cond_signal(&r->cv);

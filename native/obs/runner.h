@@ -1,6 +1,7 @@
 /* The fenceline side of the OBS filter: one connection, a pool of shared-memory slots the service
- * imported once, and a worker thread that runs the model on them (docs/obs.md). OBS's threads
- * only copy frames in and results out under a short lock; they never wait for the service. */
+ * imported once, and a worker thread that runs the model on them (docs/obs.md). An async frame
+ * is handed to the worker, which copies it in and its result out; OBS's threads otherwise copy
+ * frames in and results out under a short lock. They never wait for the service. */
 #ifndef FENCELINE_OBS_RUNNER_H
 #define FENCELINE_OBS_RUNNER_H
 
@@ -47,6 +48,9 @@ typedef struct fl_obs_counters {
   uint64_t stage_ns;   /* of video_ns: libobs's staging (gs_stage_texture, the stage surface's
                           map and unmap) on the texture path; the rest is the filter's own */
   uint64_t switches;   /* fallback "unfiltered": times the output switched between the two */
+  uint64_t taken;      /* of submitted: async frames handed to the worker, which copies them in
+                          and their results out (fl_obs_runner_take): OBS's graphics thread
+                          copied nothing for them */
 } fl_obs_counters;
 
 #define FL_OBS_RECENT 256
@@ -77,6 +81,18 @@ enum {
  * the model's packed layout) and writes the newest result (or the fallback) over the frame in
  * place (img->write). Returns an FL_OBS_* above. Never waits for the service. */
 int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img);
+/* One frame of an async source (img->release set): taken when it can be, so that OBS's graphics
+ * thread copies nothing. The worker copies a taken frame to the service and writes its result
+ * into it; once that is done the frame is OBS's to show again. Returns the frame to show now:
+ * the newest taken one that carries its result; NULL, nothing newer (OBS shows its last frame
+ * again: the last good one); or img's own frame, when the frame could not be taken (before the
+ * first result, a size the pool does not fit, the unfiltered fallback showing): then it went
+ * through fl_obs_runner_frame. Every taken frame is handed back exactly once (img->release),
+ * or returned. Never waits for the service. */
+const void *fl_obs_runner_take(fl_obs_runner *r, const fl_obs_image *img);
+/* Hands every taken frame back to OBS (the filter leaves its source, or is destroyed), after a
+ * copy in progress on the worker ends (a frame's copy, never the service). */
+void fl_obs_runner_release_frames(fl_obs_runner *r);
 /* Adds to the video thread's time in the filter (measured by the caller around the frame), of
  * which stage_ns in libobs's staging calls. */
 void fl_obs_runner_add_video_ns(fl_obs_runner *r, uint64_t ns, uint64_t stage_ns);
