@@ -367,6 +367,24 @@ static int next_job(fl_obs_runner *r) {
   return oldest(r->pool, SLOT_QUEUED) ? 2 : 0;
 }
 
+/* Under mu (released while it copies): a running slot's taken frame, if it still has one, copied
+ * into the slot (out 0) or its result into the frame (out 1). fl_obs_runner_release_frames waits
+ * for the copy. */
+static void copy_taken(fl_obs_runner *r, slot *s, const pool *p, int out) {
+  if (!s->has_taken)
+    return;
+  fl_obs_image img = s->taken;
+  r->copying++;
+  pthread_mutex_unlock(&r->mu);
+  if (out)
+    img.write(&img, s->out, p->layout);
+  else
+    img.read(&img, s->in, p->layout);
+  pthread_mutex_lock(&r->mu);
+  r->copying--;
+  pthread_cond_broadcast(&r->copy_cv);
+}
+
 static void *worker(void *arg) {
   fl_obs_runner *r = arg;
   const FlApi *api = r->api;
@@ -463,15 +481,7 @@ static void *worker(void *arg) {
     s->state = SLOT_RUNNING;
     FlSession *session = s->session;
     uint64_t seq = s->seq;
-    if (s->has_taken) {
-      fl_obs_image img = s->taken;
-      r->copying++;
-      pthread_mutex_unlock(&r->mu);
-      img.read(&img, s->in, p->layout);
-      pthread_mutex_lock(&r->mu);
-      r->copying--;
-      pthread_cond_broadcast(&r->copy_cv);
-    }
+    copy_taken(r, s, p, 0);
     if (seq > p->signalled) {
       FlStatus *sig = api->SignalFence(p->in_fence, seq);
       api->ReleaseStatus(sig); /* values only go up here: it cannot fail */
@@ -486,16 +496,7 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&r->mu);
     r->run_started_ns = 0;
     if (st == NULL) {
-      if (s->has_taken) {
-        /* The result goes into the frame it came from, which OBS then shows. */
-        fl_obs_image img = s->taken;
-        r->copying++;
-        pthread_mutex_unlock(&r->mu);
-        img.write(&img, s->out, p->layout);
-        pthread_mutex_lock(&r->mu);
-        r->copying--;
-        pthread_cond_broadcast(&r->copy_cv);
-      }
+      copy_taken(r, s, p, 1); /* the result goes into the frame it came from */
       s->state = SLOT_READY;
       r->c.filtered++;
       r->retry_delay_ns = RETRY_NS;
@@ -695,6 +696,15 @@ static void saw_result(fl_obs_runner *r, int64_t now) {
   r->last_result_ns = now;
 }
 
+/* The end of a frame's call (under mu): unlocks, hands back the frames let go, and wakes the
+ * worker if asked, after the unlock (the worker it wakes takes the lock at once). */
+static void frame_done(fl_obs_runner *r, const drops *d, int wake) {
+  pthread_mutex_unlock(&r->mu);
+  hand_back(d);
+  if (wake)
+    pthread_cond_signal(&r->cv);
+}
+
 const void *fl_obs_runner_take(fl_obs_runner *r, const fl_obs_image *img) {
   uint32_t width = img->width, height = img->height;
   pthread_mutex_lock(&r->mu);
@@ -753,10 +763,7 @@ const void *fl_obs_runner_take(fl_obs_runner *r, const fl_obs_image *img) {
     r->c.fallbacks++;
     r->shown = SHOWN_AGAIN;
   }
-  pthread_mutex_unlock(&r->mu);
-  hand_back(&d);
-  if (wake)
-    pthread_cond_signal(&r->cv);
+  frame_done(r, &d, wake);
   return show;
 }
 
@@ -851,11 +858,7 @@ int fl_obs_runner_frame(fl_obs_runner *r, const fl_obs_image *img) {
   r->result_shown = replaced != FL_OBS_NOT_SHOWN;
   r->shown_w = width;
   r->shown_h = height;
-  pthread_mutex_unlock(&r->mu);
-  hand_back(&d);
-  /* After the unlock: the worker it wakes takes the lock at once. */
-  if (wake)
-    pthread_cond_signal(&r->cv);
+  frame_done(r, &d, wake);
   return replaced;
 }
 
